@@ -1,0 +1,1 @@
+"""Small helpers shared by every part of xpu-diag; no torch, no grpc."""

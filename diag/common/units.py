@@ -1,0 +1,50 @@
+"""The one parser of sizes (``64M``, ``1G``) and durations (``30s``, ``5m``).
+
+Errors name the option that was wrong, so callers pass it in.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+               "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+               "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6,
+                   "m": 60.0, "min": 60.0, "h": 3600.0}
+_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class UnitError(ValueError):
+    """A size or duration that does not parse; the message is user-facing."""
+
+
+def parse_size(text: str | int, option: str) -> int:
+    """``"64M"`` -> 67108864 (binary units). Must be positive."""
+    if isinstance(text, int):
+        value, unit = float(text), ""
+    else:
+        match = _NUMBER.match(str(text))
+        if not match or match.group(2).lower() not in _SIZE_UNITS:
+            raise UnitError(f"{option}: {text!r} is not a size; use e.g. 4096, 64M or 1G")
+        value, unit = float(match.group(1)), match.group(2).lower()
+    size = int(value * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise UnitError(f"{option}: {text!r} must be a positive size, e.g. 64M")
+    return size
+
+
+def parse_duration(text: str | float | int, option: str) -> float:
+    """``"30s"`` -> 30.0, ``"5m"`` -> 300.0, ``"250ms"`` -> 0.25. Must be positive."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
+    else:
+        match = _NUMBER.match(str(text))
+        if not match or match.group(2).lower() not in _DURATION_UNITS:
+            raise UnitError(f"{option}: {text!r} is not a duration; use e.g. 300, 30s or 5m")
+        value, unit = float(match.group(1)), match.group(2).lower()
+    seconds = value * _DURATION_UNITS[unit]
+    if not seconds > 0:
+        raise UnitError(f"{option}: {text!r} must be a positive duration, e.g. 30s")
+    return seconds

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs: `make proto` writes them from protos/; never edit by hand."""

@@ -1,0 +1,192 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OpKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OP_KIND_UNSPECIFIED: _ClassVar[OpKind]
+    OP_KIND_KERNEL: _ClassVar[OpKind]
+    OP_KIND_GEMM: _ClassVar[OpKind]
+    OP_KIND_COLLECTIVE: _ClassVar[OpKind]
+    OP_KIND_P2P: _ClassVar[OpKind]
+    OP_KIND_HOST_FUNC: _ClassVar[OpKind]
+
+class Producer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRODUCER_UNSPECIFIED: _ClassVar[Producer]
+    PRODUCER_PYTHON: _ClassVar[Producer]
+    PRODUCER_HOOK: _ClassVar[Producer]
+OP_KIND_UNSPECIFIED: OpKind
+OP_KIND_KERNEL: OpKind
+OP_KIND_GEMM: OpKind
+OP_KIND_COLLECTIVE: OpKind
+OP_KIND_P2P: OpKind
+OP_KIND_HOST_FUNC: OpKind
+PRODUCER_UNSPECIFIED: Producer
+PRODUCER_PYTHON: Producer
+PRODUCER_HOOK: Producer
+
+class InFlightOp(_message.Message):
+    __slots__ = ("name", "kind", "producer", "comm_id", "seq", "age_ns", "bytes", "comm_rank", "comm_size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AGE_NS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMM_RANK_FIELD_NUMBER: _ClassVar[int]
+    COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    producer: Producer
+    comm_id: int
+    seq: int
+    age_ns: int
+    bytes: int
+    comm_rank: int
+    comm_size: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., age_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., comm_rank: _Optional[int] = ..., comm_size: _Optional[int] = ...) -> None: ...
+
+class OpStats(_message.Message):
+    __slots__ = ("name", "kind", "count", "total_ns", "max_ns", "bytes", "flops")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    count: int
+    total_ns: int
+    max_ns: int
+    bytes: int
+    flops: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., count: _Optional[int] = ..., total_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
+
+class CommProgress(_message.Message):
+    __slots__ = ("comm_id", "last_started_seq", "last_completed_seq", "comm_size")
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_STARTED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMPLETED_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    comm_id: int
+    last_started_seq: int
+    last_completed_seq: int
+    comm_size: int
+    def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ...) -> None: ...
+
+class RankProgress(_message.Message):
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    COMMS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_OP_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    local_rank: int
+    world_size: int
+    pid: int
+    alive: bool
+    oldest_in_flight: InFlightOp
+    stats: _containers.RepeatedCompositeFieldContainer[OpStats]
+    comms: _containers.RepeatedCompositeFieldContainer[CommProgress]
+    dropped_records: int
+    idle_ns: int
+    last_op: str
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: _Optional[bool] = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ...) -> None: ...
+
+class NodeReport(_message.Message):
+    __slots__ = ("job_id", "node_rank", "hostname", "agent_pid", "report_seq", "ranks", "local_world_size")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_PID_FIELD_NUMBER: _ClassVar[int]
+    REPORT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    node_rank: int
+    hostname: str
+    agent_pid: int
+    report_seq: int
+    ranks: _containers.RepeatedCompositeFieldContainer[RankProgress]
+    local_world_size: int
+    def __init__(self, job_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., report_seq: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., local_world_size: _Optional[int] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("dump_stacks", "kill_workers")
+    DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
+    KILL_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    dump_stacks: DumpStacks
+    kill_workers: KillWorkers
+    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ...) -> None: ...
+
+class DumpStacks(_message.Message):
+    __slots__ = ("event_id", "ranks")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, event_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class KillWorkers(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class StackDump(_message.Message):
+    __slots__ = ("job_id", "event_id", "node_rank", "hostname", "rank", "world_size", "pid", "format", "content")
+    class Format(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        FORMAT_UNSPECIFIED: _ClassVar[StackDump.Format]
+        FORMAT_PYSPY_JSON: _ClassVar[StackDump.Format]
+        FORMAT_GDB_TEXT: _ClassVar[StackDump.Format]
+        FORMAT_EU_STACK_TEXT: _ClassVar[StackDump.Format]
+        FORMAT_ERROR_TEXT: _ClassVar[StackDump.Format]
+    FORMAT_UNSPECIFIED: StackDump.Format
+    FORMAT_PYSPY_JSON: StackDump.Format
+    FORMAT_GDB_TEXT: StackDump.Format
+    FORMAT_EU_STACK_TEXT: StackDump.Format
+    FORMAT_ERROR_TEXT: StackDump.Format
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    event_id: str
+    node_rank: int
+    hostname: str
+    rank: int
+    world_size: int
+    pid: int
+    format: StackDump.Format
+    content: bytes
+    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("ok", "message")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    message: str
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...

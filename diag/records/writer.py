@@ -1,0 +1,108 @@
+"""The Python producer side of a progress region (docs/records.md).
+
+Used by the Python tracer inside training processes, so it must never block
+and never raise on the hot path: a full ring drops the record and counts it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import time
+
+from diag.records import format as fmt
+
+
+class RecordWriter:
+    """Single-region writer. Thread-safe: Python threads share one region.
+
+    A lock serialises writers inside this process; the agent, the only other
+    party, never takes it, so a stalled agent can never stall training.
+    """
+
+    def __init__(self, directory: str, *, producer: int, rank: int, local_rank: int,
+                 world_size: int, capacity: int = fmt.DEFAULT_CAPACITY, pid: int | None = None):
+        if capacity <= 0 or capacity & (capacity - 1):
+            raise ValueError(f"capacity {capacity} must be a power of two")
+        self.capacity = capacity
+        self._mask = capacity - 1
+        self._lock = threading.Lock()
+        self._next_op_id = 1
+        self._write_idx = 0
+        self._dropped = 0
+        pid = os.getpid() if pid is None else pid
+        header = fmt.Header(capacity, pid, rank, local_rank, world_size, producer, 0,
+                            time.time_ns(), time.monotonic_ns())
+        self.path = os.path.join(directory, fmt.region_filename(producer, rank, pid))
+        self._mm = _create_region(directory, self.path, header)
+
+    def start(self, kind: int, name: str, *, comm_id: int = 0, seq: int = 0,
+              nbytes: int = 0, flops: int = 0, comm_rank: int = -1, comm_size: int = 0) -> int:
+        """Record the start of an op; returns its op id for :meth:`end`."""
+        with self._lock:
+            op_id = self._next_op_id
+            self._next_op_id += 1
+            self._put(fmt.EVENT_START, kind, 0, comm_rank, op_id, comm_id, seq,
+                      time.monotonic_ns(), 0, nbytes, flops, 1, comm_size, name)
+        return op_id
+
+    def end(self, op_id: int, kind: int, name: str, *, duration_ns: int, comm_id: int = 0,
+            seq: int = 0, nbytes: int = 0, flops: int = 0, comm_rank: int = -1,
+            comm_size: int = 0, failed: bool = False) -> None:
+        flags = fmt.FLAG_FAILED if failed else 0
+        with self._lock:
+            self._put(fmt.EVENT_END, kind, flags, comm_rank, op_id, comm_id, seq,
+                      time.monotonic_ns(), duration_ns, nbytes, flops, 1, comm_size, name)
+
+    def count(self, kind: int, name: str, n: int) -> None:
+        with self._lock:
+            self._put(fmt.EVENT_COUNT, kind, 0, -1, 0, 0, 0, time.monotonic_ns(), 0, 0, 0,
+                      n, 0, name)
+
+    def set_disabled(self) -> None:
+        """Mark the region as switched off, so the agent can say so."""
+        flags = fmt.U32.unpack_from(self._mm, fmt.OFF_FLAGS)[0]
+        fmt.U32.pack_into(self._mm, fmt.OFF_FLAGS, flags | fmt.HEADER_FLAG_DISABLED)
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped
+
+    def close(self) -> None:
+        with self._lock:
+            self._mm.close()
+
+    def _put(self, event, kind, flags, comm_rank, op_id, comm_id, seq, t_ns, dur, nbytes,
+             flops, count, comm_size, name) -> None:
+        mm = self._mm
+        read_idx = fmt.U64.unpack_from(mm, fmt.OFF_READ_IDX)[0]
+        if self._write_idx - read_idx >= self.capacity:
+            self._dropped += 1
+            fmt.U64.pack_into(mm, fmt.OFF_DROPPED, self._dropped)
+            return
+        offset = fmt.HEADER_SIZE + (self._write_idx & self._mask) * fmt.RECORD_SIZE
+        fmt.RECORD_STRUCT.pack_into(mm, offset, event, kind, flags, comm_rank, op_id, comm_id,
+                                    seq, t_ns, dur, nbytes, flops, count, comm_size,
+                                    fmt.encode_name(name))
+        fmt.U64.pack_into(mm, fmt.OFF_HEARTBEAT, t_ns)
+        # Publish last: on x86 (TSO) and under the GIL the slot is visible first.
+        self._write_idx += 1
+        fmt.U64.pack_into(mm, fmt.OFF_WRITE_IDX, self._write_idx)
+
+
+def _create_region(directory: str, path: str, header: fmt.Header) -> mmap.mmap:
+    """Create the region under a temp name and rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".ring")
+    try:
+        os.ftruncate(fd, fmt.region_size(header.capacity))
+        mm = mmap.mmap(fd, fmt.region_size(header.capacity))
+        mm[0:fmt.HEADER_STRUCT.size] = header.pack()
+        os.rename(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+    return mm
