@@ -1,0 +1,156 @@
+"""The fault list: netcheck writes it, ``xpu_timer_launch --fault-list`` reads it.
+
+File format (JSON, ``version`` 1)::
+
+    {
+      "version": 1,
+      "tool": "netcheck",
+      "created_unix": 1763812345.2,          # seconds since the epoch
+      "faulty": [{"node": "node3", "reason": "busbw 1.2 GB/s < 20 GB/s (--min-busbw)"}],
+      "records": [                           # one per measurement, healthy ones too
+        {"node": "node3", "gpu": null, "link": "node3<->node1", "metric": "busbw",
+         "value": 1.2, "unit": "GB/s", "expected": 22.0, "threshold": 20.0,
+         "verdict": "fail", "reason": "...", "rule": "absolute"}
+      ]
+    }
+
+Readers only need ``version``, ``created_unix`` and ``faulty``; ``records``
+is the evidence, kept so that nothing measured is lost. Writers go through
+:func:`write`, which writes a temp file in the same directory and renames it,
+so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+EXIT_FAULTY_NODE = 75  # EX_TEMPFAIL: "try again elsewhere"; the launcher's exit code
+VERSION = 1
+
+
+class FaultListError(ValueError):
+    """A fault list that cannot be used; the message is one user-facing line naming the file."""
+
+
+@dataclass
+class FaultList:
+    """A loaded fault list.
+
+    ``faulty`` maps node name -> reason. ``records`` holds the raw measurement
+    records (dicts) as written; readers other than reports can ignore them.
+    """
+
+    created_unix: float
+    faulty: dict[str, str] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    path: str = ""
+
+    def reason_for(self, names: Iterable[str]) -> str | None:
+        """Reason if any of ``names`` is marked faulty, else None.
+
+        A name matches an entry exactly, or by short host name (``n3`` matches
+        ``n3.cluster.local`` either way round), because schedulers and
+        ``gethostname()`` disagree on whether names are qualified.
+        """
+        wanted = [n for n in names if n]
+        for name in wanted:
+            if name in self.faulty:
+                return self.faulty[name]
+        shorts = {n.split(".", 1)[0] for n in wanted}
+        for node, reason in self.faulty.items():
+            if node.split(".", 1)[0] in shorts:
+                return reason
+        return None
+
+    def age_s(self, now: float | None = None) -> float:
+        """Seconds since the list was made (negative if the clock went back)."""
+        return (time.time() if now is None else now) - self.created_unix
+
+
+def _fail(path: str, why: str) -> FaultListError:
+    return FaultListError(f"fault list {path}: {why}")
+
+
+def _parse_faulty(path: str, raw: Any) -> dict[str, str]:
+    if not isinstance(raw, list):
+        raise _fail(path, "'faulty' must be a list of {node, reason}; regenerate it with netcheck --output")
+    out: dict[str, str] = {}
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict) or not isinstance(entry.get("node"), str) or not entry["node"]:
+            raise _fail(path, f"faulty[{i}] has no node name; regenerate it with netcheck --output")
+        out[entry["node"]] = str(entry.get("reason") or "marked faulty")
+    return out
+
+
+def parse(text: str, path: str = "<string>") -> FaultList:
+    """Parse fault-list JSON text. Raises FaultListError (one line, naming ``path``)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _fail(path, f"not JSON ({exc.msg} at line {exc.lineno}); regenerate it with netcheck --output") from None
+    if not isinstance(doc, dict):
+        raise _fail(path, "not a fault list (top level is not an object)")
+    version = doc.get("version")
+    if version != VERSION:
+        raise _fail(path, f"version {version!r} is not supported (this xpu-diag reads version {VERSION})")
+    created = doc.get("created_unix")
+    if not isinstance(created, (int, float)) or isinstance(created, bool):
+        raise _fail(path, "missing or bad 'created_unix'; regenerate it with netcheck --output")
+    records = doc.get("records", [])
+    if not isinstance(records, list):
+        raise _fail(path, "'records' must be a list")
+    return FaultList(float(created), _parse_faulty(path, doc.get("faulty")), records, path)
+
+
+def load(path: str | os.PathLike) -> FaultList:
+    """Read and validate a fault list file. Raises FaultListError (one line, naming the file)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise _fail(path, f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise _fail(path, "not UTF-8 text; regenerate it with netcheck --output") from None
+    return parse(text, path)
+
+
+def to_document(faulty: dict[str, str], records: list[dict[str, Any]],
+                created_unix: float | None = None, **extra: Any) -> dict[str, Any]:
+    """Build the JSON document (see the module docstring); ``extra`` adds top-level keys."""
+    doc: dict[str, Any] = {
+        "version": VERSION,
+        "tool": "netcheck",
+        "created_unix": time.time() if created_unix is None else created_unix,
+        "faulty": [{"node": n, "reason": r} for n, r in sorted(faulty.items())],
+        "records": records,
+    }
+    doc.update(extra)
+    return doc
+
+
+def write(path: str | os.PathLike, faulty: dict[str, str], records: list[dict[str, Any]],
+          created_unix: float | None = None, **extra: Any) -> None:
+    """Write a fault list atomically: temp file in the same directory, fsync, rename."""
+    path = os.fspath(path)
+    doc = to_document(faulty, records, created_unix, **extra)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".faults-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
