@@ -1,0 +1,46 @@
+"""xpu-diag bootstrap, injected by xpu_timer_launch (the ddtrace-run way).
+
+The launcher puts this directory first on PYTHONPATH, so Python imports this
+file at start-up in every worker. It first runs any sitecustomize the user
+already had (found further down sys.path), then installs the tracer. Nothing
+here may break the worker: every failure is one line on stderr.
+"""
+
+import os
+import sys
+
+
+def _chain_user_sitecustomize():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = sys.modules.pop("sitecustomize", None)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        import sitecustomize  # noqa: F401  (the user's own, if any)
+    except ImportError as exc:
+        if exc.name != "sitecustomize":
+            sys.stderr.write(f"xpu-diag: your sitecustomize failed to import: {exc}\n")
+    except Exception as exc:
+        sys.stderr.write(f"xpu-diag: your sitecustomize raised: {exc!r}\n")
+    finally:
+        sys.path[:] = saved
+        if ours is not None:
+            sys.modules["sitecustomize"] = ours
+
+
+def _install_tracer():
+    try:
+        import diag.tracer  # noqa: F401
+    except ImportError:
+        # Not installed in this interpreter: use the package next to us.
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        sys.path.append(root)
+    from diag.tracer import install_from_env
+    install_from_env()
+
+
+try:
+    _chain_user_sitecustomize()
+    _install_tracer()
+except Exception as _exc:  # never break the worker
+    sys.stderr.write(f"xpu-diag: tracer not installed: {_exc!r}\n")

@@ -1,0 +1,247 @@
+"""Patch torch.distributed collectives and point-to-point calls.
+
+Each wrapper calls the original with the caller's arguments and returns its
+result untouched. Sync ops get END when the call returns; async ones
+(``async_op=True``, isend/irecv, batch_isend_irecv) get END from the work's
+completion callback, so the tracer never waits on anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+
+from diag.records import format as fmt
+
+# name -> (kind, parameter whose tensor size is recorded as bytes)
+OPS = {
+    "all_reduce": (fmt.KIND_COLLECTIVE, "tensor"),
+    "all_gather": (fmt.KIND_COLLECTIVE, "tensor"),
+    "all_gather_into_tensor": (fmt.KIND_COLLECTIVE, "input_tensor"),
+    "reduce_scatter": (fmt.KIND_COLLECTIVE, "input_list"),
+    "reduce_scatter_tensor": (fmt.KIND_COLLECTIVE, "input"),
+    "broadcast": (fmt.KIND_COLLECTIVE, "tensor"),
+    "reduce": (fmt.KIND_COLLECTIVE, "tensor"),
+    "barrier": (fmt.KIND_COLLECTIVE, None),
+    "all_to_all": (fmt.KIND_COLLECTIVE, "input_tensor_list"),
+    "all_to_all_single": (fmt.KIND_COLLECTIVE, "input"),
+    "gather": (fmt.KIND_COLLECTIVE, "tensor"),
+    "scatter": (fmt.KIND_COLLECTIVE, "tensor"),
+    "send": (fmt.KIND_P2P, "tensor"),
+    "recv": (fmt.KIND_P2P, "tensor"),
+    "isend": (fmt.KIND_P2P, "tensor"),
+    "irecv": (fmt.KIND_P2P, "tensor"),
+}
+MARK = "__xpu_diag_original__"
+
+
+def patch(tracer) -> None:
+    """Replace the functions in torch.distributed and distributed_c10d (the same
+    wrapper in both, so identity checks such as P2POp's still hold)."""
+    try:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+        if not dist.is_available():
+            return
+        groups = GroupInfo(c10d)
+        for name, (kind, size_param) in OPS.items():
+            original = getattr(c10d, name, None)
+            if original is None or hasattr(original, MARK):
+                continue
+            wrapper = _wrap(tracer, groups, original, name, kind, size_param)
+            _install(dist, c10d, name, original, wrapper)
+        original = getattr(c10d, "batch_isend_irecv", None)
+        if original is not None and not hasattr(original, MARK):
+            _install(dist, c10d, "batch_isend_irecv", original,
+                     _wrap_batch(tracer, groups, original))
+    except Exception as exc:
+        tracer.disable(f"cannot patch torch.distributed: {exc!r}")
+
+
+def _install(dist, c10d, name, original, wrapper) -> None:
+    setattr(wrapper, MARK, original)
+    setattr(c10d, name, wrapper)
+    if getattr(dist, name, None) is original:
+        setattr(dist, name, wrapper)
+
+
+def unpatch() -> None:
+    """Put the originals back (tests, bench)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+    for name in list(OPS) + ["batch_isend_irecv"]:
+        fn = getattr(c10d, name, None)
+        original = getattr(fn, MARK, None)
+        if original is not None:
+            setattr(c10d, name, original)
+            if getattr(dist, name, None) is fn:
+                setattr(dist, name, original)
+
+
+class GroupInfo:
+    """comm_id, rank and size per process group, cached.
+
+    The default group is comm_id 0. Another group's id hashes its group name,
+    which torch assigns from a counter that every rank advances in the same
+    order (new_group is called by all ranks), so it is equal on every member.
+    """
+
+    def __init__(self, c10d):
+        self._c10d = c10d
+        self._cache = {}
+
+    def lookup(self, group):
+        c10d = self._c10d
+        world = c10d.GroupMember.WORLD
+        pg = world if group is None else group
+        if pg is None:
+            return None
+        info = self._cache.get(pg)
+        if info is None or info[3] is not world:
+            try:
+                rank, size = c10d.get_rank(pg), c10d.get_world_size(pg)
+                comm_id = 0 if pg is world else stable_comm_id(c10d._get_process_group_name(pg))
+            except Exception:  # not a member, not initialised: trace nothing
+                return None
+            info = (comm_id, rank, size, world)
+            self._cache[pg] = info
+        return info
+
+
+def stable_comm_id(group_name: str) -> int:
+    digest = hashlib.blake2b(b"pg:" + group_name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
+
+
+def tensor_bytes(value) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    try:
+        return value.numel() * value.element_size()
+    except Exception:
+        return 0
+
+
+def _param_index(fn, param):
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index(param) if param in names else None
+
+
+def _arg(args, kwargs, name, index, default=None):
+    if name in kwargs:
+        return kwargs[name]
+    if index is not None and index < len(args):
+        return args[index]
+    return default
+
+
+def _wrap(tracer, groups, original, name, kind, size_param):
+    group_i = _param_index(original, "group")
+    async_i = _param_index(original, "async_op")
+    size_i = _param_index(original, size_param) if size_param else None
+    always_async = name in ("isend", "irecv")
+    sequenced = kind == fmt.KIND_COLLECTIVE
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if not tracer.enabled or not tracer.enter():
+            return original(*args, **kwargs)
+        try:
+            op = None
+            try:
+                info = groups.lookup(_arg(args, kwargs, "group", group_i))
+                if info is not None:
+                    nbytes = tensor_bytes(_arg(args, kwargs, size_param, size_i)) if size_param else 0
+                    op = tracer.begin(kind, name, info[0], nbytes, info[1], info[2], sequenced)
+            except Exception as exc:
+                tracer.disable(f"tracing {name} failed: {exc!r}")
+            if op is None:
+                return original(*args, **kwargs)
+            try:
+                result = original(*args, **kwargs)
+            except BaseException:
+                tracer.finish(op, failed=True)
+                raise
+            if result is not None and (always_async or _arg(args, kwargs, "async_op", async_i, False)):
+                _finish_when_done(tracer, op, [result])
+            else:
+                tracer.finish(op)
+            return result
+        finally:
+            tracer.leave()
+
+    return wrapper
+
+
+def _wrap_batch(tracer, groups, original):
+    @functools.wraps(original)
+    def wrapper(p2p_op_list, *args, **kwargs):
+        if not tracer.enabled or not tracer.enter():
+            return original(p2p_op_list, *args, **kwargs)
+        try:
+            op = None
+            try:
+                first = p2p_op_list[0] if p2p_op_list else None
+                info = groups.lookup(getattr(first, "group", None))
+                if info is not None:
+                    nbytes = sum(tensor_bytes(getattr(p, "tensor", None)) for p in p2p_op_list)
+                    op = tracer.begin(fmt.KIND_P2P, "batch_isend_irecv", info[0], nbytes,
+                                      info[1], info[2], False)
+            except Exception as exc:
+                tracer.disable(f"tracing batch_isend_irecv failed: {exc!r}")
+            if op is None:
+                return original(p2p_op_list, *args, **kwargs)
+            try:
+                works = original(p2p_op_list, *args, **kwargs)
+            except BaseException:
+                tracer.finish(op, failed=True)
+                raise
+            _finish_when_done(tracer, op, list(works or []))
+            return works
+        finally:
+            tracer.leave()
+
+    return wrapper
+
+
+def _finish_when_done(tracer, op, works) -> None:
+    """END once every work completed; never waits. If a work has no future
+    (a backend without one), END now rather than never."""
+    futures = []
+    try:
+        for work in works:
+            futures.append(work.get_future())
+    except Exception:
+        tracer.finish(op)
+        return
+    if not futures:
+        tracer.finish(op)
+        return
+    op.pending = len(futures)
+
+    def done(_fut):
+        try:
+            with tracer._lock:
+                op.pending -= 1
+                last = op.pending == 0
+            if last:
+                tracer.finish(op, failed=_fut_failed(_fut))
+        except Exception:
+            pass
+
+    for fut in futures:
+        fut.add_done_callback(done)
+
+
+def _fut_failed(fut) -> bool:
+    try:
+        fut.value()  # done already: returns at once, or raises the op's error
+        return False
+    except Exception:
+        return True

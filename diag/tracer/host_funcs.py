@@ -1,0 +1,92 @@
+"""User-named host functions: XPU_TIMER_HOST_TRACING_FUNC=module@object@function,...
+
+``object`` may be empty (``module@@function``) for a module-level function, or
+a class name for a method. Each call is one HOST_FUNC op on comm_id 0 with no
+sequence number (host functions are not on a communicator). A module not yet
+imported is patched when it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+
+from diag.records import format as fmt
+from diag.tracer import import_hooks
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFunc:
+    module: str
+    obj: str
+    function: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.obj}.{self.function}" if self.obj else self.function
+
+
+class HostFuncSpecError(ValueError):
+    """A malformed XPU_TIMER_HOST_TRACING_FUNC entry; the message is user-facing."""
+
+
+def parse_spec(text: str) -> list[HostFunc]:
+    out = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        parts = item.split("@")
+        if len(parts) != 3 or not parts[0] or not parts[2]:
+            raise HostFuncSpecError(
+                f"XPU_TIMER_HOST_TRACING_FUNC: {item!r} is not module@object@function "
+                f"(object may be empty: module@@function)")
+        out.append(HostFunc(*parts))
+    return out
+
+
+def install(tracer, text: str) -> None:
+    try:
+        specs = parse_spec(text)
+    except HostFuncSpecError as exc:
+        sys.stderr.write(f"xpu-diag tracer: {exc}; host functions are not traced\n")
+        return
+    for spec in specs:
+        import_hooks.when_imported(spec.module, functools.partial(_patch, tracer, spec))
+
+
+def _patch(tracer, spec: HostFunc, module) -> None:
+    try:
+        owner = getattr(module, spec.obj) if spec.obj else module
+        raw = owner.__dict__.get(spec.function) if isinstance(owner, type) else None
+        if isinstance(raw, (staticmethod, classmethod)):
+            setattr(owner, spec.function, type(raw)(wrap(tracer, raw.__func__, spec.label)))
+        else:
+            setattr(owner, spec.function,
+                    wrap(tracer, getattr(owner, spec.function), spec.label))
+    except Exception as exc:
+        sys.stderr.write(f"xpu-diag tracer: cannot trace {spec.module}@{spec.obj}@"
+                         f"{spec.function}: {exc!r}\n")
+
+
+def wrap(tracer, fn, label: str):
+    if getattr(fn, "__xpu_diag_original__", None) is not None:
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not tracer.enabled:
+            return fn(*args, **kwargs)
+        try:
+            op = tracer.begin(fmt.KIND_HOST_FUNC, label, sequenced=False)
+        except Exception as exc:
+            tracer.disable(f"tracing {label} failed: {exc!r}")
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            tracer.finish(op, failed=True)
+            raise
+        tracer.finish(op)
+        return result
+
+    wrapper.__xpu_diag_original__ = fn
+    return wrapper
