@@ -150,7 +150,7 @@ class KillWorkers(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class StackDump(_message.Message):
-    __slots__ = ("job_id", "event_id", "node_rank", "hostname", "rank", "world_size", "pid", "format", "content")
+    __slots__ = ("job_id", "event_id", "node_rank", "hostname", "rank", "world_size", "pid", "format", "content", "last")
     class Format(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         FORMAT_UNSPECIFIED: _ClassVar[StackDump.Format]
@@ -172,6 +172,7 @@ class StackDump(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     event_id: str
     node_rank: int
@@ -181,7 +182,8 @@ class StackDump(_message.Message):
     pid: int
     format: StackDump.Format
     content: bytes
-    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ...) -> None: ...
+    last: bool
+    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("ok", "message")
