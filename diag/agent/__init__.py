@@ -1,0 +1,2 @@
+"""The node agent: reads local progress regions, reports to the collector,
+dumps stacks and kills workers on the collector's command (docs/agent.md)."""

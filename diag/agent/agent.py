@@ -1,0 +1,162 @@
+"""The node agent: a sampler thread, a connection thread, a command thread.
+
+It runs inside the launcher process, so it is an ancestor of every worker
+(ptrace works under Yama scope 1). Every loop catches, logs and goes on: the
+agent must never die and never hold up the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+
+from diag.agent import dumps, procs
+from diag.agent.config import AgentConfig
+from diag.agent.connection import Connection
+from diag.agent.sampler import Sampler
+from diag.agent.state import NodeState
+from diag.pb import collector_pb2 as pb
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, clock=time.monotonic_ns):
+        self.config = config
+        self.state = NodeState(clock)
+        self.lock = threading.Lock()          # guards state
+        self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log)
+        self._stop = threading.Event()
+        self._commands: queue.Queue = queue.Queue()
+        self._report_seq = 0
+        self._said: dict[str, float] = {}
+        self._threads: list[threading.Thread] = []
+        self.connection = Connection(config, self) if config.collector else None
+        self.dumped_events: list[tuple[str, int]] = []   # a repeated request is ignored
+
+    # -- lifecycle --------------------------------------------------------
+    def start(self) -> None:
+        loops = [("sampler", self._sample_loop), ("commands", self._command_loop)]
+        if self.connection is not None:
+            loops.append(("connection", self.connection.run))
+        for name, target in loops:
+            thread = threading.Thread(target=target, name=f"xpu-diag-agent-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Send a last report (best effort) and stop every thread."""
+        self.sample_once()
+        self._stop.set()
+        if self.connection is not None:
+            self.connection.close()
+        self._commands.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.sampler.close()
+
+    @property
+    def stopping(self) -> threading.Event:
+        return self._stop
+
+    def log(self, message: str, every: float = 60.0) -> None:
+        """One line on stderr; the same message at most once per ``every`` s."""
+        now = time.monotonic()
+        if now - self._said.get(message, -every) < every:
+            return
+        self._said[message] = now
+        sys.stderr.write(f"xpu-diag agent (node {self.config.node_rank}, "
+                         f"{self.config.hostname}): {message}\n")
+
+    # -- sampling and reports ---------------------------------------------
+    def sample_once(self) -> None:
+        try:
+            with self.lock:
+                self.sampler.sample()
+        except Exception as exc:
+            self.log(f"sampling failed: {exc!r}")
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(self.config.sample_interval):
+            self.sample_once()
+
+    def build_report(self) -> pb.NodeReport:
+        with self.lock:
+            ranks = self.state.report()
+        self._report_seq += 1
+        cfg = self.config
+        return pb.NodeReport(job_id=cfg.job_id, node_rank=cfg.node_rank, hostname=cfg.hostname,
+                             agent_pid=os.getpid(), report_seq=self._report_seq, ranks=ranks,
+                             local_world_size=cfg.local_world_size)
+
+    # -- commands ---------------------------------------------------------
+    def submit(self, command: pb.Command) -> None:
+        """Called from the connection thread; the work happens on the command
+        thread, one command after another, so a KillWorkers sent after a
+        DumpStacks never kills a worker before its stacks were taken."""
+        self._commands.put(command)
+
+    def _command_loop(self) -> None:
+        while True:
+            command = self._commands.get()
+            if command is None:
+                return
+            try:
+                self.handle(command)
+            except Exception as exc:
+                self.log(f"command failed: {exc!r}", every=0)
+
+    def handle(self, command: pb.Command) -> None:
+        which = command.WhichOneof("command")
+        if which == "dump_stacks":
+            self.dump_stacks(command.dump_stacks)
+        elif which == "kill_workers":
+            self.kill_workers(command.kill_workers.reason)
+
+    def worker_pids(self, ranks=()) -> dict[int, int]:
+        """rank -> pid of live workers this launcher started (empty ranks: all)."""
+        self.sample_once()
+        with self.lock:
+            wanted = set(ranks) or set(self.state.ranks)
+            pids = {r: self.state.pid_of(r) for r in wanted if r in self.state.ranks}
+        root = self.config.root_pid
+        return {r: p for r, p in pids.items()
+                if p and procs.is_alive(p) and procs.is_descendant(p, root)}
+
+    def dump_stacks(self, request: pb.DumpStacks) -> None:
+        pids = {r: p for r, p in self.worker_pids(request.ranks).items()
+                if (request.event_id, r) not in self.dumped_events}
+        self.dumped_events.extend((request.event_id, r) for r in pids)
+        threads = [threading.Thread(target=self._dump_rank, args=(request.event_id, r, p),
+                                    daemon=True) for r, p in sorted(pids.items())]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _dump_rank(self, event_id: str, rank: int, pid: int) -> None:
+        try:
+            with self.lock:
+                world = self.state.ranks[rank].world_size if rank in self.state.ranks else 0
+            for fmt, content in dumps.dump(pid, self.config.dump_timeout, self.config.tool_env):
+                msg = pb.StackDump(job_id=self.config.job_id, event_id=event_id,
+                                   node_rank=self.config.node_rank, hostname=self.config.hostname,
+                                   rank=rank, world_size=world, pid=pid, format=fmt,
+                                   content=content)
+                if self.connection is not None:
+                    self.connection.upload(msg)
+        except Exception as exc:
+            self.log(f"dumping rank {rank} (pid {pid}) failed: {exc!r}", every=0)
+
+    def kill_workers(self, reason: str) -> None:
+        pids = self.worker_pids()
+        self.log(f"killing workers {sorted(pids.values())} on the collector's request: {reason}",
+                 every=0)
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError as exc:
+                self.log(f"could not kill pid {pid}: {exc}", every=0)

@@ -1,0 +1,31 @@
+"""The agent's settings; the launcher fills them in."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+ENV_REPORT_INTERVAL = "XPU_TIMER_REPORT_INTERVAL"
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+    shm_dir: str
+    collector: str | None        # host:port; None runs the agent without reporting
+    token: str
+    job_id: str
+    node_rank: int = 0
+    local_world_size: int = 0
+    root_pid: int = dataclasses.field(default_factory=os.getpid)
+    hostname: str = dataclasses.field(default_factory=socket.gethostname)
+    report_interval: float = 1.0
+    sample_interval: float = 0.1
+    dump_timeout: float = 30.0
+    backoff_min: float = 0.5
+    backoff_max: float = 10.0
+    tool_env: dict | None = None  # env for py-spy/gdb: the launcher's, without LD_PRELOAD etc.
+
+    def __post_init__(self):
+        if not self.report_interval > 0:
+            raise ValueError(f"{ENV_REPORT_INTERVAL}: {self.report_interval!r} must be > 0")

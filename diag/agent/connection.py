@@ -1,0 +1,112 @@
+"""The agent's side of the gRPC Connect stream and UploadStacks.
+
+One bidirectional stream: reports go out about every report_interval, commands
+come back. When the collector is away the stream fails fast and is retried
+with capped exponential backoff; reports are built from the newest state at
+send time, so nothing queues up while disconnected.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+
+from diag.pb import collector_pb2_grpc as pb_grpc
+
+TOKEN_KEY = "x-xpu-diag-token"
+HEALTHY_AFTER = 10.0   # a stream that lived this long resets the backoff
+
+
+class Connection:
+    def __init__(self, config, agent):
+        self.config = config
+        self.agent = agent
+        self._metadata = ((TOKEN_KEY, config.token),)
+        self._channel = grpc.insecure_channel(config.collector)
+        self._stub = pb_grpc.CollectorStub(self._channel)
+        self._call = None
+        self._call_lock = threading.Lock()
+        self.connected = threading.Event()
+
+    def run(self) -> None:
+        """Connection thread body: stream, and on failure back off and retry."""
+        backoff = self.config.backoff_min
+        stop = self.agent.stopping
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                self._stream_once()
+            except grpc.RpcError as exc:
+                self._say_why(exc)
+            except Exception as exc:
+                self.agent.log(f"collector stream failed: {exc!r}")
+            finally:
+                self.connected.clear()
+            if time.monotonic() - began > HEALTHY_AFTER:
+                backoff = self.config.backoff_min
+            if stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, self.config.backoff_max)
+
+    def _stream_once(self) -> None:
+        ended = threading.Event()
+        call = self._stub.Connect(self._reports(ended), metadata=self._metadata)
+        with self._call_lock:
+            self._call = call
+        try:
+            for command in call:
+                self.connected.set()
+                self.agent.submit(command)
+        finally:
+            ended.set()
+            with self._call_lock:
+                self._call = None
+
+    def _reports(self, ended: threading.Event):
+        stop = self.agent.stopping
+        while not stop.is_set() and not ended.is_set():
+            try:
+                report = self.agent.build_report()
+            except Exception as exc:  # never end the stream over one report
+                self.agent.log(f"building a report failed: {exc!r}")
+                report = None
+            if report is not None:
+                yield report
+            stop.wait(self.config.report_interval)
+
+    def _say_why(self, exc: grpc.RpcError) -> None:
+        code = exc.code() if hasattr(exc, "code") else None
+        if code == grpc.StatusCode.CANCELLED and self.agent.stopping.is_set():
+            return
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            self.agent.log(f"the collector at {self.config.collector} refused this agent's job "
+                           f"token (XPU_TIMER_JOB_TOKEN must be the same on every node)")
+        else:
+            detail = exc.details() if hasattr(exc, "details") else str(exc)
+            self.agent.log(f"collector at {self.config.collector} unreachable "
+                           f"({code.name if code else 'error'}: {detail}); retrying")
+
+    def upload(self, dump) -> bool:
+        """UploadStacks with a timeout and a few retries; never raises."""
+        for attempt in range(3):
+            try:
+                ack = self._stub.UploadStacks(dump, metadata=self._metadata, timeout=30)
+                if not ack.ok:
+                    self.agent.log(f"collector refused stacks of rank {dump.rank}: {ack.message}",
+                                   every=0)
+                return ack.ok
+            except grpc.RpcError as exc:
+                if attempt == 2 or self.agent.stopping.is_set():
+                    self.agent.log(f"uploading stacks of rank {dump.rank} failed: "
+                                   f"{exc.code().name}", every=0)
+                    return False
+                time.sleep(1.0 * (attempt + 1))
+        return False
+
+    def close(self) -> None:
+        with self._call_lock:
+            if self._call is not None:
+                self._call.cancel()
+        self._channel.close()

@@ -1,0 +1,79 @@
+"""Drains the node's progress regions into a NodeState.
+
+Only regions whose header pid is a live descendant of the launcher are read:
+a region file cannot make the agent report, trace or kill anyone else's
+process. Regions of exited workers are read one last time, then removed.
+"""
+
+from __future__ import annotations
+
+import os
+
+from diag.agent import procs
+from diag.agent.state import NodeState
+from diag.records import reader
+
+
+class Sampler:
+    def __init__(self, shm_dir: str, state: NodeState, root_pid: int, log,
+                 is_alive=procs.is_alive, is_descendant=procs.is_descendant):
+        self.shm_dir = shm_dir
+        self.state = state
+        self.root_pid = root_pid
+        self.log = log
+        self._is_alive = is_alive
+        self._is_descendant = is_descendant
+        self._readers: dict[str, reader.RegionReader] = {}
+        self._refused: set[str] = set()
+
+    def sample(self) -> None:
+        """One pass: new regions, new records, exited workers. Never raises
+        for one bad region; the caller's loop catches the rest."""
+        if not os.path.isdir(self.shm_dir):
+            return
+        found = reader.scan(self.shm_dir, {**self._readers,
+                                           **{p: None for p in self._refused}})
+        for path, err in found.errors.items():
+            self._refused.add(path)
+            self.log(f"skipping region {path}: {err}")
+        for path, rdr in found.readers.items():
+            if rdr is None or path in self._readers:
+                continue
+            self._adopt(path, rdr)
+        for path, rdr in list(self._readers.items()):
+            self._drain(path, rdr)
+
+    def _adopt(self, path: str, rdr: reader.RegionReader) -> None:
+        pid = rdr.header.pid
+        if not self._is_descendant(pid, self.root_pid):
+            self._refused.add(path)
+            rdr.close()
+            self.log(f"ignoring region {path}: pid {pid} is not one of this launcher's workers")
+            return
+        self._readers[path] = rdr
+        self.state.add_region(path, rdr.header)
+
+    def _drain(self, path: str, rdr: reader.RegionReader) -> None:
+        alive = self._is_alive(rdr.header.pid)
+        try:
+            self.state.apply(path, rdr.poll())
+            self.state.set_dropped(path, rdr.dropped)
+        except (OSError, ValueError) as exc:
+            self.log(f"reading region {path} failed: {exc}")
+            alive = False
+        if alive:
+            return
+        # Read after the death check, so no record written before exit is lost.
+        self.state.mark_exited(rdr.header.pid)
+        self.state.remove_region(path)
+        del self._readers[path]
+        rdr.close()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for rdr in self._readers.values():
+            rdr.close()
+        self._readers.clear()

@@ -1,0 +1,63 @@
+"""Start and stop the node-0 collector subprocess (``python -m diag.collector``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+
+class CollectorError(RuntimeError):
+    """The collector did not come up; the message is one line."""
+
+
+def start(config, token: str, workdir: str, env: dict) -> tuple[subprocess.Popen, str]:
+    """Start it and wait until it serves; returns (process, "host:port").
+
+    Its stderr is the launcher's, so its HANG lines reach the user directly.
+    """
+    address_file = os.path.join(workdir, "collector.addr")
+    argv = [sys.executable, "-m", "diag.collector", "--listen", config.collector_listen(),
+            "--timeline-path", config.timeline_path, "--hang-timeout", f"{config.hang_timeout}",
+            "--job-id", config.job_id, "--hang-action", config.hang_action,
+            "--address-file", address_file]
+    child_env = dict(env, XPU_TIMER_JOB_TOKEN=token)
+    proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        if os.path.exists(address_file):
+            with open(address_file) as f:
+                address = f.read().strip()
+            if address:
+                return proc, address
+        if proc.poll() is not None:
+            raise CollectorError(f"the collector exited at start with status {proc.returncode}")
+        time.sleep(0.05)
+    stop(proc)
+    raise CollectorError("the collector did not start serving within 60 s")
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the launcher dies, so no collector outlives it."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``; never raises."""
+    try:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+    except Exception:
+        pass

@@ -1,0 +1,113 @@
+"""What ``xpu_timer_launch`` does once its options are valid.
+
+Order matters: the collector starts before the environment is changed (it
+must not trace itself), the agent before torchrun (no worker record is
+missed), and everything is torn down in ``finally`` blocks, so the launcher
+exits with torchrun's status whatever the diagnostics did.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+
+import diag
+from diag.agent.agent import Agent
+from diag.agent.config import ENV_REPORT_INTERVAL, AgentConfig
+from diag.launcher import collector_proc, torchrun
+from diag.launcher.config import Config
+
+ENV_TOKEN = "XPU_TIMER_JOB_TOKEN"
+ENV_SHM_DIR = "XPU_TIMER_SHM_DIR"
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+HOOK_LIB = os.path.join(os.path.dirname(os.path.abspath(diag.__file__)), "lib",
+                        "libxpu_timer_hook.so")
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"xpu_timer_launch: {message}\n")
+    sys.stderr.flush()
+
+
+def run(config: Config) -> int:
+    if config.fault_list is not None:
+        code = check_fault_list(config)
+        if code is not None:
+            return code
+    tool_env = dict(os.environ)
+    token = os.environ.get(ENV_TOKEN) or secrets.token_urlsafe(32)
+    shm_dir = make_shm_dir(config)
+    proc = None
+    try:
+        address = config.collector
+        if config.starts_collector:
+            try:
+                proc, address = collector_proc.start(config, token, shm_dir, tool_env)
+            except collector_proc.CollectorError as exc:
+                say(f"{exc}; training goes on without hang detection")
+        elif address is None:
+            address = config.collector_listen()
+        os.environ.update(worker_env(config, token, shm_dir))
+        agent = Agent(agent_config(config, address, token, shm_dir, tool_env))
+        agent.start()
+        try:
+            return torchrun.run(config.torchrun_argv)
+        finally:
+            agent.stop()
+    finally:
+        if proc is not None:
+            collector_proc.stop(proc)
+        shutil.rmtree(shm_dir, ignore_errors=True)
+
+
+def make_shm_dir(config: Config) -> str:
+    """A private (0700) directory, in /dev/shm where there is one."""
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    return tempfile.mkdtemp(prefix=f"xpu_diag-{config.job_id}-n{config.node_rank}-", dir=base)
+
+
+def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict:
+    """Environment the workers inherit (docs/launcher.md lists each variable)."""
+    out = {ENV_TOKEN: token, ENV_SHM_DIR: shm_dir,
+           "PYTHONPATH": os.pathsep.join(filter(None, [BOOTSTRAP_DIR, env.get("PYTHONPATH")]))}
+    if not config.no_hook and os.path.exists(HOOK_LIB):
+        out["LD_PRELOAD"] = " ".join(filter(None, [HOOK_LIB, env.get("LD_PRELOAD")]))
+    if config.unbuffered:
+        out["PYTHONUNBUFFERED"] = "1"
+    return out
+
+
+def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConfig:
+    interval = 1.0
+    try:
+        interval = float(os.environ.get(ENV_REPORT_INTERVAL, "1") or 1)
+    except ValueError:
+        say(f"{ENV_REPORT_INTERVAL}: not a number of seconds; using 1")
+    return AgentConfig(shm_dir=shm_dir, collector=address, token=token, job_id=config.job_id,
+                       node_rank=config.node_rank, root_pid=os.getpid(),
+                       report_interval=interval if interval > 0 else 1.0, tool_env=tool_env)
+
+
+def check_fault_list(config: Config) -> int | None:
+    """Exit status if this node must not run (faulty: 75; unreadable list: 2)."""
+    from diag import faultlist  # written by the netcheck engineer; only needed here
+    try:
+        faults = faultlist.load(config.fault_list)
+    except faultlist.FaultListError as exc:
+        say(str(exc))
+        return 2
+    host = socket.gethostname()
+    names = [os.environ.get("XPU_TIMER_NODE_NAME", ""), host, host.split(".", 1)[0]]
+    reason = faults.reason_for(names)
+    if reason is not None:
+        say(f"node {next(n for n in names if n)} is marked faulty in {config.fault_list}: "
+            f"{reason}")
+        return faultlist.EXIT_FAULTY_NODE
+    if faults.age_s() > config.fault_list_max_age:
+        say(f"warning: fault list {config.fault_list} is {faults.age_s() / 3600:.1f} h old "
+            f"(--fault-list-max-age {config.fault_list_max_age / 3600:.1f} h); rerun netcheck")
+    return None
