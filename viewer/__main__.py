@@ -1,0 +1,5 @@
+import sys
+
+from viewer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,96 @@
+"""``stack-viewer --path DIR [--event NAME|latest] [--out DIR] [--format ...]``.
+
+Exit status: 0 written; 1 bad input or no usable stacks (an error SVG is still
+written); 2 bad command line. Every failure is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from viewer.api import ViewerError
+from viewer.render import FORMATS
+
+_EVENT = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?$")
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    event: str
+    out: Path | None        # None: the event directory itself
+    formats: frozenset[str]
+
+    def __post_init__(self):
+        bad = sorted(self.formats - set(FORMATS))
+        if bad or not self.formats:
+            raise ValueError(f"--format {','.join(bad) or '(empty)'}: expected a comma list of {','.join(FORMATS)}")
+        if not _EVENT.match(self.event) or ".." in self.event:
+            raise ValueError(f"--event {self.event!r}: expected an event name, job/event or 'latest'")
+
+
+def parse_args(argv: list[str]) -> Config:
+    """Pure: argv -> validated Config. Raises SystemExit(2) with a one-line message."""
+    p = argparse.ArgumentParser(prog="stack-viewer", description="Merge per-rank stack dumps into flame "
+                                "graphs, a call tree and a summary of who is stuck where.")
+    p.add_argument("--path", required=True, type=Path,
+                   help="timeline root, one event directory, or any directory of per-rank dumps")
+    p.add_argument("--event", default="latest", help="event name (or job/event) under --path; default latest")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: the event directory)")
+    p.add_argument("--format", default=",".join(FORMATS), help=f"comma list of {','.join(FORMATS)} (default all)")
+    a = p.parse_args(argv)
+    try:
+        return Config(a.path, a.event, a.out, frozenset(f.strip() for f in a.format.split(",") if f.strip()))
+    except ValueError as e:
+        p.error(str(e))
+
+
+def run(cfg: Config) -> int:
+    from viewer.discover import scan
+    from viewer.load import load
+    from viewer.render import render
+
+    event = scan(cfg.path, cfg.event)
+    loaded = load(event)
+    out = cfg.out or event.path
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ViewerError(f"--out {out}: cannot create ({e.strerror}); choose a writable --out") from None
+    res = render(event, loaded, out, set(cfg.formats))
+    if loaded.bad_lines:
+        print(f"stack-viewer: skipped {sum(loaded.bad_lines.values())} unreadable lines in "
+              f"{len(loaded.bad_lines)} files (see summary.txt)", file=sys.stderr)
+    for note in loaded.notes:
+        print(f"stack-viewer: {note}", file=sys.stderr)
+    if res.empty:
+        print(f"stack-viewer: no usable stacks in {event.path}; wrote error pictures to {out}", file=sys.stderr)
+        return 1
+    if "text" in cfg.formats and res.summary is not None:
+        from rich.console import Console
+        res.summary.print_table(Console())
+    for m in res.messages:
+        print(f"stack-viewer: {m}", file=sys.stderr)
+    if event.others:
+        print(f"stack-viewer: other events: {', '.join(p.name for p in event.others)}", file=sys.stderr)
+    print(f"stack-viewer: wrote {', '.join(p.name for p in res.written)} to {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(cfg)
+    except ViewerError as e:
+        print(f"stack-viewer: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

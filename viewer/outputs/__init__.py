@@ -1,0 +1,1 @@
+"""Output formats; each module has one Writer class (add_stack, write)."""

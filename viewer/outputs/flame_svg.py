@@ -1,0 +1,140 @@
+"""Interactive flame graph (icicle: root on top, thread names below it).
+
+Width of a frame = number of ranks whose stack passes through it. Frames are
+never dropped for being narrow (one rank of 16,384 still gets a 0.5 px sliver
+in its saturated "hot" colour); click a frame to zoom to it.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Sequence
+
+from viewer.api import ROOT, THREAD, Frame
+from viewer.atomic import write_text
+from viewer.kinds import COLOURS, LEGEND, colour, is_hot, kind_of
+from viewer.merge import RankLabels, Tree
+from viewer.outputs.flame_js import SCRIPT
+
+WIDTH, PAD, ROW, HEADER, FOOTER, CHAR = 1200, 10, 17, 72, 34, 6.6
+_CSS = """
+text { font-family: monospace; font-size: 11px; fill: #000; }
+g.f text { pointer-events: none; }
+g.f:hover rect { stroke: #000; stroke-width: 0.7; }
+g.hot text { fill: #fff; }
+g.anc rect { opacity: 0.55; }
+.btn { cursor: pointer; fill: #2255aa; }
+#title { font-size: 16px; font-weight: bold; }
+"""
+
+
+def _svg(height: int, body: list[str], title: str, units: int) -> str:
+    return "\n".join([
+        '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
+        f'<svg id="flame" version="1.1" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
+        f'height="{height}" viewBox="0 0 {WIDTH} {height}" data-width="{WIDTH}" '
+        f'data-units="{units}" data-char="{CHAR}">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{_CSS}</style>",
+        f'<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#fbfbf7"/>',
+        *body,
+        f"<script type=\"text/ecmascript\"><![CDATA[{SCRIPT}]]></script>",
+        "</svg>", ""])
+
+
+def error_svg(title: str, message: str) -> str:
+    """The explicit 'nothing to show' picture: never an empty graph."""
+    body = [f'<text id="title" x="{PAD}" y="28">{escape(title)}</text>',
+            f'<text x="{PAD}" y="58" style="fill:#b00;font-size:14px">ERROR: {escape(message)}</text>',
+            '<text id="details" x="10" y="90"> </text><text id="unzoom"/><text id="matched"/>']
+    return _svg(100, body, title, 0)
+
+
+def _fit(label: str, w: float) -> str:
+    n = int((w - 6) // CHAR)
+    if n < 3:
+        return ""
+    return label if len(label) <= n else label[: n - 2] + ".."
+
+
+def _header(title: str, subtitle: str) -> list[str]:
+    out = [f'<text id="title" x="{PAD}" y="22">{escape(title)}</text>',
+           f'<text x="{PAD}" y="40">{escape(subtitle)}</text>',
+           f'<text id="unzoom" class="btn" x="{PAD}" y="60" style="opacity:0">Reset Zoom</text>',
+           f'<text id="searchbtn" class="btn" x="{WIDTH - PAD - 60}" y="22">Search</text>',
+           f'<text id="matched" x="{WIDTH - PAD - 360}" y="60"> </text>']
+    x = 120
+    for kind, name in LEGEND:
+        pale, hot = COLOURS[kind]
+        out.append(f'<rect x="{x}" y="51" width="10" height="10" fill="{hot}"/>'
+                   f'<rect x="{x + 11}" y="51" width="10" height="10" fill="{pale}"/>'
+                   f'<text x="{x + 25}" y="60">{name}</text>')
+        x += 40 + 7 * len(name)
+    out.append(f'<text x="{x}" y="60">(dark = few ranks, pale = most)</text>')
+    return out
+
+
+class FlameSvg:
+    """Writer: one flame graph of one view (Python or native frames)."""
+
+    def __init__(self, title: str, subtitle: str, world: int, html: bool = False):
+        self.title, self.subtitle, self.world, self.html = title, subtitle, world, html
+        self.tree = Tree()
+
+    def add_stack(self, thread: str, frames: Sequence[Frame], ranks: int) -> None:
+        self.tree.add(thread, frames, ranks)
+
+    def _frames(self) -> tuple[list[str], int]:
+        tree = self.tree.finish()
+        labels = RankLabels(self.world)
+        units = max(tree.root.width, 1)
+        scale = (WIDTH - 2 * PAD) / units
+        out, max_depth, ident = [], 0, 0
+        stack = [(tree.root, 0, 0, tree.root.width)]
+        while stack:
+            node, depth, x, thread_w = stack.pop()
+            f, w = node.frame, node.width
+            if f.kind == THREAD:
+                thread_w = w
+            max_depth = max(max_depth, depth)
+            hot = f.kind not in (ROOT, THREAD) and is_hot(w, thread_w)
+            if f.kind == ROOT:
+                label, info = f"all ({self.world} ranks)", f"{w} rank-threads"
+            else:
+                label = labels.label(f, node.ranks)
+                info = f"{w} of {thread_w} ranks ({100.0 * w / max(thread_w, 1):.1f}%), {kind_of(f)}"
+            fill = colour(f, hot)
+            px, pw, py = PAD + x * scale, max(w * scale, 0.5), HEADER + depth * ROW
+            out.append(
+                f'<g id="f{ident}" class="f{" hot" if hot else ""}" data-x="{x}" data-w="{w}" '
+                f'data-d="{depth}" data-c="{fill}" data-n="{escape(info)}" data-l="{escape(label)}">'
+                f"<title>{escape(label)}\n{escape(info)}</title>"
+                f'<rect x="{px:.2f}" y="{py}" width="{pw:.2f}" height="{ROW - 1}" fill="{fill}" rx="2"/>'
+                f'<text x="{px + 3:.2f}" y="{py + ROW - 5}">{escape(_fit(label, pw))}</text></g>')
+            ident += 1
+            kids, cx = node.sorted_children(), x
+            starts = []
+            for c in kids:
+                starts.append(cx)
+                cx += c.width
+            for c, cx in reversed(list(zip(kids, starts))):
+                stack.append((c, depth + 1, cx, thread_w))
+        return out, max_depth
+
+    def render(self) -> str:
+        if not self.tree.root.children:
+            return error_svg(self.title, "no usable stacks")
+        frames, depth = self._frames()
+        height = HEADER + (depth + 1) * ROW + FOOTER
+        body = _header(self.title, self.subtitle) + frames + [
+            f'<text id="details" x="{PAD}" y="{height - 12}"> </text>']
+        return _svg(height, body, self.title, self.tree.root.width)
+
+    def write(self, path: Path) -> None:
+        svg = self.render()
+        if self.html:
+            svg = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>"
+                   f"{escape(self.title)}</title></head><body style=\"margin:0\">\n"
+                   + svg.split("\n", 1)[1] + "</body></html>\n")
+        write_text(path, svg)

@@ -1,0 +1,165 @@
+"""``summary.txt`` and the terminal table: who is stuck where, who is different.
+
+Ranks are grouped by their main thread's whole stack, biggest group first;
+the ranks outside the biggest group are listed with their innermost frame
+(the usual culprits); with hang.json, each rank's collective, group and seq.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from diag.common.ranks import fold
+from viewer.api import PYTHON, Frame
+from viewer.atomic import write_text
+from viewer.load import MAIN
+from viewer.merge import ranks_of
+
+
+@dataclass
+class Context:
+    source: str
+    world: int
+    view: str                                   # "Python" or "native"
+    hang: dict | None = None
+    errors: dict[int, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    bad_lines: dict[str, int] = field(default_factory=dict)
+    others: list[str] = field(default_factory=list)
+
+
+def _innermost(frames: Sequence[Frame]) -> str:
+    py = [f for f in frames if f.kind == PYTHON]
+    return (py or list(frames))[-1].label
+
+
+def _n(count: int) -> str:
+    return f"{count} rank" + ("" if count == 1 else "s")
+
+
+class Summary:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.groups: dict[tuple[Frame, ...], int] = defaultdict(int)
+        self.seen = 0
+
+    def add_stack(self, thread: str, frames: Sequence[Frame], ranks: int) -> None:
+        self.seen |= ranks
+        if thread == MAIN:
+            self.groups[tuple(frames)] |= ranks
+
+    def sorted_groups(self) -> list[tuple[tuple[Frame, ...], int]]:
+        """Biggest first; ties by lowest rank."""
+        return sorted(self.groups.items(), key=lambda kv: (-kv[1].bit_count(), (kv[1] & -kv[1]).bit_length()))
+
+    def rows(self) -> list[tuple[str, str, int, str, str]]:
+        """(group no, folded ranks, count, innermost frame, collective) for the table."""
+        out = []
+        for i, (frames, bits) in enumerate(self.sorted_groups(), 1):
+            ranks = ranks_of(bits)
+            out.append((f"#{i}", fold(ranks), len(ranks), _innermost(frames), self._collective(ranks)))
+        return out
+
+    def _collective(self, ranks: list[int]) -> str:
+        info = {r.get("rank"): r for r in (self.ctx.hang or {}).get("ranks") or [] if isinstance(r, dict)}
+        seen = {_op(info[r]) for r in ranks if r in info}
+        return "; ".join(sorted(seen)) if seen else ""
+
+    def _group_lines(self) -> list[str]:
+        lines = [f"Where the main thread is stuck ({self.ctx.view} frames), biggest group first:"]
+        for no, ranks, count, inner, coll in self.rows():
+            lines.append(f"  {no:<4} {_n(count):<12} {'rank' if count == 1 else 'ranks'} {ranks}")
+            lines.append(f"       at  {inner}" + (f"   [{coll}]" if coll else ""))
+        if not self.groups:
+            lines.append("  (no main-thread stacks)")
+        return lines
+
+    def _odd_lines(self) -> list[str]:
+        groups = self.sorted_groups()
+        if len(groups) < 2:
+            return []
+        by_frame: dict[str, int] = defaultdict(int)
+        for frames, bits in groups[1:]:
+            by_frame[_innermost(frames)] |= bits
+        lines = ["", f"Odd ranks out (not in group #1), innermost {self.ctx.view} frame:"]
+        for inner, bits in sorted(by_frame.items(), key=lambda kv: (kv[1] & -kv[1]).bit_length()):
+            r = ranks_of(bits)
+            lines.append(f"  {'rank' if len(r) == 1 else 'ranks'} {fold(r)}: {inner}")
+        return lines
+
+    def _hang_lines(self) -> list[str]:
+        hang = self.ctx.hang
+        if not hang:
+            return []
+        lines = ["", "Collectives (hang.json):"]
+        if hang.get("verdict"):
+            lines.append(f"  {hang['verdict']}")
+        by_state: dict[str, list[int]] = defaultdict(list)
+        top: dict[object, int] = {}
+        rows = [r for r in hang.get("ranks") or [] if isinstance(r, dict) and isinstance(r.get("rank"), int)]
+        for r in rows:
+            if isinstance(r.get("seq"), int):
+                top[r.get("comm_id")] = max(top.get(r.get("comm_id"), 0), r["seq"])
+        for r in rows:
+            state = _op(r)
+            if isinstance(r.get("seq"), int) and r["seq"] < top.get(r.get("comm_id"), 0):
+                state += f"  <- BEHIND (others at seq {top[r.get('comm_id')]})"
+            by_state[state].append(r["rank"])
+        for state, ranks in sorted(by_state.items(), key=lambda kv: (-len(kv[1]), min(kv[1]))):
+            lines.append(f"  {'rank' if len(ranks) == 1 else 'ranks'} {fold(ranks)}: {state}")
+        for s in hang.get("suspects") or []:
+            if isinstance(s, dict):
+                lines.append(f"  suspect: rank {s.get('rank')} ({s.get('reason')}, last op {s.get('last_op')})")
+        return lines
+
+    def _missing_lines(self) -> list[str]:
+        missing = sorted(set(range(self.ctx.world)) - set(ranks_of(self.seen)))
+        if not missing:
+            return []
+        lines = ["", f"No usable stack for {_n(len(missing))}: {fold(missing)}"]
+        for r in missing[:20]:
+            if r in self.ctx.errors:
+                lines.append(f"  rank {r}: {self.ctx.errors[r]}")
+        if len(missing) > 20:
+            lines.append(f"  ... and {len(missing) - 20} more")
+        return lines
+
+    def render(self) -> str:
+        c = self.ctx
+        lines = [f"stack-viewer summary: {c.source}",
+                 f"world size {c.world}; {self.seen.bit_count()} ranks with {c.view} stacks", ""]
+        lines += self._group_lines() + self._odd_lines() + self._hang_lines() + self._missing_lines()
+        if c.bad_lines:
+            detail = ", ".join(f"{k}: {v}" for k, v in sorted(c.bad_lines.items())[:10])
+            lines += ["", f"Skipped {sum(c.bad_lines.values())} unreadable lines in "
+                          f"{len(c.bad_lines)} files ({detail})"]
+        if c.notes:
+            lines += ["", "Notes:"] + [f"  {n}" for n in c.notes]
+        if c.others:
+            lines += ["", "Other events: " + ", ".join(c.others)]
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        write_text(path, self.render())
+
+    def print_table(self, console) -> None:
+        """The groups as a rich table (console: a rich.console.Console)."""
+        from rich.table import Table
+
+        table = Table(title=f"Where ranks are stuck ({self.ctx.view} frames, world {self.ctx.world})")
+        for col in ("group", "ranks", "count", "innermost frame", "collective"):
+            table.add_column(col, overflow="fold")
+        for i, row in enumerate(self.rows()):
+            style = None if i == 0 else "bold red"
+            table.add_row(row[0], row[1], str(row[2]), row[3], row[4], style=style)
+        console.print(table)
+
+
+def _op(r: dict) -> str:
+    if not r.get("op"):
+        last = r.get("last_completed_seq")
+        return "not in any collective" + (f" (last completed seq {last})" if last is not None else "")
+    return f"{r['op']} group {r.get('comm_id')} seq {r.get('seq')}"
