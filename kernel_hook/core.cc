@@ -1,0 +1,395 @@
+// The hot path of the core: per-thread slots, launch counting and the queue of
+// timed ops. See core.h for the contract; drainer.cc is the consumer side.
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "core_internal.h"
+
+namespace xt {
+
+namespace {
+
+Core g_core;
+pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_key_t g_slot_key;
+
+struct Tls {
+  Slot* slot;
+  bool no_slot;  // every slot is taken: this thread only counts drops
+};
+// initial-exec: plain %fs-relative access, no __tls_get_addr (which may malloc).
+__thread Tls tl __attribute__((tls_model("initial-exec")));
+
+struct OpInfo {
+  const char* name;
+  uint8_t kind;
+};
+constexpr OpInfo kOps[XT_OP_COUNT_] = {
+    {"cublasGemmEx", kKindGemm},
+    {"cublasGemmStridedBatchedEx", kKindGemm},
+    {"cublasSgemm", kKindGemm},
+    {"cublasSgemmStridedBatched", kKindGemm},
+    {"cublasHgemm", kKindGemm},
+    {"cublasLtMatmul", kKindGemm},
+    {"ncclAllReduce", kKindCollective},
+    {"ncclAllGather", kKindCollective},
+    {"ncclReduceScatter", kKindCollective},
+    {"ncclBroadcast", kKindCollective},
+    {"ncclReduce", kKindCollective},
+    {"ncclSend", kKindP2P},
+    {"ncclRecv", kKindP2P},
+};
+
+void on_thread_exit(void* p) {
+  Slot* s = static_cast<Slot*>(p);
+  if (tl.slot == s) tl.slot = nullptr;
+  // The drainer frees it once every queued op and count has been written.
+  s->retired.store(1, std::memory_order_release);
+}
+
+// Slow path, once per thread: take a free slot (a lock is fine here).
+Slot* claim_slot() {
+  Core& c = g_core;
+  if (tl.no_slot || c.slots == nullptr) return nullptr;
+  Slot* found = nullptr;
+  pthread_mutex_lock(&g_claim_lock);
+  for (int i = 0; i < kMaxSlots && !found; ++i) {
+    Slot* s = &c.slots[i];
+    if (s->in_use.load(std::memory_order_acquire) == 0) {
+      s->in_use.store(1, std::memory_order_relaxed);
+      s->retired.store(0, std::memory_order_relaxed);
+      found = s;
+      int hw = c.n_slots.load(std::memory_order_relaxed);
+      if (i + 1 > hw) c.n_slots.store(i + 1, std::memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_claim_lock);
+  if (!found) {
+    tl.no_slot = true;
+    return nullptr;
+  }
+  pthread_setspecific(g_slot_key, found);
+  tl.slot = found;
+  return found;
+}
+
+inline Slot* my_slot() {
+  Slot* s = tl.slot;
+  return s ? s : claim_slot();
+}
+
+inline bool active() {
+  return g_core.state.load(std::memory_order_acquire) == kStateOn;
+}
+
+}  // namespace
+
+void reset_slot(Slot* s, int index) {
+  // Event pairs survive a reset: they stay with their queue entries.
+  s->head.store(0, std::memory_order_relaxed);
+  s->tail.store(0, std::memory_order_relaxed);
+  s->next_op = 0;
+  s->group_depth = s->group_n = 0;
+  s->start_cursor = 0;
+  s->dropped_ops.store(0, std::memory_order_relaxed);
+  s->seen_dropped = 0;
+  s->count_overflow.store(0, std::memory_order_relaxed);
+  s->seen_overflow = 0;
+  for (int i = 0; i < XT_OP_COUNT_; ++i) {
+    s->captured[i].store(0, std::memory_order_relaxed);
+    s->seen_captured[i] = 0;
+  }
+  for (int i = 0; i < kCountEntries; ++i) {
+    s->counts[i].key.store(nullptr, std::memory_order_relaxed);
+    s->counts[i].n.store(0, std::memory_order_relaxed);
+    s->seen[i] = 0;
+  }
+  s->index = index;
+}
+
+namespace {
+
+// Gives the queue entry an event pair on the current device. Creating events
+// happens once per entry and device: the steady state only reuses them.
+bool ensure_events(Core& c, PendingOp& e) {
+  int dev = 0;
+  if (c.ops.get_device(&dev) != 0) return false;
+  if (e.ev0 && e.ev_device == dev) return true;
+  if (e.ev0) {
+    c.ops.event_destroy(e.ev0);
+    c.ops.event_destroy(e.ev1);
+    e.ev0 = e.ev1 = nullptr;
+  }
+  void* a = nullptr;
+  void* b = nullptr;
+  if (c.ops.event_create(&a) != 0) return false;
+  if (c.ops.event_create(&b) != 0) {
+    c.ops.event_destroy(a);
+    return false;
+  }
+  e.ev0 = a;
+  e.ev1 = b;
+  e.ev_device = dev;
+  return true;
+}
+
+void fill_comm(PendingOp& e, const xt_op_desc* d) {
+  e.comm_id = 0;
+  e.seq = 0;
+  e.comm_rank = -1;
+  e.comm_size = 0;
+  if (d->comm == nullptr) return;
+  uint64_t id = 0;
+  int rank = -1, size = 0;
+  if (xt_comm_info(d->comm, &id, &rank, &size)) {
+    e.comm_id = id;
+    e.comm_rank = rank;
+    e.comm_size = size;
+  }
+}
+
+}  // namespace
+
+Core& core() { return g_core; }
+const char* op_name(xt_op op) { return op < XT_OP_COUNT_ ? kOps[op].name : "unknown"; }
+uint8_t op_kind(xt_op op) { return op < XT_OP_COUNT_ ? kOps[op].kind : 0; }
+
+}  // namespace xt
+
+using namespace xt;
+
+extern "C" {
+
+int xt_core_start(const xt_config* cfg, const xt_device_ops* ops, char* err, size_t err_len) {
+  Core& c = g_core;
+  if (c.state.load() != kStateOff || c.slots != nullptr) {
+    snprintf(err, err_len, "the core is already started");
+    return -1;
+  }
+  c.cfg = *cfg;
+  c.ops = *ops;
+  RegionIdentity id{cfg->pid, cfg->rank, cfg->local_rank, cfg->world_size, cfg->capacity};
+  if (!c.region.create(cfg->shm_dir, id, err, err_len)) return -1;
+  void* mem = mmap(nullptr, sizeof(Slot) * kMaxSlots, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) {
+    snprintf(err, err_len, "cannot map %zu bytes for thread slots", sizeof(Slot) * kMaxSlots);
+    c.region.set_disabled();
+    c.region.close();
+    return -1;
+  }
+  // Anonymous memory is zero: atomics and pointers start as 0/null.
+  c.slots = static_cast<Slot*>(mem);
+  for (int i = 0; i < kMaxSlots; ++i) c.slots[i].index = i;
+  static bool key_made = false;
+  if (!key_made) key_made = pthread_key_create(&g_slot_key, on_thread_exit) == 0;
+  c.stop.store(0);
+  c.state.store(kStateOn, std::memory_order_release);
+  // The drainer starts with every signal blocked, so no handler ever runs on it.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&c.drainer, nullptr, drainer_main, &c);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) {
+    snprintf(err, err_len, "cannot start the drainer thread: %s", strerror(rc));
+    xt_core_switch_off();
+    return -1;
+  }
+  c.drainer_started = true;
+  return 0;
+}
+
+void xt_core_stop(void) {
+  Core& c = g_core;
+  if (c.drainer_started) {
+    c.stop.store(1, std::memory_order_release);
+    pthread_join(c.drainer, nullptr);
+    c.drainer_started = false;
+  }
+  if (c.state.load() == kStateOn) {
+    xt_core_flush();
+    c.state.store(kStateStopped, std::memory_order_release);
+  }
+}
+
+int xt_core_active(void) { return active() ? 1 : 0; }
+
+void xt_core_switch_off(void) {
+  Core& c = g_core;
+  c.state.store(kStateStopped, std::memory_order_release);
+  c.region.set_disabled();
+}
+
+void xt_core_flush(void) {
+  Core& c = g_core;
+  if (c.slots == nullptr) return;
+  pthread_mutex_lock(&c.pass_lock);
+  drain_pass(c, true);
+  pthread_mutex_unlock(&c.pass_lock);
+}
+
+void xt_core_after_fork_child(void) {
+  Core& c = g_core;
+  // Only the forking thread survives; the drainer, the pass lock's owner and the
+  // parent's region belong to the parent. Stay inert and drop the mapping.
+  c.state.store(kStateStopped, std::memory_order_relaxed);
+  c.drainer_started = false;
+  c.region.close();
+  tl.slot = nullptr;
+  tl.no_slot = true;
+}
+
+void xt_count_launch(const void* func) {
+  if (!active()) return;
+  Slot* s = my_slot();
+  if (!s) return;
+  // Fibonacci hash of the host stub address, then a short linear probe.
+  uint32_t h = uint32_t((uintptr_t(func) * 0x9E3779B97F4A7C15ull) >> 56);
+  for (int i = 0; i < 8; ++i) {
+    CountEntry& e = s->counts[(h + i) & (kCountEntries - 1)];
+    const void* k = e.key.load(std::memory_order_relaxed);
+    if (k == func) {
+      e.n.store(e.n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return;
+    }
+    if (k == nullptr) {
+      e.n.store(e.n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      e.key.store(func, std::memory_order_release);  // publish after the count
+      return;
+    }
+  }
+  s->count_overflow.store(s->count_overflow.load(std::memory_order_relaxed) + 1,
+                          std::memory_order_relaxed);
+}
+
+xt_ticket xt_op_begin(const xt_op_desc* d, void* stream) {
+  Core& c = g_core;
+  if (!active() || d->op >= XT_OP_COUNT_) return -1;
+  Slot* s = my_slot();
+  if (!s) {
+    c.orphan_dropped.fetch_add(1, std::memory_order_relaxed);
+    return -1;
+  }
+  // Inside a group the ops launch at ncclGroupEnd, which is where they get
+  // their events; a capture status is only meaningful there too.
+  bool deferred = s->group_depth > 0;
+  if (!deferred && c.ops.stream_capturing(stream)) {
+    s->captured[d->op].store(s->captured[d->op].load(std::memory_order_relaxed) + 1,
+                             std::memory_order_relaxed);
+    return -1;
+  }
+  uint64_t idx = s->head.load(std::memory_order_relaxed) + (deferred ? s->group_n : 0);
+  if (idx - s->tail.load(std::memory_order_acquire) >= kOpQueue ||
+      (deferred && s->group_n >= kGroupMax)) {
+    s->dropped_ops.store(s->dropped_ops.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+    return -1;
+  }
+  PendingOp& e = s->ops[idx & (kOpQueue - 1)];
+  e.op = d->op;
+  e.flags = uint16_t(d->dtype >= 0 ? ((d->dtype + 1) & 0xFF) << kFlagDtypeShift : 0);
+  e.op_id = (uint64_t(s->index) << 48) | ++s->next_op;
+  e.bytes = d->bytes;
+  e.flops = d->flops;
+  e.stream = stream;
+  e.t_start_ns = mono_ns();
+  e.timed = false;
+  fill_comm(e, d);
+  if (d->comm) e.seq = comm_next_seq(d->comm, op_kind(d->op) == kKindP2P);
+  if (deferred) {
+    if (s->group_n++ == 0) s->group_first = idx;
+    return int64_t(idx);
+  }
+  if (ensure_events(c, e) && c.ops.event_record(e.ev0, stream) == 0) e.timed = true;
+  return int64_t(idx);
+}
+
+void xt_op_end(xt_ticket t, int failed) {
+  if (t < 0) return;
+  Slot* s = tl.slot;
+  if (!s) return;
+  Core& c = g_core;
+  PendingOp& e = s->ops[uint64_t(t) & (kOpQueue - 1)];
+  if (failed) e.flags |= kFlagFailed;
+  if (s->group_depth > 0) return;  // published at the outermost group end
+  if (e.timed && c.ops.event_record(e.ev1, e.stream) != 0) e.timed = false;
+  if (e.timed) e.flags |= kFlagDeviceTimed;
+  s->head.store(uint64_t(t) + 1, std::memory_order_release);
+}
+
+void xt_group_start(void) {
+  if (!active()) return;
+  Slot* s = my_slot();
+  if (s) ++s->group_depth;
+}
+
+void xt_group_end_before(void) {
+  Slot* s = tl.slot;
+  if (!s || s->group_depth == 0) return;
+  if (s->group_depth > 1 || s->group_n == 0) return;
+  Core& c = g_core;
+  for (int i = 0; i < s->group_n; ++i) {
+    PendingOp& e = s->ops[(s->group_first + i) & (kOpQueue - 1)];
+    if (c.ops.stream_capturing(e.stream)) continue;  // counted as untimed below
+    if (ensure_events(c, e) && c.ops.event_record(e.ev0, e.stream) == 0) e.timed = true;
+  }
+}
+
+void xt_group_end_after(int failed) {
+  Slot* s = tl.slot;
+  if (!s || s->group_depth == 0) return;
+  if (--s->group_depth > 0 || s->group_n == 0) return;
+  Core& c = g_core;
+  for (int i = 0; i < s->group_n; ++i) {
+    PendingOp& e = s->ops[(s->group_first + i) & (kOpQueue - 1)];
+    if (failed) e.flags |= kFlagFailed;
+    if (e.timed && c.ops.event_record(e.ev1, e.stream) != 0) e.timed = false;
+    if (e.timed) e.flags |= kFlagDeviceTimed;
+  }
+  s->head.store(s->group_first + s->group_n, std::memory_order_release);
+  s->group_n = 0;
+}
+
+double xt_busbw_factor(xt_op op, int n) {
+  if (n <= 0) return 0.0;
+  switch (op) {
+    case XT_OP_ALL_REDUCE: return 2.0 * (n - 1) / n;
+    case XT_OP_ALL_GATHER:
+    case XT_OP_REDUCE_SCATTER: return double(n - 1) / n;
+    case XT_OP_BROADCAST:
+    case XT_OP_REDUCE:
+    case XT_OP_SEND:
+    case XT_OP_RECV: return 1.0;
+    default: return 0.0;
+  }
+}
+
+size_t xt_nccl_type_size(int dtype) {
+  // ncclInt8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64,
+  // Bfloat16, Float8e4m3, Float8e5m2
+  static const unsigned char sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return dtype >= 0 && dtype < int(sizeof(sizes)) ? sizes[dtype] : 0;
+}
+
+const char* xt_op_name(xt_op op) { return op_name(op); }
+
+void xt_core_stats(xt_stats* out) {
+  Core& c = g_core;
+  memset(out, 0, sizeof(*out));
+  out->launches_counted = c.launches_counted.load();
+  out->ops_queued = c.ops_queued.load();
+  out->ops_completed = c.ops_completed.load();
+  out->ops_captured = c.ops_captured.load();
+  out->ops_dropped = c.orphan_dropped.load();
+  out->records_dropped = c.region.dropped();
+  out->threads = uint32_t(c.n_slots.load());
+  if (c.slots)
+    for (int i = 0; i < c.n_slots.load(); ++i) out->ops_dropped += c.slots[i].dropped_ops.load();
+}
+
+}  // extern "C"

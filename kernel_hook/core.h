@@ -1,0 +1,131 @@
+// The hook's core behind a small C API: per-thread launch counters, per-thread
+// queues of timed operations, communicator ids and sequence numbers, and the
+// drainer thread that turns completed device events into progress records.
+//
+// It knows nothing about dlsym or real CUDA: the shim (hook.cc, resolve.cc)
+// hands it an xt_device_ops table of real functions, and the unit tests
+// (tests/kernel_hook/core_test.cc) hand it an in-process fake, with no LD_PRELOAD.
+//
+// Hot-path contract (xt_count_launch, xt_op_begin, xt_op_end, xt_group_*):
+// no malloc, no lock, no syscall once the calling thread has its slot (the
+// first call on a thread claims one, once). Safe from any number of threads.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Results of xt_device_ops.event_query.
+enum { XT_EV_READY = 0, XT_EV_NOT_READY = 1, XT_EV_ERROR = 2, XT_EV_UNLOADING = 3 };
+
+typedef struct xt_device_ops {
+  int (*get_device)(int* device);  // 0 on success
+  int (*set_device)(int device);
+  int (*event_create)(void** event);
+  int (*event_destroy)(void* event);
+  int (*event_record)(void* event, void* stream);
+  int (*event_query)(void* event);  // XT_EV_*
+  int (*event_elapsed_ns)(void* start, void* end, uint64_t* ns);
+  int (*stream_capturing)(void* stream);  // 0 no, 1 capturing (or cannot tell)
+  const char* (*kernel_name)(const void* func);  // NULL when unknown; drainer only
+} xt_device_ops;
+
+typedef struct xt_config {
+  const char* shm_dir;  // region directory (XPU_TIMER_SHM_DIR)
+  int pid, rank, local_rank, world_size;
+  uint32_t capacity;       // region ring capacity, power of two
+  uint32_t poll_us;        // drainer poll period
+  uint32_t count_every_ms; // how often launch counts become COUNT records
+} xt_config;
+
+// Operation types the hook times. Names and kinds live in core.cc.
+typedef enum xt_op {
+  XT_OP_GEMM_EX = 0,
+  XT_OP_GEMM_STRIDED_BATCHED_EX,
+  XT_OP_SGEMM,
+  XT_OP_SGEMM_STRIDED_BATCHED,
+  XT_OP_HGEMM,
+  XT_OP_LT_MATMUL,
+  XT_OP_ALL_REDUCE,
+  XT_OP_ALL_GATHER,
+  XT_OP_REDUCE_SCATTER,
+  XT_OP_BROADCAST,
+  XT_OP_REDUCE,
+  XT_OP_SEND,
+  XT_OP_RECV,
+  XT_OP_COUNT_
+} xt_op;
+
+typedef struct xt_op_desc {
+  xt_op op;
+  uint64_t bytes;  // nccl-tests "size" for collectives, 0 for GEMMs
+  uint64_t flops;  // 2*m*n*k*batch for GEMMs
+  int dtype;       // NCCL data type, -1 when none
+  void* comm;      // ncclComm_t or NULL
+} xt_op_desc;
+
+// Opaque handle from xt_op_begin to xt_op_end (an index; negative = not queued).
+typedef int64_t xt_ticket;
+
+// Starts the core: creates the region and the drainer. 0 on success; otherwise
+// writes a one-line reason into err and leaves the core off.
+int xt_core_start(const xt_config* cfg, const xt_device_ops* ops, char* err, size_t err_len);
+// Final drain pass (bounded wait) and joins the drainer. Idempotent.
+void xt_core_stop(void);
+// 1 while the core is started and not switched off.
+int xt_core_active(void);
+// Switches the core off for good (hooks only forward) and marks the region.
+void xt_core_switch_off(void);
+// Runs one drain pass on the calling thread (tests; the drainer does this itself).
+void xt_core_flush(void);
+// In a forked child: drop every piece of state and stay inert.
+void xt_core_after_fork_child(void);
+
+// Hot path. Counts one kernel launch of func on the calling thread.
+void xt_count_launch(const void* func);
+// Hot path. Records the start event of a timed op on stream (or defers it
+// inside an NCCL group, or only counts it under graph capture).
+xt_ticket xt_op_begin(const xt_op_desc* desc, void* stream);
+// Hot path. Records the end event and queues the op for the drainer.
+void xt_op_end(xt_ticket ticket, int failed);
+// NCCL groups: ops between start and end launch at the outermost end.
+void xt_group_start(void);
+void xt_group_end_before(void);           // before the real ncclGroupEnd
+void xt_group_end_after(int failed);      // after it
+
+// Communicators. ids are the same on every member rank.
+uint64_t xt_comm_id_from_bytes(const void* data, size_t len, uint64_t salt);
+void xt_comm_register(void* comm, uint64_t comm_id, int rank, int size);
+void xt_comm_forget(void* comm);
+// Fills id/rank/size of a known comm; 0 when unknown.
+int xt_comm_info(void* comm, uint64_t* comm_id, int* rank, int* size);
+// Updates rank/size of a known comm (filled in after a non-blocking init).
+void xt_comm_set_shape(void* comm, int rank, int size);
+// The id of the next child of parent created by ncclCommSplit(color); every
+// member of parent calls split in the same order, so all agree.
+uint64_t xt_comm_split_id(void* parent, int color, int key_unused);
+
+// nccl-tests bus-bandwidth factor: busbw = bytes / time * factor.
+double xt_busbw_factor(xt_op op, int nranks);
+// Bytes per element of an NCCL data type, 0 when unknown.
+size_t xt_nccl_type_size(int dtype);
+const char* xt_op_name(xt_op op);
+
+// Statistics for tests and the bench.
+typedef struct xt_stats {
+  uint64_t launches_counted;  // kernel launches seen by the drainer so far
+  uint64_t ops_queued;        // timed ops queued
+  uint64_t ops_completed;     // END records written
+  uint64_t ops_captured;      // counted under graph capture
+  uint64_t ops_dropped;       // not queued: a full per-thread queue or no slot
+  uint64_t records_dropped;   // region ring full
+  uint32_t threads;           // thread slots claimed
+} xt_stats;
+void xt_core_stats(xt_stats* out);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,93 @@
+// Shared state of core.cc (hot path) and drainer.cc (background thread).
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "core.h"
+#include "records.h"
+
+namespace xt {
+
+constexpr int kMaxSlots = 512;       // threads that can time ops at once
+constexpr int kCountEntries = 256;   // distinct kernels counted per thread
+constexpr int kOpQueue = 256;        // timed ops in flight per thread (power of two)
+constexpr int kGroupMax = 64;        // ops deferred inside one NCCL group
+
+enum CoreState : int { kStateOff = 0, kStateOn = 1, kStateStopped = 2 };
+
+// One timed op. Written by the owner thread, then published through
+// Slot::head; read by the drainer until it advances Slot::tail.
+struct PendingOp {
+  xt_op op;
+  uint16_t flags;      // record flags (device-timed, failed, dtype)
+  int32_t comm_rank, comm_size;
+  uint64_t op_id, comm_id, seq, bytes, flops, t_start_ns;
+  void* stream;
+  // Event pair owned by this queue entry and reused; created for ev_device.
+  void* ev0;
+  void* ev1;
+  int ev_device;
+  bool timed;          // both events recorded
+};
+
+struct CountEntry {
+  std::atomic<const void*> key;
+  std::atomic<uint64_t> n;  // written only by the owner thread
+};
+
+struct alignas(64) Slot {
+  // ---- owner thread ----
+  std::atomic<uint64_t> head;  // ops published
+  uint64_t next_op;            // owner-local op counter
+  int group_depth;
+  int group_n;
+  uint64_t group_first;        // queue index of the first deferred op
+  std::atomic<uint64_t> dropped_ops;
+  std::atomic<uint64_t> captured[XT_OP_COUNT_];
+  std::atomic<uint64_t> count_overflow;  // kernels beyond kCountEntries
+  CountEntry counts[kCountEntries];
+  PendingOp ops[kOpQueue];
+  // ---- drainer ----
+  alignas(64) std::atomic<uint64_t> tail;  // ops consumed
+  uint64_t start_cursor;                   // STARTs written up to here
+  uint64_t seen[kCountEntries];
+  uint64_t seen_overflow, seen_captured[XT_OP_COUNT_], seen_dropped;
+  // ---- claim bookkeeping ----
+  std::atomic<int> in_use;   // 1 owned by a live thread
+  std::atomic<int> retired;  // owner exited; drainer frees it once empty
+  int index;
+};
+
+struct Core {
+  std::atomic<int> state{kStateOff};
+  xt_config cfg{};
+  xt_device_ops ops{};
+  Slot* slots = nullptr;  // kMaxSlots, one mmap
+  std::atomic<int> n_slots{0};  // high-water mark of claimed indices
+  std::atomic<uint64_t> orphan_dropped{0};  // ops from threads with no slot
+  RegionWriter region;
+  pthread_t drainer{};
+  bool drainer_started = false;
+  std::atomic<int> stop{0};
+  pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;  // one drain pass at a time
+  // statistics (drainer-written)
+  std::atomic<uint64_t> launches_counted{0}, ops_queued{0}, ops_completed{0}, ops_captured{0};
+};
+
+Core& core();
+const char* op_name(xt_op op);
+uint8_t op_kind(xt_op op);
+
+// drainer.cc
+void drain_pass(Core& c, bool final_pass);
+void* drainer_main(void* arg);
+void release_slot(Core& c, Slot* s);
+void reset_slot(Slot* s, int index);  // core.cc
+uint64_t comm_next_seq(void* comm, bool p2p);  // comm_table.cc
+// kernel_names.cc: a short readable name for a kernel's host function.
+void kernel_display_name(const xt_device_ops& ops, const void* func, char (&out)[kNameBytes]);
+
+}  // namespace xt

@@ -1,0 +1,209 @@
+// The consumer side of the core: one background thread that turns queued ops
+// into START/END records in launch order, and launch counts into COUNT records.
+// It is the only writer of the region, so RegionWriter needs no lock.
+#include <time.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "core_internal.h"
+
+namespace xt {
+namespace {
+
+struct DrainerState {
+  uint64_t last_count_ns = 0;
+  bool atexit_registered = false;
+  std::unordered_map<const void*, uint64_t> pending;  // func -> launches not yet written
+};
+DrainerState g_ds;
+
+Record base_record(uint8_t event, const PendingOp& e, uint64_t t_ns) {
+  Record r;
+  memset(&r, 0, sizeof(r));
+  r.event = event;
+  r.kind = op_kind(e.op);
+  r.flags = e.flags;
+  r.comm_rank = e.comm_rank;
+  r.op_id = e.op_id;
+  r.comm_id = e.comm_id;
+  r.seq = e.seq;
+  r.t_mono_ns = t_ns;
+  r.bytes = e.bytes;
+  r.flops = e.flops;
+  r.count = 1;
+  r.comm_size = e.comm_size;
+  copy_name(r.name, op_name(e.op));
+  return r;
+}
+
+void put_count(Core& c, uint8_t kind, uint16_t flags, const char* name, uint64_t n,
+               uint64_t now) {
+  while (n > 0) {
+    Record r;
+    memset(&r, 0, sizeof(r));
+    r.event = kEventCount;
+    r.kind = kind;
+    r.flags = flags;
+    r.comm_rank = -1;
+    r.t_mono_ns = now;
+    r.count = uint32_t(n > 0xFFFFFFFFull ? 0xFFFFFFFFull : n);
+    copy_name(r.name, name);
+    c.region.put(r);
+    n -= r.count;
+  }
+}
+
+// The END of one op: device time when both events completed, else flagged.
+// Returns false while the op is still running on the device.
+bool try_end(Core& c, PendingOp& e, uint64_t now, bool* unloading) {
+  uint64_t dur = 0;
+  uint16_t flags = e.flags;
+  if (e.timed) {
+    int q = c.ops.event_query(e.ev1);
+    if (q == XT_EV_NOT_READY) return false;
+    if (q == XT_EV_UNLOADING) {
+      *unloading = true;
+      return false;
+    }
+    if (q != XT_EV_READY || c.ops.event_elapsed_ns(e.ev0, e.ev1, &dur) != 0) {
+      flags = uint16_t((flags | kFlagFailed) & ~kFlagDeviceTimed);
+      dur = 0;
+    }
+  }
+  Record r = base_record(kEventEnd, e, now);
+  r.flags = flags;
+  r.duration_ns = dur;
+  c.region.put(r);
+  return true;
+}
+
+// STARTs for every newly queued op, then ENDs from the oldest while complete.
+// Returns false when the runtime is unloading: nothing more can be queried.
+bool drain_ops(Core& c, Slot& s, uint64_t now) {
+  uint64_t head = s.head.load(std::memory_order_acquire);
+  uint64_t tail = s.tail.load(std::memory_order_relaxed);
+  for (uint64_t i = s.start_cursor > tail ? s.start_cursor : tail; i < head; ++i) {
+    const PendingOp& e = s.ops[i & (kOpQueue - 1)];
+    Record r = base_record(kEventStart, e, e.t_start_ns);
+    r.flags = uint16_t(r.flags & ~(kFlagFailed | kFlagDeviceTimed));
+    c.region.put(r);
+    c.ops_queued.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.start_cursor = head;
+  bool unloading = false;
+  // Ends go out in launch order: a running op holds back later ones.
+  while (tail < head && try_end(c, s.ops[tail & (kOpQueue - 1)], now, &unloading)) {
+    ++tail;
+    s.tail.store(tail, std::memory_order_release);
+    c.ops_completed.fetch_add(1, std::memory_order_relaxed);
+  }
+  return !unloading;
+}
+
+// Launch counts since the last call, summed over threads per kernel.
+void collect_counts(Core& c, Slot& s, uint64_t* other) {
+  for (int i = 0; i < kCountEntries; ++i) {
+    const void* key = s.counts[i].key.load(std::memory_order_acquire);
+    if (!key) continue;
+    uint64_t n = s.counts[i].n.load(std::memory_order_relaxed);
+    if (n != s.seen[i]) g_ds.pending[key] += n - s.seen[i];
+    s.seen[i] = n;
+  }
+  uint64_t o = s.count_overflow.load(std::memory_order_relaxed);
+  *other += o - s.seen_overflow;
+  s.seen_overflow = o;
+  for (int op = 0; op < XT_OP_COUNT_; ++op) {
+    uint64_t n = s.captured[op].load(std::memory_order_relaxed);
+    if (n != s.seen_captured[op]) {
+      put_count(c, op_kind(xt_op(op)), kFlagGraphCaptured, op_name(xt_op(op)),
+                n - s.seen_captured[op], mono_ns());
+      c.ops_captured.fetch_add(n - s.seen_captured[op], std::memory_order_relaxed);
+    }
+    s.seen_captured[op] = n;
+  }
+  uint64_t d = s.dropped_ops.load(std::memory_order_relaxed);
+  c.region.add_dropped(d - s.seen_dropped);
+  s.seen_dropped = d;
+}
+
+void write_counts(Core& c, uint64_t now) {
+  uint64_t other = 0;
+  int n = c.n_slots.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i)
+    if (c.slots[i].in_use.load(std::memory_order_acquire)) collect_counts(c, c.slots[i], &other);
+  static uint64_t seen_orphans = 0;
+  uint64_t orphans = c.orphan_dropped.load(std::memory_order_relaxed);
+  c.region.add_dropped(orphans - seen_orphans);
+  seen_orphans = orphans;
+  for (auto& kv : g_ds.pending) {
+    if (kv.second == 0) continue;
+    char name[kNameBytes];
+    kernel_display_name(c.ops, kv.first, name);
+    put_count(c, kKindKernel, 0, name, kv.second, now);
+    c.launches_counted.fetch_add(kv.second, std::memory_order_relaxed);
+    kv.second = 0;
+  }
+  if (other) {
+    put_count(c, kKindKernel, 0, "(other kernels)", other, now);
+    c.launches_counted.fetch_add(other, std::memory_order_relaxed);
+  }
+}
+
+void atexit_stop() { xt_core_stop(); }
+
+}  // namespace
+
+void release_slot(Core& c, Slot* s) {
+  (void)c;
+  reset_slot(s, s->index);
+  s->in_use.store(0, std::memory_order_release);
+}
+
+void drain_pass(Core& c, bool final_pass) {
+  if (c.slots == nullptr || !c.region.is_open()) return;
+  uint64_t now = mono_ns();
+  int n = c.n_slots.load(std::memory_order_acquire);
+  bool runtime_alive = true;
+  for (int i = 0; i < n && runtime_alive; ++i) {
+    Slot& s = c.slots[i];
+    if (s.in_use.load(std::memory_order_acquire)) runtime_alive = drain_ops(c, s, now);
+  }
+  uint64_t every = uint64_t(c.cfg.count_every_ms) * 1000000ull;
+  if (final_pass || now - g_ds.last_count_ns >= every) {
+    write_counts(c, now);
+    g_ds.last_count_ns = now;
+    // A retired thread's slot is reusable once all it queued is written.
+    for (int i = 0; i < n; ++i) {
+      Slot& s = c.slots[i];
+      if (s.in_use.load(std::memory_order_acquire) && s.retired.load(std::memory_order_acquire) &&
+          s.tail.load(std::memory_order_relaxed) == s.head.load(std::memory_order_acquire))
+        release_slot(c, &s);
+    }
+  }
+  // Register the exit flush only once the runtime is surely initialised, so it
+  // runs before the runtime's own exit handlers tear the events down.
+  if (!g_ds.atexit_registered && c.ops_completed.load(std::memory_order_relaxed) > 0) {
+    g_ds.atexit_registered = true;
+    atexit(atexit_stop);
+  }
+}
+
+void* drainer_main(void* arg) {
+  Core& c = *static_cast<Core*>(arg);
+  timespec ts;
+  ts.tv_sec = c.cfg.poll_us / 1000000;
+  ts.tv_nsec = long(c.cfg.poll_us % 1000000) * 1000;
+  while (!c.stop.load(std::memory_order_acquire) &&
+         c.state.load(std::memory_order_acquire) == kStateOn) {
+    pthread_mutex_lock(&c.pass_lock);
+    drain_pass(c, false);
+    pthread_mutex_unlock(&c.pass_lock);
+    nanosleep(&ts, nullptr);
+  }
+  return nullptr;
+}
+
+}  // namespace xt

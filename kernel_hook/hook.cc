@@ -1,0 +1,194 @@
+// The exported shim: every interposed symbol, and nothing else (hook.map).
+//
+// Each one calls the real function with its arguments untouched and returns
+// its result untouched; the core only observes. A thread_local depth guard
+// makes calls nested inside a hooked call (cuBLAS calling cuBLASLt, say) pass
+// straight through. When a real symbol cannot be found, the call fails with
+// the library's own "not initialised" error and the name is said once.
+#include "hook_common.h"
+
+using xt::Guard;
+
+namespace {
+
+enum { kCudaSymbolMissing = 302 };  // cudaErrorSharedObjectSymbolNotFound
+
+XT_REAL(cudaLaunchKernel, XT_SONAME_CUDART);
+XT_REAL(cudaLaunchKernelExC, XT_SONAME_CUDART);
+XT_REAL(cublasGetStream_v2, XT_SONAME_CUBLAS);
+XT_REAL(cublasGemmEx, XT_SONAME_CUBLAS);
+XT_REAL(cublasGemmStridedBatchedEx, XT_SONAME_CUBLAS);
+XT_REAL(cublasSgemm_v2, XT_SONAME_CUBLAS);
+XT_REAL(cublasSgemmStridedBatched, XT_SONAME_CUBLAS);
+XT_REAL(cublasHgemm, XT_SONAME_CUBLAS);
+XT_REAL(cublasLtMatmul, XT_SONAME_CUBLASLT);
+XT_REAL(cublasLtMatrixLayoutGetAttribute, XT_SONAME_CUBLASLT);
+
+xt_ticket gemm_begin(xt_op op, uint64_t m, uint64_t n, uint64_t k, uint64_t batch,
+                     cudaStream_t stream) {
+  xt::hook_touch();
+  if (!xt_core_active()) return -1;
+  xt_op_desc d;
+  d.op = op;
+  d.bytes = 0;
+  d.flops = 2 * m * n * k * (batch ? batch : 1);
+  d.dtype = -1;
+  d.comm = nullptr;
+  return xt_op_begin(&d, stream);
+}
+
+xt_ticket blas_begin(xt_op op, cublasHandle_t h, int m, int n, int k, int batch) {
+  auto get_stream = XT_GET(cublasGetStream_v2);
+  cudaStream_t stream = nullptr;
+  if (!get_stream || get_stream(h, &stream) != CUBLAS_STATUS_SUCCESS) return -1;
+  return gemm_begin(op, uint64_t(m > 0 ? m : 0), uint64_t(n > 0 ? n : 0),
+                    uint64_t(k > 0 ? k : 0), uint64_t(batch > 0 ? batch : 0), stream);
+}
+
+uint64_t lt_attr_u64(cublasLtMatrixLayout_t l, int attr, uint64_t def) {
+  auto get = XT_GET(cublasLtMatrixLayoutGetAttribute);
+  uint64_t v = 0;
+  size_t written = 0;
+  if (!get || !l || get(l, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return def;
+  return v;
+}
+
+// D is m x n; A is m x k, or k x m when transposed: k is A's other dimension.
+xt_ticket lt_begin(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t dd, cudaStream_t stream) {
+  uint64_t m = lt_attr_u64(dd, CUBLASLT_MATRIX_LAYOUT_ROWS, 0);
+  uint64_t n = lt_attr_u64(dd, CUBLASLT_MATRIX_LAYOUT_COLS, 0);
+  uint64_t ar = lt_attr_u64(a, CUBLASLT_MATRIX_LAYOUT_ROWS, 0);
+  uint64_t ac = lt_attr_u64(a, CUBLASLT_MATRIX_LAYOUT_COLS, 0);
+  int32_t batch = 1;
+  auto get = XT_GET(cublasLtMatrixLayoutGetAttribute);
+  size_t written = 0;
+  if (!get || get(dd, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch), &written) != 0)
+    batch = 1;
+  return gemm_begin(XT_OP_LT_MATMUL, m, n, ar == m ? ac : ar, uint64_t(batch > 0 ? batch : 1),
+                    stream);
+}
+
+}  // namespace
+
+// ---- CUDA runtime launches: counted per kernel -------------------------------
+
+XT_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args,
+                                       size_t shmem, cudaStream_t stream) {
+  auto real = XT_GET(cudaLaunchKernel);
+  if (!real) return kCudaSymbolMissing;
+  Guard g;
+  cudaError_t r = real(func, grid, block, args, shmem, stream);
+  if (g.outer && r == cudaSuccess) {
+    xt::hook_touch();
+    xt_count_launch(func);
+  }
+  return r;
+}
+
+XT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func,
+                                          void** args) {
+  auto real = XT_GET(cudaLaunchKernelExC);
+  if (!real) return kCudaSymbolMissing;
+  Guard g;
+  cudaError_t r = real(config, func, args);
+  if (g.outer && r == cudaSuccess) {
+    xt::hook_touch();
+    xt_count_launch(func);
+  }
+  return r;
+}
+
+// ---- cuBLAS / cuBLASLt GEMMs: timed, with FLOPs -------------------------------
+
+XT_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta,
+                                      cublasOperation_t tb, int m, int n, int k,
+                                      const void* alpha, const void* A, cudaDataType at, int lda,
+                                      const void* B, cudaDataType bt, int ldb, const void* beta,
+                                      void* C, cudaDataType ct, int ldc,
+                                      cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  auto real = XT_GET(cublasGemmEx);
+  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Guard g;
+  xt_ticket t = g.outer ? blas_begin(XT_OP_GEMM_EX, h, m, n, k, 1) : -1;
+  cublasStatus_t r =
+      real(h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo);
+  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
+  return r;
+}
+
+XT_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void* alpha, const void* A, cudaDataType at, int lda, long long sa, const void* B,
+    cudaDataType bt, int ldb, long long sb, const void* beta, void* C, cudaDataType ct, int ldc,
+    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  auto real = XT_GET(cublasGemmStridedBatchedEx);
+  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Guard g;
+  xt_ticket t = g.outer ? blas_begin(XT_OP_GEMM_STRIDED_BATCHED_EX, h, m, n, k, batch) : -1;
+  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct,
+                          ldc, sc, batch, compute, algo);
+  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
+  return r;
+}
+
+XT_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta,
+                                        cublasOperation_t tb, int m, int n, int k,
+                                        const float* alpha, const float* A, int lda,
+                                        const float* B, int ldb, const float* beta, float* C,
+                                        int ldc) {
+  auto real = XT_GET(cublasSgemm_v2);
+  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Guard g;
+  xt_ticket t = g.outer ? blas_begin(XT_OP_SGEMM, h, m, n, k, 1) : -1;
+  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
+  return r;
+}
+
+XT_EXPORT cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                                   cublasOperation_t tb, int m, int n, int k,
+                                                   const float* alpha, const float* A, int lda,
+                                                   long long sa, const float* B, int ldb,
+                                                   long long sb, const float* beta, float* C,
+                                                   int ldc, long long sc, int batch) {
+  auto real = XT_GET(cublasSgemmStridedBatched);
+  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Guard g;
+  xt_ticket t = g.outer ? blas_begin(XT_OP_SGEMM_STRIDED_BATCHED, h, m, n, k, batch) : -1;
+  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
+                          batch);
+  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
+  return r;
+}
+
+XT_EXPORT cublasStatus_t cublasHgemm(cublasHandle_t h, cublasOperation_t ta,
+                                     cublasOperation_t tb, int m, int n, int k, const void* alpha,
+                                     const void* A, int lda, const void* B, int ldb,
+                                     const void* beta, void* C, int ldc) {
+  auto real = XT_GET(cublasHgemm);
+  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Guard g;
+  xt_ticket t = g.outer ? blas_begin(XT_OP_HGEMM, h, m, n, k, 1) : -1;
+  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
+  return r;
+}
+
+XT_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t lh, cublasLtMatmulDesc_t desc,
+                                        const void* alpha, const void* A,
+                                        cublasLtMatrixLayout_t ad, const void* B,
+                                        cublasLtMatrixLayout_t bd, const void* beta,
+                                        const void* C, cublasLtMatrixLayout_t cd, void* D,
+                                        cublasLtMatrixLayout_t dd,
+                                        const cublasLtMatmulAlgo_t* algo, void* ws,
+                                        size_t ws_size, cudaStream_t stream) {
+  auto real = XT_GET(cublasLtMatmul);
+  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Guard g;
+  xt_ticket t = g.outer ? lt_begin(ad, dd, stream) : -1;
+  cublasStatus_t r = real(lh, desc, alpha, A, ad, B, bd, beta, C, cd, D, dd, algo, ws, ws_size,
+                          stream);
+  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
+  return r;
+}
+
