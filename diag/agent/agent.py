@@ -127,25 +127,35 @@ class Agent:
                 if p and procs.is_alive(p) and procs.is_descendant(p, root)}
 
     def dump_stacks(self, request: pb.DumpStacks) -> None:
-        pids = {r: p for r, p in self.worker_pids(request.ranks).items()
-                if (request.event_id, r) not in self.dumped_events}
-        self.dumped_events.extend((request.event_id, r) for r in pids)
-        threads = [threading.Thread(target=self._dump_rank, args=(request.event_id, r, p),
-                                    daemon=True) for r, p in sorted(pids.items())]
+        """Dump every requested rank this node holds (all of them if none are
+        named), in parallel; a rank whose process is gone gets an error file."""
+        live = self.worker_pids(request.ranks)
+        with self.lock:
+            known = {r: (s.pid, s.world_size) for r, s in self.state.ranks.items()
+                     if not request.ranks or r in request.ranks}
+        todo = [r for r in sorted(known) if (request.event_id, r) not in self.dumped_events]
+        self.dumped_events.extend((request.event_id, r) for r in todo)
+        threads = [threading.Thread(target=self._dump_rank, daemon=True,
+                                    args=(request.event_id, r, known[r][0], known[r][1],
+                                          r in live)) for r in todo]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
 
-    def _dump_rank(self, event_id: str, rank: int, pid: int) -> None:
+    def _dump_rank(self, event_id: str, rank: int, pid: int, world: int, live: bool) -> None:
         try:
-            with self.lock:
-                world = self.state.ranks[rank].world_size if rank in self.state.ranks else 0
-            for fmt, content in dumps.dump(pid, self.config.dump_timeout, self.config.tool_env):
+            if live:
+                files = dumps.dump(pid, self.config.dump_timeout, self.config.tool_env)
+            else:
+                files = [(dumps.FMT.FORMAT_ERROR_TEXT,
+                          f"rank {rank} pid {pid}: the process is gone (exited before the "
+                          f"dump)\n".encode())]
+            for i, (fmt, content) in enumerate(files):
                 msg = pb.StackDump(job_id=self.config.job_id, event_id=event_id,
                                    node_rank=self.config.node_rank, hostname=self.config.hostname,
                                    rank=rank, world_size=world, pid=pid, format=fmt,
-                                   content=content)
+                                   content=content, last=i == len(files) - 1)
                 if self.connection is not None:
                     self.connection.upload(msg)
         except Exception as exc:

@@ -176,6 +176,15 @@ def _wrap(tracer, groups, original, name, kind, size_param):
         finally:
             tracer.leave()
 
+    return rename(wrapper)
+
+
+def rename(wrapper):
+    """Name the wrapper's frame so that stack dumps say who added it."""
+    code = wrapper.__code__
+    wrapper.__code__ = code.replace(co_name="xpu_diag_traced",
+                                    **({"co_qualname": "xpu_diag_traced"}
+                                       if hasattr(code, "co_qualname") else {}))
     return wrapper
 
 
@@ -207,7 +216,7 @@ def _wrap_batch(tracer, groups, original):
         finally:
             tracer.leave()
 
-    return wrapper
+    return rename(wrapper)
 
 
 def _finish_when_done(tracer, op, works) -> None:

@@ -14,6 +14,7 @@ import sys
 
 from diag.records import format as fmt
 from diag.tracer import import_hooks
+from diag.tracer.collectives import rename
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,4 +90,4 @@ def wrap(tracer, fn, label: str):
         return result
 
     wrapper.__xpu_diag_original__ = fn
-    return wrapper
+    return rename(wrapper)
