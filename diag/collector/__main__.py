@@ -1,0 +1,5 @@
+import sys
+
+from diag.collector.server import main
+
+sys.exit(main())

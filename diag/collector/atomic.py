@@ -1,0 +1,24 @@
+"""Write a whole file or nothing: temp file in the same directory, then rename."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data``; a reader sees the old file or the new
+    one, never half of one. The temp file is removed on any failure."""
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,188 @@
+"""Hang rules: pure functions of a :class:`~diag.collector.state.Snapshot`.
+
+No clock, no I/O: time is the snapshot's ``now``, so unit tests drive every
+rule with a fake clock.
+
+* A rank whose oldest in-flight op is older than the timeout is hung (its age
+  is ``age_ns`` at report time plus the time since the report arrived). If any
+  rank is hung, the job is hung.
+* An agent with no report for longer than ``silent_after`` is silent; its
+  ranks' data is stale, so they are reported as silent, not judged hung.
+  Ranks reported ``alive = false`` have exited: never hung, and an agent
+  whose ranks all exited may go quiet (the job or node is done).
+* While some ranks hang, the others are explained: ranks with no op in flight
+  ("not in any collective"), members of a hung collective's group whose seq is
+  behind it ("never entered"), exited ranks, silent ranks and ranks that never
+  reported.
+"""
+
+from __future__ import annotations
+
+from diag.collector.api import (KIND_COLLECTIVE, Findings, HungGroup, NeverEntered, OpKey, SilentAgent,
+                                Suspect)
+from diag.collector.state import Snapshot
+
+# Never-entered analysis is O(world) per hung collective; a pathological job
+# with thousands of distinct hung ops is explained by its largest groups only.
+MAX_GROUPS_EXPLAINED = 8
+NOT_IN_ANY = "not in any collective"
+EXITED = "exited"
+
+
+def analyse(snap: Snapshot, timeout_s: float, silent_after_s: float) -> Findings:
+    """Apply every rule to ``snap``. Cheap when nothing hangs: one pass."""
+    silent = _silent_agents(snap, silent_after_s)
+    silent_nodes = {a.node_rank for a in silent}
+    hung = _hung_groups(snap, timeout_s, silent_nodes)
+    if not hung:
+        return Findings(world_size=snap.world_size, silent_agents=silent)
+    hung_ranks = {r for g in hung for r in g.ranks}
+    silent_ranks = {r for a in silent for r in a.ranks}
+    missing = tuple(r for r in range(snap.world_size) if r not in snap.ranks)
+    never = _never_entered(snap, hung, silent_ranks)
+    suspects = _suspects(snap, hung_ranks | silent_ranks, never, silent)
+    return Findings(world_size=snap.world_size, hung=hung, suspects=suspects, never_entered=never,
+                    silent_agents=silent, missing_ranks=missing)
+
+
+def in_flight_age(entry, now: float) -> float | None:
+    """Seconds the rank's oldest op has been in flight at ``now``, or None."""
+    progress = entry.progress
+    if not progress.HasField("oldest_in_flight"):
+        return None
+    return progress.oldest_in_flight.age_ns * 1e-9 + (now - entry.received)
+
+
+def _silent_agents(snap: Snapshot, silent_after_s: float) -> tuple[SilentAgent, ...]:
+    out = []
+    for node, info in sorted(snap.agents.items()):
+        quiet = snap.now - info.last_seen
+        if quiet > silent_after_s and _any_alive(snap, info.ranks, node):
+            out.append(SilentAgent(node, info.hostname, info.ranks, quiet))
+    return tuple(out)
+
+
+def _any_alive(snap: Snapshot, ranks, node: int) -> bool:
+    for rank in ranks:
+        entry = snap.ranks.get(rank)
+        if entry is not None and entry.node_rank == node and entry.progress.alive:
+            return True
+    return False
+
+
+def _hung_groups(snap: Snapshot, timeout_s: float, silent_nodes: set[int]) -> tuple[HungGroup, ...]:
+    now = snap.now
+    world = snap.world_size
+    groups: dict[OpKey, list[tuple[int, float]]] = {}
+    for rank, entry in snap.ranks.items():
+        progress = entry.progress
+        if (not progress.HasField("oldest_in_flight") or not progress.alive or entry.node_rank in silent_nodes
+                or rank >= world):
+            continue
+        op = progress.oldest_in_flight
+        age = op.age_ns * 1e-9 + (now - entry.received)
+        if age > timeout_s:
+            groups.setdefault(OpKey(op.name, op.kind, op.comm_id, op.seq), []).append((rank, age))
+    out = [HungGroup(key, tuple(sorted(r for r, _ in members)), max(a for _, a in members))
+           for key, members in groups.items()]
+    out.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
+    return tuple(out)
+
+
+def _last_started(progress, comm_id: int) -> int | None:
+    for comm in progress.comms:
+        if comm.comm_id == comm_id:
+            return comm.last_started_seq
+    return None
+
+
+def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]) -> tuple[NeverEntered, ...]:
+    """Members of each hung collective's group that have not started its seq.
+
+    The default group (comm 0) has every rank as a member; for other groups a
+    rank is a member if it reports progress on that comm id. A rank hung in
+    another op (say an earlier collective) can still be one that never
+    entered this one. Silent ranks are skipped: their seq is stale.
+    """
+    out: dict[int, NeverEntered] = {}
+    for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
+        in_group = set(group.ranks)
+        for rank, entry in snap.ranks.items():
+            if (rank in in_group or rank in out or rank in silent or rank >= snap.world_size
+                    or not entry.progress.alive):
+                continue
+            started = _last_started(entry.progress, group.op.comm_id)
+            if started is None and group.op.comm_id == 0:
+                started = 0
+            if started is not None and started < group.op.seq:
+                out[rank] = NeverEntered(rank, group.op, started)
+    return tuple(out[r] for r in sorted(out))
+
+
+def _suspects(snap: Snapshot, skip: set[int], never: tuple[NeverEntered, ...],
+              silent: tuple[SilentAgent, ...]) -> tuple[Suspect, ...]:
+    out = []
+    now = snap.now
+    for rank, entry in sorted(snap.ranks.items()):
+        p = entry.progress
+        if rank in skip or rank >= snap.world_size or (p.alive and p.HasField("oldest_in_flight")):
+            continue
+        idle_s = p.idle_ns * 1e-9 + (now - entry.received)
+        out.append(Suspect(rank, NOT_IN_ANY if p.alive else EXITED, p.last_op or None, idle_s))
+    idle = {s.rank for s in out}
+    for n in never:
+        if n.rank not in idle:
+            out.append(Suspect(n.rank, f"never entered {n.op.name} (group {n.op.comm_id}, seq {n.op.seq})",
+                               snap.ranks[n.rank].progress.last_op or None))
+    for agent in silent:
+        for rank in agent.ranks:
+            out.append(Suspect(rank, f"agent on node {agent.node_rank} silent for {agent.silent_for_s:.1f} s"))
+    out.sort(key=lambda s: s.rank)
+    return tuple(out)
+
+
+class HangDetector:
+    """Fires once per hang event and re-arms when progress resumes.
+
+    An event is remembered as (rank -> pid, op) for the ranks hung when it
+    fired. It is over when none of them is still in that op with that pid:
+    the ops completed, or the workers restarted (new pids). Ranks whose agent
+    is silent count as still stuck (no news is not progress). Silent agents
+    are announced once per silence and re-announced after they come back.
+    """
+
+    def __init__(self) -> None:
+        self._event: dict[int, tuple[int, OpKey]] | None = None
+        self._silent_announced: set[int] = set()
+
+    @property
+    def armed(self) -> bool:
+        return self._event is None
+
+    def update(self, findings: Findings, snap: Snapshot) -> tuple[bool, bool, list[SilentAgent]]:
+        """Returns (fire, rearmed, newly_silent) for this evaluation."""
+        silent_now = {a.node_rank for a in findings.silent_agents}
+        newly_silent = [a for a in findings.silent_agents if a.node_rank not in self._silent_announced]
+        self._silent_announced = silent_now
+        rearmed = False
+        if self._event is not None and not self._still_stuck(snap, silent_now):
+            self._event, rearmed = None, True
+        fire = self._event is None and findings.is_hang
+        if fire:
+            self._event = {r: (snap.ranks[r].progress.pid, g.op) for g in findings.hung for r in g.ranks}
+        return fire, rearmed, newly_silent
+
+    def _still_stuck(self, snap: Snapshot, silent_nodes: set[int]) -> bool:
+        for rank, (pid, op) in self._event.items():
+            entry = snap.ranks.get(rank)
+            if entry is None:
+                continue  # its agent left cleanly: the job or node is done
+            if entry.node_rank in silent_nodes:
+                return True
+            p = entry.progress
+            if p.pid != pid or not p.alive or not p.HasField("oldest_in_flight"):
+                continue
+            cur = p.oldest_in_flight
+            if (cur.name, cur.kind, cur.comm_id, cur.seq) == (op.name, op.kind, op.comm_id, op.seq):
+                return True
+        return False
