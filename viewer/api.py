@@ -17,6 +17,10 @@ class ViewerError(Exception):
     """A user-facing, one-line failure: the message names the input and the fix."""
 
 
+class NoStacks(ViewerError):
+    """The input holds no usable stack at all: the CLI writes error pictures."""
+
+
 class Frame(NamedTuple):
     """One stack frame. A NamedTuple so stacks hash and compare at C speed.
 

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from viewer.api import ViewerError
+from viewer.api import NoStacks, ViewerError
 from viewer.render import FORMATS
 
 _EVENT = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?$")
@@ -81,10 +81,28 @@ def run(cfg: Config) -> int:
     return 0
 
 
+def _error_pictures(cfg: Config, message: str) -> str:
+    """Write the error SVGs for input with no stacks; say where (or why not)."""
+    from viewer.atomic import write_text
+    from viewer.outputs.flame_svg import error_svg
+
+    out = cfg.out or cfg.path
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for stem in ("py_stack", "cpp_stack"):
+            write_text(out / f"{stem}.svg", error_svg(f"stacks of {cfg.path}", message))
+        return f"; wrote error pictures to {out}"
+    except (OSError, ViewerError):
+        return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return run(cfg)
+    except NoStacks as e:
+        print(f"stack-viewer: {e}{_error_pictures(cfg, str(e))}", file=sys.stderr)
+        return 1
     except ViewerError as e:
         print(f"stack-viewer: {e}", file=sys.stderr)
         return 1

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from viewer.api import ViewerError
+from viewer.api import NoStacks, ViewerError
 
 NAME = re.compile(r"^rank(\d+)-of-(\d+)\.([A-Za-z][\w-]*)\.(json|txt)$")
 _DUMP_EXT = (".json", ".txt", ".log", ".dump", ".stack", ".stacks")
@@ -97,7 +97,7 @@ def choose_event(path: Path, event: str) -> tuple[Path, list[Path]]:
         return path, []
     events = _find_events(path)
     if not events:
-        raise ViewerError(f"--path {path}: no stack dumps and no event directories in it; "
+        raise NoStacks(f"--path {path}: no stack dumps and no event directories in it; "
                           f"give the timeline root (--timeline-path) or an event directory")
     if event == "latest":
         return events[-1], events[:-1]

@@ -112,7 +112,8 @@ class Summary:
             lines.append(f"  {'rank' if len(ranks) == 1 else 'ranks'} {fold(ranks)}: {state}")
         for s in hang.get("suspects") or []:
             if isinstance(s, dict):
-                lines.append(f"  suspect: rank {s.get('rank')} ({s.get('reason')}, last op {s.get('last_op')})")
+                last = f", last op {s['last_op']}" if s.get("last_op") else ""
+                lines.append(f"  suspect: rank {s.get('rank')} ({s.get('reason')}{last})")
         return lines
 
     def _missing_lines(self) -> list[str]:

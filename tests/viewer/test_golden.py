@@ -1,0 +1,41 @@
+"""Golden tests: folded stacks and summaries of hand-checked event directories.
+
+Cases (tests/viewer/data/cases/): gloo4 = real py-spy --native --json dumps of
+a 4-rank gloo job with rank 2 stalled, plus hang.json; formats = gdb, eu-stack,
+py-spy text and json in one event, with a rank behind in seq; plain = a bare
+directory of py-spy text dumps named without the rank-of-world pattern;
+corrupt = truncated JSON, junk lines, binary junk. Re-record: see goldens.py.
+"""
+
+import pytest
+
+from tests.viewer.goldens import CASES, COMPARED, EXPECTED, outputs
+
+CASE_NAMES = sorted(p.name for p in CASES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_outputs_match_goldens(case):
+    got = outputs(CASES / case)
+    for name in COMPARED:
+        assert got[name] == (EXPECTED / case / name).read_text(), f"{case}/{name} differs from its golden"
+
+
+def test_gloo_golden_names_the_stalled_rank():
+    summary = (EXPECTED / "gloo4" / "summary.txt").read_text()
+    assert "Odd ranks out (not in group #1), innermost Python frame:\n  rank 2: stall_before_all_reduce@" in summary
+    folded = (EXPECTED / "gloo4" / "py_stack.folded").read_text()
+    assert "all_reduce@torch/distributed/distributed_c10d.py:3252@0-1,3|2 3\n" in folded
+
+
+def test_behind_rank_is_marked_from_hang_json():
+    summary = (EXPECTED / "formats" / "summary.txt").read_text()
+    assert "rank 1: broadcast group 7 seq 40  <- BEHIND (others at seq 41)" in summary
+
+
+def test_corrupt_inputs_are_counted_not_fatal():
+    summary = (EXPECTED / "corrupt" / "summary.txt").read_text()
+    assert "Skipped 3 unreadable lines in 2 files" in summary
+    assert "rank 3: <CASE>/rank00003-of-00004.py.json: binary data" in summary
+    # The truncated JSON still gave its complete first thread.
+    assert "worker-1@1-2|0,3" in (EXPECTED / "corrupt" / "py_stack.folded").read_text()
