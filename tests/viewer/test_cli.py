@@ -1,0 +1,102 @@
+"""parse_args is pure and validated; event selection; partial formats; dot missing."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from viewer.cli import parse_args
+
+CASES = Path(__file__).parent / "data" / "cases"
+
+
+def test_parse_args_defaults():
+    cfg = parse_args(["--path", "/t"])
+    assert cfg.path == Path("/t") and cfg.event == "latest" and cfg.out is None
+    assert cfg.formats == {"svg", "html", "folded", "dot", "text"}
+
+
+def test_parse_args_formats_and_event():
+    cfg = parse_args(["--path", "/t", "--format", "svg, folded", "--event", "job/20261122T120000Z"])
+    assert cfg.formats == {"svg", "folded"} and cfg.event == "job/20261122T120000Z"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--path", "/t", "--format", "svg,png"], "--format png"),
+    (["--path", "/t", "--format", ""], "--format (empty)"),
+    (["--path", "/t", "--event", "../etc"], "--event '../etc'"),
+    ([], "--path"),
+])
+def test_parse_args_rejects(argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    assert e.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def viewer(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "viewer", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def make_timeline(root: Path) -> None:
+    """Two jobs; the newest event (by hang.json's declared time) is plain/..."""
+    for job, event, case, when in (("a", "20261122T100000Z", "gloo4", 100.0),
+                                   ("b", "20261122T090000Z", "plain", 200.0)):
+        dest = root / job / event
+        shutil.copytree(CASES / case, dest)
+        hang = json.loads((dest / "hang.json").read_text()) if (dest / "hang.json").exists() else {}
+        hang["declared_unix"] = when
+        (dest / "hang.json").write_text(json.dumps(hang))
+
+
+def test_timeline_root_uses_latest_and_lists_others(tmp_path):
+    make_timeline(tmp_path / "tl")
+    proc = viewer("--path", tmp_path / "tl", "--out", tmp_path / "out", "--format", "text")
+    assert proc.returncode == 0, proc.stderr
+    assert "load_batch@data.py:12" in (tmp_path / "out" / "summary.txt").read_text()
+    assert "other events: 20261122T100000Z" in proc.stderr
+
+
+def test_event_by_name(tmp_path):
+    make_timeline(tmp_path / "tl")
+    proc = viewer("--path", tmp_path / "tl", "--event", "20261122T100000Z", "--out", tmp_path / "out",
+                  "--format", "text")
+    assert proc.returncode == 0, proc.stderr
+    assert "stall_before_all_reduce" in (tmp_path / "out" / "summary.txt").read_text()
+    proc = viewer("--path", tmp_path / "tl", "--event", "nope")
+    assert proc.returncode == 1 and "--event nope: no such event" in proc.stderr
+
+
+def test_only_requested_formats_are_written(tmp_path):
+    proc = viewer("--path", CASES / "plain", "--out", tmp_path, "--format", "folded")
+    assert proc.returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["py_stack.folded"]
+
+
+def test_without_graphviz_it_writes_dot_and_says_how(tmp_path):
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    proc = viewer("--path", CASES / "gloo4", "--out", tmp_path / "out", "--format", "dot",
+                  env={"PATH": str(empty_bin)})
+    assert proc.returncode == 0, proc.stderr
+    assert "graphviz not installed: render with `dot -Tsvg" in proc.stderr
+    assert (tmp_path / "out" / "stacks.dot").exists() and not (tmp_path / "out" / "stacks.svg").exists()
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz not installed (make system-deps)")
+def test_dot_is_rendered_and_shows_the_fork(tmp_path):
+    proc = viewer("--path", CASES / "gloo4", "--out", tmp_path, "--format", "dot")
+    assert proc.returncode == 0, proc.stderr
+    dot = (tmp_path / "stacks.dot").read_text()
+    assert "ranks 0-1,3 (3)" in dot and "ranks 2 (1)" in dot and '"#f4a6a0"' in dot
+    assert (tmp_path / "stacks.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_no_temp_files_left_behind(tmp_path):
+    proc = viewer("--path", CASES / "gloo4", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
