@@ -1,0 +1,126 @@
+"""``netcheck``: main() only dispatches; see docs/netcheck.md for the user guide."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import warnings
+from typing import Any, Sequence
+
+from diag import faultlist
+
+# torch warns at import when numpy is absent; netcheck never uses numpy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+from diag.netcheck.api import EXIT_CANNOT_RUN, EXIT_FAULTY, EXIT_HEALTHY, EXIT_USAGE, NetcheckError
+from diag.netcheck.config import Config, ConfigError, parse_args
+from diag.netcheck.report import Reporter, render_table, slurm_hostlist, taint_commands
+
+
+def run_pairwise(cfg: Config) -> dict[str, Any]:
+    """Join the job, take part in every round; rank 0 also coordinates. Returns the final document."""
+    from diag.netcheck.coordinator import Coordinator
+    from diag.netcheck.node import Node
+    from diag.netcheck.session import Session
+
+    serve = cfg.node_rank == 0 and not cfg.agent_store
+    session = Session(cfg.master_addr, cfg.master_port, cfg.node_rank, serve, cfg.join_timeout)
+    try:
+        node = Node(cfg, session)
+        if cfg.node_rank != 0:
+            return node.run()
+        box: dict[str, Any] = {}
+
+        def take_part() -> None:
+            try:
+                box["doc"] = node.run()
+            except BaseException as exc:  # noqa: BLE001 - reported below, never lost in a thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=take_part, name="netcheck-node0", daemon=True)
+        thread.start()
+        reporter = Reporter(cfg.progress)
+        try:
+            doc = Coordinator(cfg, session, reporter).run()
+        finally:
+            reporter.close()
+        thread.join(cfg.timeout)
+        if isinstance(box.get("error"), NetcheckError):
+            raise box["error"]
+        return doc
+    finally:
+        session.close()
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One fault list from the switchbox and pairwise parts (records and faults kept)."""
+    faulty: dict[str, str] = {}
+    records: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
+    for doc in docs:
+        for f in doc["faulty"]:
+            faulty[f["node"]] = f"{faulty[f['node']]} | {f['reason']}" if f["node"] in faulty else f["reason"]
+        records.extend(doc["records"])
+        extra.update({k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")})
+    return faultlist.to_document(faulty, records, **extra)
+
+
+def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
+    """Write --output (every node: each gets the list locally) and print in --format (lead only)."""
+    if cfg.output:
+        faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
+        extra = {k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")}
+        faultlist.write(cfg.output, faulty, doc["records"], doc["created_unix"], **extra)
+    names = [f["node"] for f in doc["faulty"]]
+    if not lead:
+        print(f"netcheck: node rank {cfg.node_rank}: {len(names)} faulty node(s)"
+              + (f": {slurm_hostlist(names)}" if names else ""), file=sys.stderr)
+    elif cfg.format == "json":
+        print(json.dumps(doc, indent=1))
+    elif cfg.format == "slurm":
+        print(slurm_hostlist(names))
+    elif cfg.format == "taints":
+        print("\n".join(taint_commands({f["node"]: f["reason"] for f in doc["faulty"]}, cfg.taint_key)))
+    else:
+        render_table(doc)
+
+
+def run(cfg: Config) -> int:
+    docs = []
+    if cfg.switchbox:
+        from diag.netcheck.switchbox import run_switchbox
+        docs.append(run_switchbox(cfg, Reporter(cfg.progress)))
+    if cfg.pairwise:
+        docs.append(run_pairwise(cfg))
+    doc = merge(docs)
+    emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
+    return EXIT_FAULTY if doc["faulty"] else EXIT_HEALTHY
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        cfg = parse_args(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"netcheck: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    try:
+        if cfg.mode == "preflight":
+            from diag.netcheck.preflight import run_preflight
+            code = run_preflight(cfg)
+        else:
+            code = run(cfg)
+    except (NetcheckError, faultlist.FaultListError, OSError) as exc:
+        print(f"netcheck: {exc}", file=sys.stderr)
+        code = EXIT_CANNOT_RUN
+    except KeyboardInterrupt:
+        code = 130
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A pair thread may still sit in a wedged backend; do not let interpreter
+    # shutdown (c10d destructors) wait for it.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Command line -> Config. Pure: parse_args(argv, env) reads nothing else.
+
+Rendezvous settings come from flags or, as under torchrun, from the
+environment (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT, LOCAL_RANK,
+LOCAL_WORLD_SIZE, TORCHELASTIC_USE_AGENT_STORE); flags win.
+XPU_TIMER_NODE_NAME names this node, as for xpu_timer_launch --fault-list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from diag.common.units import UnitError, parse_duration, parse_size
+
+FORMATS = ("table", "json", "slurm", "taints")
+CPU_DEFAULT_SIZE = 4 << 20
+GPU_DEFAULT_SIZE = 1 << 30
+
+
+class ConfigError(ValueError):
+    """Bad command line; one line naming the option."""
+
+
+@dataclass
+class Config:
+    mode: str = "check"                     # check | preflight
+    pairwise: bool = True
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29560
+    agent_store: bool = False               # torchrun's agent already serves the store
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_name: str = ""
+    backend: str = "auto"                   # auto | gloo | nccl
+    iface: str = ""
+    size: int | None = None                 # None: 1 GiB on GPU, 4 MiB on CPU
+    warmup: int = 2
+    iters: int = 5
+    timeout: float = 60.0
+    join_timeout: float = 300.0
+    min_busbw: float | None = None          # GB/s
+    profile: str = "auto"
+    rel_ratio: float = 0.5
+    mad_z: float = 3.5
+    compute: str = "auto"                   # auto (GPU only) | on | off
+    max_rounds: int = 10
+    output: str | None = None
+    format: str = "table"
+    taint_key: str = "xpu-diag/faulty"
+    progress: bool = True
+    switchbox: bool = False
+    box_pairs: list[tuple[int, int]] | None = None
+    min_bandwidth: float = 10000.0          # MB/s
+    min_channels: int = 2
+    switchbox_size: int = 256 << 20
+    nvml_replay: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        checks = [
+            (self.nnodes >= 1, "--nnodes", f"{self.nnodes} must be >= 1"),
+            (0 <= self.node_rank < self.nnodes, "--node-rank", f"{self.node_rank} must be in [0, --nnodes)"),
+            (0 < self.master_port < 65536, "--master-port", f"{self.master_port} is not a TCP port"),
+            (self.iters >= 1, "--iters", f"{self.iters} must be >= 1"),
+            (self.warmup >= 0, "--warmup", f"{self.warmup} must be >= 0"),
+            (0 < self.rel_ratio < 1, "--rel-ratio", f"{self.rel_ratio} must be between 0 and 1"),
+            (self.mad_z > 0, "--mad-z", f"{self.mad_z} must be > 0"),
+            (self.min_busbw is None or self.min_busbw > 0, "--min-busbw", f"{self.min_busbw} must be > 0 GB/s"),
+            (self.min_bandwidth > 0, "--min-bandwidth", f"{self.min_bandwidth} must be > 0 MB/s"),
+            (self.min_channels >= 0, "--min-channels", f"{self.min_channels} must be >= 0"),
+            (self.max_rounds >= 1, "--max-rounds", f"{self.max_rounds} must be >= 1"),
+        ]
+        for ok, option, why in checks:
+            if not ok:
+                raise ConfigError(f"{option}: {why}")
+        if self.mode == "check" and self.pairwise and self.nnodes < 2:
+            raise ConfigError("--nnodes: the pairwise check needs at least 2 nodes "
+                              "(give --nnodes/--node-rank/--master-addr, run under torchrun, or use --switchbox-check)")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and exit; we want one line
+        raise ConfigError(message)
+
+
+def _box_pair(text: str) -> tuple[int, int]:
+    a, sep, b = text.partition(":")
+    try:
+        pair = (int(a), int(b))
+    except ValueError:
+        pair = None
+    if not sep or pair is None or pair[0] == pair[1] or min(pair) < 0:
+        raise ConfigError(f"--box-pairs: {text!r} is not a pair of two GPU indices like 0:1")
+    return pair
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="netcheck", description="Pairwise node, GPU and switchbox checks; writes a fault list.")
+    p.add_argument("mode", nargs="?", choices=("check", "preflight"), default="check")
+    r = p.add_argument_group("rendezvous (or torchrun env)")
+    r.add_argument("--nnodes", type=int)
+    r.add_argument("--node-rank", type=int)
+    r.add_argument("--master-addr")
+    r.add_argument("--master-port", type=int)
+    r.add_argument("--node-name", help="this node's name in the fault list (env XPU_TIMER_NODE_NAME; default hostname)")
+    r.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
+    r.add_argument("--iface", default="", help="gloo: network interface to use (env GLOO_SOCKET_IFNAME)")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--size", help="message size per pair test (default 1G on GPU, 4M on CPU)")
+    m.add_argument("--warmup", type=int, default=2)
+    m.add_argument("--iters", type=int, default=5)
+    m.add_argument("--timeout", default="60s", help="deadline of every collective and node (default 60s)")
+    m.add_argument("--join-timeout", default="300s", help="how long to wait for every node to join")
+    m.add_argument("--compute", choices=("auto", "on", "off"), default="auto", help="GEMM check (auto: on GPU)")
+    m.add_argument("--max-rounds", type=int, default=10)
+    t = p.add_argument_group("thresholds")
+    t.add_argument("--min-busbw", type=float, help="absolute floor, GB/s")
+    t.add_argument("--profile", default="auto", help="per-SKU floors: auto, none, H100, H200")
+    t.add_argument("--rel-ratio", type=float, default=0.5, help="fail under this x fleet median (default 0.5)")
+    t.add_argument("--mad-z", type=float, default=3.5, help="robust z-score limit (default 3.5)")
+    o = p.add_argument_group("output")
+    o.add_argument("--output", help="write the fault list here (JSON, atomically)")
+    o.add_argument("--format", choices=FORMATS, default="table")
+    o.add_argument("--taint-key", default="xpu-diag/faulty")
+    o.add_argument("--no-progress", action="store_true")
+    s = p.add_argument_group("switchbox")
+    s.add_argument("--switchbox-check", action="store_true")
+    s.add_argument("--box-pairs", nargs="+", metavar="I:J")
+    s.add_argument("--min-bandwidth", type=float, default=10000.0, help="MB/s for a working channel")
+    s.add_argument("--min-channels", type=int, default=2)
+    s.add_argument("--switchbox-size", default="256M")
+    s.add_argument("--nvml-replay", help="answer NVML queries from this recorded JSON (tests)")
+    return p
+
+
+def _rendezvous(ns: argparse.Namespace, env: Mapping[str, str], cfg: Config) -> None:
+    def pick(flag, name, conv, default):
+        if flag is not None:
+            return flag
+        if env.get(name):
+            try:
+                return conv(env[name])
+            except ValueError:
+                raise ConfigError(f"{name}={env[name]!r} in the environment is not valid") from None
+        return default
+    cfg.nnodes = pick(ns.nnodes, "WORLD_SIZE", int, 1)
+    cfg.node_rank = pick(ns.node_rank, "RANK", int, 0)
+    cfg.master_addr = pick(ns.master_addr, "MASTER_ADDR", str, cfg.master_addr)
+    cfg.master_port = pick(ns.master_port, "MASTER_PORT", int, cfg.master_port)
+    cfg.local_rank = pick(None, "LOCAL_RANK", int, 0)
+    cfg.local_world_size = pick(None, "LOCAL_WORLD_SIZE", int, 1)
+    cfg.agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true" and ns.master_port is None
+    cfg.node_name = ns.node_name or env.get("XPU_TIMER_NODE_NAME", "")
+    cfg.iface = ns.iface or env.get("GLOO_SOCKET_IFNAME", "")
+    rendezvous_given = ns.nnodes is not None or "WORLD_SIZE" in env
+    cfg.pairwise = rendezvous_given or not ns.switchbox_check
+
+
+def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
+    """Parse and validate; raises ConfigError (one line naming the option)."""
+    env = os.environ if env is None else env
+    ns = _parser().parse_args(list(argv))
+    cfg = Config(mode=ns.mode, backend=ns.backend, warmup=ns.warmup, iters=ns.iters,
+                 compute=ns.compute, max_rounds=ns.max_rounds, min_busbw=ns.min_busbw,
+                 profile=ns.profile, rel_ratio=ns.rel_ratio, mad_z=ns.mad_z, output=ns.output,
+                 format=ns.format, taint_key=ns.taint_key, progress=not ns.no_progress,
+                 switchbox=ns.switchbox_check or ns.mode == "preflight",
+                 min_bandwidth=ns.min_bandwidth, min_channels=ns.min_channels, nvml_replay=ns.nvml_replay)
+    try:
+        cfg.size = parse_size(ns.size, "--size") if ns.size else None
+        cfg.timeout = parse_duration(ns.timeout, "--timeout")
+        cfg.join_timeout = parse_duration(ns.join_timeout, "--join-timeout")
+        cfg.switchbox_size = parse_size(ns.switchbox_size, "--switchbox-size")
+    except UnitError as exc:
+        raise ConfigError(str(exc)) from None
+    cfg.box_pairs = [_box_pair(t) for t in ns.box_pairs] if ns.box_pairs else None
+    _rendezvous(ns, env, cfg)
+    if ns.mode == "preflight":
+        cfg.pairwise = ns.nnodes is not None or "WORLD_SIZE" in env
+    cfg.validate()
+    return cfg

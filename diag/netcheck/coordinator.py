@@ -1,0 +1,228 @@
+"""The coordinator (node rank 0): gathers joins, plans rounds, judges pairs, ends the run.
+
+It talks to nodes only through the store: ``plan/<round>`` out, ``result/<round>/<rank>``
+in, and watches every node's heartbeat, so a node that dies or hangs is
+counted failed after --timeout instead of stalling the run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from diag import faultlist
+from diag.netcheck import rules
+from diag.netcheck.api import FAIL, INFO, PASS, RULE_PAIRING, RULE_TIMEOUT, Measurement
+from diag.netcheck.config import Config
+from diag.netcheck.pairing import HEALTHY, PairOutcome, Pinpointer
+from diag.netcheck.report import Reporter
+from diag.netcheck.session import POLL_S, Session
+
+
+class Coordinator:
+    def __init__(self, cfg: Config, session: Session, reporter: Reporter):
+        self.cfg, self.session, self.reporter = cfg, session, reporter
+        self.infos: dict[int, dict[str, Any]] = {}
+        self.records: list[Measurement] = []
+        self.fleet: dict[str, list[float]] = {}
+        self.node_faults: dict[int, tuple[str, str]] = {}     # unit -> (rule, reason), outside pairing
+        self.pair_rule: dict[frozenset, str] = {}
+
+    # -- names -------------------------------------------------------------
+    def host(self, unit: int) -> str:
+        return self.infos[unit]["name"] if unit in self.infos else f"rank{unit}"
+
+    def label(self, unit: int) -> str:
+        info = self.infos.get(unit)
+        if info and info.get("local_world_size", 1) > 1:
+            return f"{info['name']}:gpu{info['local_rank']}"
+        return self.host(unit)
+
+    def gpu(self, unit: int) -> int | None:
+        info = self.infos.get(unit, {})
+        return info.get("local_rank") if info.get("device", "cpu") != "cpu" else None
+
+    # -- phases ------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        self._gather_joins()
+        units = sorted(self.infos, key=lambda u: (self.infos[u].get("local_rank", 0), u))
+        pp = Pinpointer(units, hosts={u: self.host(u) for u in units},
+                        names={u: self.label(u) for u in units}, max_rounds=self.cfg.max_rounds)
+        self._gather_compute(units)
+        while (pairs := pp.plan()) is not None:
+            rnd = pp.rounds
+            self.session.set_json(f"plan/{rnd}", {"done": False, "round": rnd, "pairs": pairs})
+            self.reporter.start(f"round {rnd}: {len(pairs)} pair(s)", len(pairs))
+            results = self._collect(rnd, pairs)
+            self._add_to_fleet(pairs, results)
+            pp.record([self._judge(rnd, a, b, results, pp) for a, b in pairs])
+        doc = self._finish(pp)
+        self.session.set_json(f"plan/{pp.rounds + 1}", {"done": True, "doc": doc})
+        self._await_acks(pp)
+        return doc
+
+    def _await_acks(self, pp: Pinpointer) -> None:
+        # The store lives in this process: keep it up until every live node
+        # has read the final plan (or its heartbeat stopped).
+        pending = {u for u in self.infos if u not in self.node_faults or pp.status.get(u) == HEALTHY}
+        while pending:
+            for u in sorted(pending):
+                if self.session.has(f"done/{u}") or self.session.heartbeat_age(u) > self.cfg.timeout:
+                    pending.discard(u)
+            time.sleep(POLL_S)
+
+    def _gather_joins(self) -> None:
+        deadline = time.monotonic() + self.cfg.join_timeout
+        missing = set(range(self.cfg.nnodes))
+        while missing and time.monotonic() < deadline:
+            for r in sorted(missing):
+                if self.session.has(f"join/{r}"):
+                    self.infos[r] = self.session.get_json(f"join/{r}")
+                    missing.discard(r)
+            time.sleep(POLL_S)
+        for r in sorted(missing):
+            self.node_faults[r] = (RULE_TIMEOUT, f"node rank {r} did not join within {self.cfg.join_timeout:g}s")
+        self.reporter.log(f"{len(self.infos)} of {self.cfg.nnodes} node(s) joined")
+
+    def _gather_compute(self, units: list[int]) -> None:
+        wanted = [u for u in units if self.infos[u].get("compute")]
+        results = {}
+        deadline = time.monotonic() + self.cfg.timeout
+        while len(results) < len(wanted) and time.monotonic() < deadline:
+            for u in wanted:
+                if u not in results and self.session.has(f"gemm/{u}"):
+                    results[u] = self.session.get_json(f"gemm/{u}")
+            time.sleep(POLL_S)
+        fleet = [r["tflops"] for r in results.values() if "tflops" in r]
+        for u in wanted:
+            self._judge_compute(u, results.get(u), fleet)
+
+    def _judge_compute(self, unit: int, res: dict | None, fleet: list[float]) -> None:
+        name, gpu = self.host(unit), self.gpu(unit)
+        if res is None or "tflops" not in res:
+            why = res.get("error") if res else f"no GEMM result within {self.cfg.timeout:g}s"
+            self.records.append(Measurement(name, "gemm", None, "TFLOP/s", gpu=gpu, verdict=FAIL,
+                                            reason=why, rule="error" if res else RULE_TIMEOUT))
+            self.node_faults[unit] = ("error" if res else RULE_TIMEOUT, f"compute check: {why}")
+            return
+        profile = rules.select_profile(self.cfg.profile, self.infos[unit].get("device_name"))
+        th = rules.Thresholds(profile.get("min_gemm_tflops") if profile else None, self.cfg.rel_ratio,
+                              self.cfg.mad_z, profile.get("typical_gemm_tflops") if profile else None)
+        v = rules.judge(res["tflops"], fleet, th, "gemm", "TFLOP/s")
+        self.records.append(Measurement(name, "gemm", res["tflops"], "TFLOP/s", gpu=gpu, expected=v.expected,
+                                        threshold=v.threshold, verdict=v.verdict, reason=v.reason, rule=v.rule,
+                                        extra={"shape": res.get("shape"), "dtype": res.get("dtype")}))
+        if v.verdict == FAIL:
+            self.node_faults[unit] = (v.rule, f"compute check: {v.reason}")
+
+    def _collect(self, rnd: int, pairs: list[tuple[int, int]]) -> dict[int, dict | None]:
+        """Every paired node's result, or None for a node whose heartbeat stopped."""
+        pending = {u for p in pairs for u in p}
+        results: dict[int, dict | None] = {}
+        while pending:
+            for u in sorted(pending):
+                if self.session.has(f"result/{rnd}/{u}"):
+                    results[u] = self.session.get_json(f"result/{rnd}/{u}")
+                elif self.session.heartbeat_age(u) > self.cfg.timeout:
+                    results[u] = None
+                else:
+                    continue
+                pending.discard(u)
+                self.reporter.advance(0.5)
+            time.sleep(POLL_S)
+        return results
+
+    def _thresholds(self, a: int, b: int) -> rules.Thresholds:
+        profile = rules.select_profile(self.cfg.profile, self.infos[a].get("device_name"))
+        scope = "same_host" if self.host(a) == self.host(b) else "cross_host"
+        floor = self.cfg.min_busbw
+        if floor is None and profile:
+            floor = profile["min_busbw_gbs"][scope]
+        typical = profile["typical_busbw_gbs"][scope] if profile else None
+        return rules.Thresholds(floor, self.cfg.rel_ratio, self.cfg.mad_z, typical)
+
+    @staticmethod
+    def _pair_busbw(a: int, b: int, results: dict, test: str) -> float:
+        return sum(results[u]["tests"][test]["busbw"] for u in (a, b)) / 2  # nccl-tests averages ranks
+
+    def _add_to_fleet(self, pairs: list[tuple[int, int]], results: dict) -> None:
+        # The whole round joins the fleet before any pair is judged, so the
+        # first pair judged is compared with its round, not with itself.
+        for a, b in pairs:
+            ra, rb = results.get(a), results.get(b)
+            if ra and rb and ra["ok"] and rb["ok"]:
+                for test in ra["tests"]:
+                    self.fleet.setdefault(test, []).append(self._pair_busbw(a, b, results, test))
+
+    def _judge(self, rnd: int, a: int, b: int, results: dict, pp: Pinpointer) -> PairOutcome:
+        link = f"{self.label(a)}<->{self.label(b)}"
+        failure = self._pair_failure(a, b, results, pp)
+        if failure:
+            rule, reason = failure
+            for u in (a, b):
+                self.records.append(Measurement(self.host(u), "pair", None, "", gpu=self.gpu(u), link=link,
+                                                verdict=FAIL, reason=reason, rule=rule, round=rnd))
+            self.pair_rule[frozenset((a, b))] = rule
+            return PairOutcome(a, b, False, reason)
+        ok, reasons = True, []
+        th = self._thresholds(a, b)
+        for test in results[a]["tests"]:
+            figs = [results[u]["tests"][test] for u in (a, b)]
+            busbw = self._pair_busbw(a, b, results, test)
+            v = rules.judge(busbw, self.fleet[test], th, f"{test} busbw", "GB/s")
+            if v.verdict == FAIL:
+                ok = False
+                reasons.append(f"[{v.rule}] {v.reason}")
+                self.pair_rule[frozenset((a, b))] = v.rule
+            for u, f in zip((a, b), figs):
+                self.records.append(Measurement(
+                    self.host(u), f"{test}.busbw", f["busbw"], "GB/s", gpu=self.gpu(u), link=link,
+                    expected=v.expected, threshold=v.threshold, verdict=v.verdict, reason=v.reason, rule=v.rule,
+                    round=rnd, extra={"algbw": f["algbw"], "seconds": f["seconds"], "bytes": f["bytes"],
+                                      "pair_busbw": busbw}))
+        return PairOutcome(a, b, ok, "; ".join(reasons))
+
+    def _pair_failure(self, a: int, b: int, results: dict, pp: Pinpointer) -> tuple[str, str] | None:
+        for u in (a, b):
+            res = results.get(u)
+            if res is None:
+                why = f"{self.label(u)} gave no result and its heartbeat stopped for > {self.cfg.timeout:g}s"
+                pp.mark_faulty(u, f"dropped out or hung: {why}")
+                self.node_faults.setdefault(u, (RULE_TIMEOUT, f"dropped out or hung: {why}"))
+                return RULE_TIMEOUT, why
+            if res.get("abandoned"):
+                pp.mark_faulty(u, f"stuck and abandoned: {res['error']}")
+                self.node_faults.setdefault(u, (RULE_TIMEOUT, f"stuck: {res['error']}"))
+        for u in (a, b):
+            if not results[u]["ok"]:
+                return results[u]["rule"], f"{self.label(u)}: {results[u]['error']}"
+        return None
+
+    def _finish(self, pp: Pinpointer) -> dict[str, Any]:
+        faulty: dict[str, list[str]] = {}
+        for unit, reason in sorted(pp.faulty.items()):
+            rule = self.node_faults.get(unit, (None,))[0] or self._pinned_rule(unit, pp)
+            faulty.setdefault(self.host(unit), []).append(f"{self.label(unit)}: {reason}")
+            self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=FAIL,
+                                            reason=reason, rule=rule))
+        for unit, (rule, reason) in sorted(self.node_faults.items()):
+            if unit in pp.faulty:
+                continue
+            faulty.setdefault(self.host(unit), []).append(f"{self.label(unit)}: {reason}")
+            self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=FAIL,
+                                            reason=reason, rule=rule))
+        for unit in pp.units:
+            if pp.status[unit] == HEALTHY and unit not in self.node_faults:
+                self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=PASS,
+                                                reason="passed with a healthy partner"))
+        summary = {"rounds": pp.rounds, "nodes": self.cfg.nnodes, "joined": len(self.infos),
+                   "size": self.infos.get(0, {}).get("size"), "backend": self.infos.get(0, {}).get("backend")}
+        self.records.append(Measurement("*", "rounds", float(pp.rounds), "", verdict=INFO,
+                                        reason=f"{pp.rounds} round(s) for {self.cfg.nnodes} node(s)"))
+        return faultlist.to_document({n: " | ".join(r) for n, r in faulty.items()},
+                                     [m.to_dict() for m in self.records], summary=summary)
+
+    def _pinned_rule(self, unit: int, pp: Pinpointer) -> str:
+        rules_seen = [self.pair_rule[frozenset((o.a, o.b))] for o in pp.bad_pairs
+                      if unit in (o.a, o.b) and frozenset((o.a, o.b)) in self.pair_rule]
+        return f"{RULE_PAIRING}+{rules_seen[-1]}" if rules_seen else RULE_PAIRING

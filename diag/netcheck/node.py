@@ -1,0 +1,108 @@
+"""What every node does (the coordinator's node too): join, compute check, rounds.
+
+A node runs its pair's tests when the plan names it, posts the result, and
+waits for the next plan. If the coordinator's heartbeat stops, it gives up
+with one line naming the coordinator. If its own pair job is stuck past
+every deadline it posts "abandoned" and the caller exits the process, since
+the device may be wedged.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import torch
+
+from diag.netcheck.api import NetcheckError
+from diag.netcheck.config import CPU_DEFAULT_SIZE, GPU_DEFAULT_SIZE, Config
+from diag.netcheck.measure.gemm import run_gemm
+from diag.netcheck.pairjob import guarded, make_group, pair_job_budget, run_pair_tests
+from diag.netcheck.session import Session
+
+
+def pick_backend(cfg: Config) -> str:
+    if cfg.backend != "auto":
+        return cfg.backend
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def pick_device(backend: str, cfg: Config) -> torch.device:
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise NetcheckError("--backend nccl: no CUDA device is visible; use --backend gloo")
+        torch.cuda.set_device(cfg.local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class Node:
+    def __init__(self, cfg: Config, session: Session):
+        self.cfg, self.session = cfg, session
+        self.backend = pick_backend(cfg)
+        self.device = pick_device(self.backend, cfg)
+        self.size = cfg.size or (GPU_DEFAULT_SIZE if self.device.type == "cuda" else CPU_DEFAULT_SIZE)
+        self.abandoned = False
+
+    def info(self) -> dict[str, Any]:
+        gpu = self.device.type == "cuda"
+        return {"name": self.cfg.node_name or socket.gethostname(), "hostname": socket.gethostname(),
+                "local_rank": self.cfg.local_rank, "local_world_size": self.cfg.local_world_size,
+                "device": self.device.type, "backend": self.backend, "size": self.size,
+                "device_name": torch.cuda.get_device_name(self.device) if gpu else "cpu",
+                "compute": self.cfg.compute == "on" or (self.cfg.compute == "auto" and gpu)}
+
+    def run(self) -> dict[str, Any]:
+        """Take part until the coordinator posts the final document; return it."""
+        rank = self.cfg.node_rank
+        info = self.info()
+        self.session.set_json(f"join/{rank}", info)
+        if info["compute"]:
+            self.session.set_json(f"gemm/{rank}", self._gemm())
+        rnd = 1
+        while True:
+            plan = self.session.wait_for(f"plan/{rnd}", None, self._coordinator_alive)
+            if plan["done"]:
+                self.session.set_json(f"done/{rank}", True)
+                return plan["doc"]
+            for index, (a, b) in enumerate(plan["pairs"]):
+                if rank in (a, b):
+                    self._run_pair(rnd, index, 0 if rank == a else 1, b if rank == a else a)
+            if self.abandoned:
+                raise NetcheckError(f"node rank {rank}: pair job stuck past every deadline; "
+                                    "exiting so the device is not reused")
+            rnd += 1
+
+    def _gemm(self) -> dict[str, Any]:
+        try:
+            g = run_gemm(self.device)
+            return {"tflops": g.tflops, "shape": g.shape, "dtype": g.dtype, "seconds": g.seconds}
+        except Exception as exc:  # noqa: BLE001 - a failing GPU is a verdict
+            return {"error": f"GEMM failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"}
+
+    def _run_pair(self, rnd: int, index: int, pos: int, peer: int) -> None:
+        cfg = self.cfg
+
+        def job() -> dict[str, Any]:
+            group = make_group(cfg.master_addr, cfg.master_port, f"netcheck/pg/{rnd}/{index}/", pos,
+                               cfg.timeout, self.backend, cfg.iface)
+            return run_pair_tests(group, pos, self.device, self.size, cfg.warmup, cfg.iters, cfg.timeout)
+
+        what = f"round {rnd} with node rank {peer}"
+        result, abandoned = guarded(job, pair_job_budget(cfg.timeout, cfg.warmup, cfg.iters), what)
+        result["abandoned"] = abandoned
+        self.abandoned = self.abandoned or abandoned
+        self.session.set_json(f"result/{rnd}/{cfg.node_rank}", result)
+
+    def _coordinator_alive(self) -> None:
+        if self.cfg.node_rank == 0:
+            return
+        try:
+            age = self.session.heartbeat_age(0)
+        except Exception as exc:  # noqa: BLE001 - the store lives with the coordinator
+            raise NetcheckError(f"node rank {self.cfg.node_rank}: lost the coordinator (node rank 0 at "
+                                f"{self.cfg.master_addr}:{self.cfg.master_port}): {str(exc).splitlines()[0]}") from None
+        if age > self.cfg.timeout:
+            raise NetcheckError(f"node rank {self.cfg.node_rank}: the coordinator (node rank 0 at "
+                                f"{self.cfg.master_addr}:{self.cfg.master_port}) stopped its heartbeat "
+                                f"{age:.0f}s ago; presume it faulty")

@@ -1,0 +1,117 @@
+"""Everything netcheck shows: progress, the final table, Slurm and Kubernetes forms.
+
+Rich progress bars when stderr is a terminal; otherwise one plain line per
+event, so logs from Slurm or a pod stay readable.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from typing import Any, Iterable
+
+from diag.common.ranks import fold
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def slurm_hostlist(names: Iterable[str]) -> str:
+    """``["node3", "node7", "node8"]`` -> ``"node[3,7-8]"`` (Slurm hostlist syntax).
+
+    Zero-padded numbers keep their width (``gpu01,gpu02`` -> ``gpu[01-02]``);
+    names without a trailing number are listed as they are.
+    """
+    groups: dict[tuple[str, int], set[int]] = {}
+    plain: list[str] = []
+    for name in sorted(set(names)):
+        match = _NUMBERED.match(name)
+        if not match:
+            plain.append(name)
+            continue
+        prefix, digits = match.groups()
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        groups.setdefault((prefix, width), set()).add(int(digits))
+    parts = []
+    for (prefix, width), numbers in sorted(groups.items()):
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{next(iter(numbers)):0{width}d}")
+            continue
+        ranges = []
+        for piece in fold(numbers).split(","):
+            ranges.append("-".join(f"{int(x):0{width}d}" for x in piece.split("-")))
+        parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts + plain)
+
+
+def taint_commands(faulty: dict[str, str], key: str) -> list[str]:
+    """kubectl commands that keep pods off the faulty nodes. Printed, never run."""
+    out = []
+    for node, reason in sorted(faulty.items()):
+        out.append(f"# {node}: {reason}")
+        out.append(f"kubectl taint nodes {shlex.quote(node)} {key}=netcheck:NoSchedule --overwrite")
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_table(doc: dict[str, Any], console: Any = None) -> None:
+    """The end-of-run table: failing records first, then one line per healthy node."""
+    from rich.console import Console
+    from rich.table import Table
+
+    # Logs are read wide: without a terminal, do not wrap cells at 80 columns.
+    console = console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else 180)
+    table = Table(title=f"netcheck: {len(doc['faulty'])} faulty node(s)")
+    for col in ("node", "gpu/link", "metric", "value", "unit", "expected", "threshold", "verdict", "rule / reason"):
+        table.add_column(col, overflow="fold")
+    records = sorted(doc["records"], key=lambda r: (r["verdict"] != "fail", r["node"], r.get("link") or ""))
+    for r in records:
+        style = "red" if r["verdict"] == "fail" else None
+        where = r.get("link") or ("" if r.get("gpu") is None else f"gpu{r['gpu']}")
+        why = f"{r['rule']}: {r['reason']}" if r.get("rule") else r.get("reason", "")
+        table.add_row(r["node"], where, r["metric"], _fmt(r["value"]), r["unit"], _fmt(r.get("expected")),
+                      _fmt(r.get("threshold")), r["verdict"], why, style=style)
+    console.print(table)
+    if doc["faulty"]:
+        console.print("faulty: " + slurm_hostlist(f["node"] for f in doc["faulty"]))
+
+
+class Reporter:
+    """Progress for the coordinator: one bar per round, or plain lines."""
+
+    def __init__(self, enabled: bool, prefix: str = "netcheck"):
+        self.prefix = prefix
+        self.rich = None
+        if enabled and sys.stderr.isatty():
+            from rich.progress import Progress
+            self.rich = Progress(transient=False)
+            self.rich.start()
+        self.task = None
+
+    def log(self, message: str) -> None:
+        if self.rich is not None:
+            self.rich.console.print(message)
+        else:
+            print(f"{self.prefix}: {message}", file=sys.stderr, flush=True)
+
+    def start(self, what: str, total: int) -> None:
+        if self.rich is not None:
+            self.task = self.rich.add_task(what, total=total)
+        else:
+            self.log(f"{what}: {total} to do")
+
+    def advance(self, n: int = 1) -> None:
+        if self.rich is not None and self.task is not None:
+            self.rich.advance(self.task, n)
+
+    def close(self) -> None:
+        if self.rich is not None:
+            self.rich.stop()
+            self.rich = None

@@ -1,0 +1,74 @@
+"""The pairwise check on real network namespaces, gloo over TCP, tc tbf for slow links."""
+
+import json
+import signal
+
+import pytest
+
+from diag import faultlist
+
+pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
+
+SMALL = ["--size", "256K", "--warmup", "1", "--iters", "3", "--timeout", "8s", "--join-timeout", "60s"]
+
+
+def _nodes_named(path):
+    return set(faultlist.load(path).faulty)
+
+
+def test_throttled_node_is_named_and_no_other(netns_cluster, tmp_path):
+    c = netns_cluster(5)      # odd: one node waits in round 1
+    c.throttle(3)
+    results = c.run_all(lambda k: SMALL + ["--output", str(tmp_path / f"f{k}.json")]
+                        + (["--format", "slurm"] if k == 0 else []), port=29621)
+    rc0, out0, err0 = results[0]
+    assert rc0 == 1, err0
+    assert out0.strip() == "node3"
+    for k, (rc, _, err) in enumerate(results):
+        assert rc == 1, (k, err)
+        assert _nodes_named(tmp_path / f"f{k}.json") == {"node3"}
+    doc = json.loads((tmp_path / "f0.json").read_text())
+    node3 = [r for r in doc["records"] if r["node"] == "node3" and r["metric"] == "node"]
+    assert node3 and node3[0]["verdict"] == "fail" and node3[0]["rule"].startswith("pairing+relative")
+    assert "is healthy" in node3[0]["reason"]
+    busbw = [r for r in doc["records"] if r["metric"].endswith(".busbw")]
+    assert busbw
+    for key in ("node", "gpu", "link", "metric", "value", "unit", "expected", "threshold", "verdict", "reason"):
+        assert all(key in r for r in busbw)
+    assert doc["summary"]["rounds"] <= 3
+
+
+def test_two_faulty_nodes_are_both_found(netns_cluster, tmp_path):
+    c = netns_cluster(6)
+    c.throttle(1)
+    c.throttle(4)
+    out = tmp_path / "faults.json"
+    # Two slow pairs of three outvote the relative rule; the absolute floor catches them.
+    results = c.run_all(lambda k: SMALL + ["--min-busbw", "0.01"] + (["--output", str(out)] if k == 0 else []),
+                        port=29622)
+    assert results[0][0] == 1, results[0][2]
+    assert _nodes_named(out) == {"node1", "node4"}
+    doc = json.loads(out.read_text())
+    rules = {r["node"]: r["rule"] for r in doc["records"] if r["metric"] == "node" and r["verdict"] == "fail"}
+    assert rules == {"node1": "pairing+absolute", "node4": "pairing+absolute"}
+
+
+def test_node_dropping_out_mid_test_times_out_and_is_named(netns_cluster, tmp_path):
+    c = netns_cluster(4)
+    out = tmp_path / "faults.json"
+    killed = []
+
+    def on_line(line, procs):
+        if "round 1" in line and not killed:
+            procs[2].send_signal(signal.SIGKILL)   # node2 dies inside its round-1 pair
+            killed.append(2)
+
+    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "5s", "--join-timeout", "60s"]
+    results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=29623, on_line=on_line)
+    rc0, _, err0 = results[0]
+    assert killed and results[2][0] == -signal.SIGKILL
+    assert rc0 == 1, err0
+    fl = faultlist.load(out)
+    assert set(fl.faulty) == {"node2"}
+    assert "dropped out or hung" in fl.faulty["node2"]
+    assert results[1][0] == 1 and results[3][0] == 1   # survivors finish too, with the verdict
