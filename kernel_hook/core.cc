@@ -385,11 +385,10 @@ void xt_core_stats(xt_stats* out) {
   out->ops_queued = c.ops_queued.load();
   out->ops_completed = c.ops_completed.load();
   out->ops_captured = c.ops_captured.load();
-  out->ops_dropped = c.orphan_dropped.load();
-  out->records_dropped = c.region.dropped();
+  out->ops_dropped = c.ops_dropped.load();
+  // The region's count holds both; ring-full drops are the rest.
+  out->records_dropped = c.region.dropped() - out->ops_dropped;
   out->threads = uint32_t(c.n_slots.load());
-  if (c.slots)
-    for (int i = 0; i < c.n_slots.load(); ++i) out->ops_dropped += c.slots[i].dropped_ops.load();
 }
 
 }  // extern "C"

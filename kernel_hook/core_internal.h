@@ -75,6 +75,7 @@ struct Core {
   pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;  // one drain pass at a time
   // statistics (drainer-written)
   std::atomic<uint64_t> launches_counted{0}, ops_queued{0}, ops_completed{0}, ops_captured{0};
+  std::atomic<uint64_t> ops_dropped{0};  // not queued: full per-thread queue, or no slot
 };
 
 Core& core();

@@ -18,7 +18,12 @@ struct DrainerState {
   bool atexit_registered = false;
   std::unordered_map<const void*, uint64_t> pending;  // func -> launches not yet written
 };
-DrainerState g_ds;
+// Made on first use (the drainer can start before this library's static
+// initialisers ran) and never destroyed (it may run while destructors do).
+DrainerState& ds() {
+  static DrainerState* p = new DrainerState;
+  return *p;
+}
 
 Record base_record(uint8_t event, const PendingOp& e, uint64_t t_ns) {
   Record r;
@@ -109,7 +114,7 @@ void collect_counts(Core& c, Slot& s, uint64_t* other) {
     const void* key = s.counts[i].key.load(std::memory_order_acquire);
     if (!key) continue;
     uint64_t n = s.counts[i].n.load(std::memory_order_relaxed);
-    if (n != s.seen[i]) g_ds.pending[key] += n - s.seen[i];
+    if (n != s.seen[i]) ds().pending[key] += n - s.seen[i];
     s.seen[i] = n;
   }
   uint64_t o = s.count_overflow.load(std::memory_order_relaxed);
@@ -126,6 +131,7 @@ void collect_counts(Core& c, Slot& s, uint64_t* other) {
   }
   uint64_t d = s.dropped_ops.load(std::memory_order_relaxed);
   c.region.add_dropped(d - s.seen_dropped);
+  c.ops_dropped.fetch_add(d - s.seen_dropped, std::memory_order_relaxed);
   s.seen_dropped = d;
 }
 
@@ -137,8 +143,9 @@ void write_counts(Core& c, uint64_t now) {
   static uint64_t seen_orphans = 0;
   uint64_t orphans = c.orphan_dropped.load(std::memory_order_relaxed);
   c.region.add_dropped(orphans - seen_orphans);
+  c.ops_dropped.fetch_add(orphans - seen_orphans, std::memory_order_relaxed);
   seen_orphans = orphans;
-  for (auto& kv : g_ds.pending) {
+  for (auto& kv : ds().pending) {
     if (kv.second == 0) continue;
     char name[kNameBytes];
     kernel_display_name(c.ops, kv.first, name);
@@ -172,9 +179,9 @@ void drain_pass(Core& c, bool final_pass) {
     if (s.in_use.load(std::memory_order_acquire)) runtime_alive = drain_ops(c, s, now);
   }
   uint64_t every = uint64_t(c.cfg.count_every_ms) * 1000000ull;
-  if (final_pass || now - g_ds.last_count_ns >= every) {
+  if (final_pass || now - ds().last_count_ns >= every) {
     write_counts(c, now);
-    g_ds.last_count_ns = now;
+    ds().last_count_ns = now;
     // A retired thread's slot is reusable once all it queued is written.
     for (int i = 0; i < n; ++i) {
       Slot& s = c.slots[i];
@@ -183,10 +190,10 @@ void drain_pass(Core& c, bool final_pass) {
         release_slot(c, &s);
     }
   }
-  // Register the exit flush only once the runtime is surely initialised, so it
-  // runs before the runtime's own exit handlers tear the events down.
-  if (!g_ds.atexit_registered && c.ops_completed.load(std::memory_order_relaxed) > 0) {
-    g_ds.atexit_registered = true;
+  // Register the exit flush only once a thread has used the runtime (it is
+  // initialised then), so it runs before the runtime's own exit handlers.
+  if (!ds().atexit_registered && n > 0) {
+    ds().atexit_registered = true;
     atexit(atexit_stop);
   }
 }

@@ -14,7 +14,11 @@
 namespace xt {
 namespace {
 
-std::unordered_map<const void*, std::string> g_names;
+// Made on first use and never destroyed, like the drainer's other state.
+std::unordered_map<const void*, std::string>& names() {
+  static auto* p = new std::unordered_map<const void*, std::string>;
+  return *p;
+}
 
 // "void at::native::foo<4, F>(int, F)" -> "at::native::foo": the template and
 // argument lists make names too long for a record and split one kernel's counts.
@@ -53,8 +57,9 @@ std::string lookup(const xt_device_ops& ops, const void* func) {
 }  // namespace
 
 void kernel_display_name(const xt_device_ops& ops, const void* func, char (&out)[kNameBytes]) {
-  auto it = g_names.find(func);
-  if (it == g_names.end()) it = g_names.emplace(func, lookup(ops, func)).first;
+  auto& cache = names();
+  auto it = cache.find(func);
+  if (it == cache.end()) it = cache.emplace(func, lookup(ops, func)).first;
   copy_name(out, it->second.c_str());
 }
 

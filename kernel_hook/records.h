@@ -106,10 +106,11 @@ struct RegionIdentity {
 
 class RegionWriter {
  public:
+  // No destructor on purpose: the hook's writer is a global that the drainer
+  // may still use while static destructors run at exit. Call close().
   RegionWriter() = default;
   RegionWriter(const RegionWriter&) = delete;
   RegionWriter& operator=(const RegionWriter&) = delete;
-  ~RegionWriter() { close(); }
 
   // Creates <dir>/hook-r<rank>-p<pid>.ring under a temp name and renames it into
   // place, so a reader never sees a half-written header. On failure writes a

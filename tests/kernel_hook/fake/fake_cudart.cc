@@ -1,0 +1,308 @@
+// A fake libcudart.so.13 for the hook's CPU tests: a simulated device where
+// each stream is a thread that runs queued work in order. A "kernel" is a host
+// function run on that thread after the api's configured delay; a hung call
+// never finishes, so every later item on its stream (and its events) waits.
+//
+// Environment (read once): FAKE_DELAY_US="api=us,api=us", FAKE_HANG="api:nth",
+// FAKE_CUDA_INLINE=1 (run work at once on the calling thread: the benches).
+#include <dlfcn.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "fake_api.h"
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+struct ApiControl {
+  char api[48];
+  uint64_t delay_ns;
+  int hang_nth;
+  std::atomic<int> calls;
+};
+ApiControl g_apis[32];
+std::mutex g_ctl_lock;
+FakeCall g_last;
+std::atomic<int> g_next_result{0};
+std::atomic<bool> g_has_next{false};
+bool g_inline = false;
+std::atomic<uint64_t> g_captured{0};
+
+ApiControl* control(const char* api, bool create) {
+  for (auto& a : g_apis)
+    if (a.api[0] && strcmp(a.api, api) == 0) return &a;
+  if (!create) return nullptr;
+  for (auto& a : g_apis)
+    if (!a.api[0]) {
+      strncpy(a.api, api, sizeof(a.api) - 1);
+      return &a;
+    }
+  return nullptr;
+}
+
+void parse_env() {
+  g_inline = getenv("FAKE_CUDA_INLINE") && strcmp(getenv("FAKE_CUDA_INLINE"), "1") == 0;
+  if (const char* d = getenv("FAKE_DELAY_US")) {
+    char buf[512];
+    strncpy(buf, d, sizeof(buf) - 1);
+    buf[sizeof(buf) - 1] = 0;
+    for (char* tok = strtok(buf, ","); tok; tok = strtok(nullptr, ",")) {
+      char* eq = strchr(tok, '=');
+      if (!eq) continue;
+      *eq = 0;
+      fake_set_delay_ns(tok, strtoull(eq + 1, nullptr, 10) * 1000ull);
+    }
+  }
+  if (const char* h = getenv("FAKE_HANG")) {
+    char buf[128];
+    strncpy(buf, h, sizeof(buf) - 1);
+    buf[sizeof(buf) - 1] = 0;
+    char* colon = strchr(buf, ':');
+    if (colon) {
+      *colon = 0;
+      fake_set_hang(buf, atoi(colon + 1));
+    }
+  }
+}
+
+struct Event {
+  std::atomic<uint64_t> recorded{0};   // generation of the last record
+  std::atomic<uint64_t> completed{0};  // generation the device has reached
+  std::atomic<uint64_t> t_ns{0};
+};
+
+struct Work {
+  void (*fn)(void**);
+  void** args;
+  uint64_t delay_ns;
+  bool hang;
+  Event* ev;
+  uint64_t gen;
+};
+
+struct Stream {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<Work> q;
+  int busy = 0;
+  bool capturing = false;
+  bool started = false;
+
+  void run() {
+    for (;;) {
+      std::unique_lock<std::mutex> lk(m);
+      cv.wait(lk, [&] { return !q.empty(); });
+      Work w = q.front();
+      busy = 1;
+      lk.unlock();
+      execute(w);
+      lk.lock();
+      q.pop_front();
+      busy = 0;
+      cv.notify_all();
+    }
+  }
+  static void execute(const Work& w) {
+    if (w.hang)
+      for (;;) pause();  // a kernel that never finishes
+    if (w.delay_ns) {
+      timespec ts{time_t(w.delay_ns / 1000000000ull), long(w.delay_ns % 1000000000ull)};
+      nanosleep(&ts, nullptr);
+    }
+    if (w.fn) w.fn(w.args);
+    if (w.ev) {
+      w.ev->t_ns.store(now_ns());
+      w.ev->completed.store(w.gen, std::memory_order_release);
+    }
+  }
+  void push(const Work& w) {
+    if (g_inline) {
+      execute(w);
+      return;
+    }
+    std::lock_guard<std::mutex> lk(m);
+    if (!started) {  // the stream's device thread, detached: it lives until exit
+      std::thread([this] { run(); }).detach();
+      started = true;
+    }
+    q.push_back(w);
+    cv.notify_all();
+  }
+  void sync() {
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait(lk, [&] { return q.empty(); });
+  }
+};
+
+Stream& g_default_stream = *new Stream;  // never destroyed: its thread runs until exit
+Stream* as_stream(cudaStream_t s) { return s ? reinterpret_cast<Stream*>(s) : &g_default_stream; }
+std::mutex g_streams_lock;
+Stream* g_streams[64];
+int g_nstreams = 0;
+thread_local int tl_device = 0;
+
+struct Init {
+  Init() { parse_env(); }
+} g_init;
+
+}  // namespace
+
+extern "C" {
+
+// ---- controls ----------------------------------------------------------------
+const FakeCall* fake_last_call(void) { return &g_last; }
+void fake_set_next_result(int r) {
+  g_next_result.store(r);
+  g_has_next.store(true);
+}
+void fake_set_delay_ns(const char* api, uint64_t ns) {
+  std::lock_guard<std::mutex> lk(g_ctl_lock);
+  if (ApiControl* a = control(api, true)) a->delay_ns = ns;
+}
+void fake_set_hang(const char* api, int nth) {
+  std::lock_guard<std::mutex> lk(g_ctl_lock);
+  if (ApiControl* a = control(api, true)) a->hang_nth = nth;
+}
+int fake_note(const char* api, int nargs, const uint64_t* args) {
+  strncpy(g_last.api, api, sizeof(g_last.api) - 1);
+  g_last.nargs = nargs;
+  for (int i = 0; i < nargs && i < 24; ++i) g_last.args[i] = args[i];
+  return g_has_next.exchange(false) ? g_next_result.load() : 0;
+}
+void fake_enqueue(cudaStream_t stream, const char* api, void (*fn)(void**), void** args) {
+  Work w{fn, args, 0, false, nullptr, 0};
+  if (ApiControl* a = control(api, false)) {
+    w.delay_ns = a->delay_ns;
+    w.hang = a->calls.fetch_add(1) + 1 == a->hang_nth;
+  }
+  as_stream(stream)->push(w);
+}
+int fake_stream_capturing(cudaStream_t stream) { return as_stream(stream)->capturing ? 1 : 0; }
+uint64_t fake_captured_launches(void) { return g_captured.load(); }
+
+// ---- runtime -----------------------------------------------------------------
+cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args, size_t shmem,
+                             cudaStream_t stream) {
+  NOTE("cudaLaunchKernel", FAKE_U(func), grid.x, grid.y, grid.z, block.x, block.y, block.z,
+       FAKE_U(args), shmem, FAKE_U(stream));
+  if (note_result) return note_result;
+  if (as_stream(stream)->capturing) {
+    g_captured.fetch_add(1);
+    return cudaSuccess;
+  }
+  fake_enqueue(stream, "cudaLaunchKernel", reinterpret_cast<void (*)(void**)>(const_cast<void*>(func)),
+               args);
+  return cudaSuccess;
+}
+
+cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  NOTE("cudaLaunchKernelExC", FAKE_U(config), FAKE_U(func), FAKE_U(args));
+  if (note_result) return note_result;
+  if (!config) return cudaErrorInvalidValue;
+  fake_enqueue(config->stream, "cudaLaunchKernelExC",
+               reinterpret_cast<void (*)(void**)>(const_cast<void*>(func)), args);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned int flags) {
+  (void)flags;
+  *ev = reinterpret_cast<cudaEvent_t>(new Event());
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+  delete reinterpret_cast<Event*>(ev);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
+  Event* ev = reinterpret_cast<Event*>(e);
+  if (as_stream(stream)->capturing) return cudaErrorStreamCaptureImplicit;
+  uint64_t gen = ev->recorded.fetch_add(1) + 1;
+  as_stream(stream)->push(Work{nullptr, nullptr, 0, false, ev, gen});
+  return cudaSuccess;
+}
+static cudaError_t query(cudaEvent_t e) {
+  Event* ev = reinterpret_cast<Event*>(e);
+  return ev->completed.load(std::memory_order_acquire) == ev->recorded.load() ? cudaSuccess
+                                                                             : cudaErrorNotReady;
+}
+#ifndef FAKE_NO_EVENT_QUERY  // the variant that tests a missing symbol
+cudaError_t cudaEventQuery(cudaEvent_t e) { return query(e); }
+#endif
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  if (query(a) != cudaSuccess || query(b) != cudaSuccess)
+    return cudaErrorNotReady;
+  Event* ea = reinterpret_cast<Event*>(a);
+  Event* eb = reinterpret_cast<Event*>(b);
+  *ms = float(double(int64_t(eb->t_ns.load() - ea->t_ns.load())) / 1e6);
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = tl_device;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+  tl_device = d;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* st) {
+  *st = as_stream(s)->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+#ifndef FAKE_NO_FUNC_NAME
+cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  Dl_info info;
+  if (!dladdr(func, &info) || !info.dli_sname) return cudaErrorInvalidValue;
+  *name = info.dli_sname;
+  return cudaSuccess;
+}
+#endif
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  Stream* st = new Stream();
+  std::lock_guard<std::mutex> lk(g_streams_lock);
+  if (g_nstreams < 64) g_streams[g_nstreams++] = st;
+  *s = reinterpret_cast<cudaStream_t>(st);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  as_stream(s)->sync();
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+  g_default_stream.sync();
+  std::lock_guard<std::mutex> lk(g_streams_lock);
+  for (int i = 0; i < g_nstreams; ++i) g_streams[i]->sync();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode) {
+  (void)mode;
+  as_stream(s)->capturing = true;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, void** graph) {
+  as_stream(s)->capturing = false;
+  if (graph) *graph = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = malloc(n ? n : 1);
+  return *p ? cudaSuccess : 2;
+}
+cudaError_t cudaFree(void* p) {
+  free(p);
+  return cudaSuccess;
+}
+
+}  // extern "C"

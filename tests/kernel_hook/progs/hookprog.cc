@@ -1,0 +1,22 @@
+// hookprog MODE [ARGS]: one small scenario per mode (see scenarios.cc).
+#include <cstring>
+
+#include "progs.h"
+
+int main(int argc, char** argv) {
+  static const struct {
+    const char* mode;
+    int (*fn)(int, char**);
+  } modes[] = {
+      {"snippets", [](int, char**) { return run_snippets() ? 1 : 0; }},
+      {"nocuda", scenario_nocuda},     {"timed", scenario_timed},
+      {"ranks", scenario_ranks},       {"threads", scenario_threads},
+      {"fork", scenario_fork},         {"capture", scenario_capture},
+      {"hang", scenario_hang},         {"missing", scenario_missing},
+      {"bench", scenario_bench},
+  };
+  for (const auto& m : modes)
+    if (argc > 1 && strcmp(argv[1], m.mode) == 0) return m.fn(argc - 2, argv + 2);
+  fprintf(stderr, "usage: hookprog MODE [ARGS]; unknown mode %s\n", argc > 1 ? argv[1] : "(none)");
+  return 2;
+}

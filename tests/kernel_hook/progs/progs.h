@@ -1,0 +1,25 @@
+// Test programs for the hook, linked against the fake libraries. Each scenario
+// is a few lines that drive one behaviour; the Python tests read the records.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "../fake/fake_api.h"
+
+// snippets.cc: one forwarding check per hooked API; returns the failures.
+int run_snippets(void);
+
+// scenarios.cc
+int scenario_nocuda(int argc, char** argv);
+int scenario_timed(int argc, char** argv);
+int scenario_ranks(int argc, char** argv);
+int scenario_threads(int argc, char** argv);
+int scenario_fork(int argc, char** argv);
+int scenario_capture(int argc, char** argv);
+int scenario_hang(int argc, char** argv);
+int scenario_missing(int argc, char** argv);
+int scenario_bench(int argc, char** argv);
+
+// An "empty kernel" for the fake device, exported so its name resolves.
+extern "C" void xt_test_empty_kernel(void** args);

@@ -1,0 +1,224 @@
+// The scenarios behind hookprog's modes. Each ends with a short sleep so the
+// hook's drainer (1 ms poll) has written every record before exit.
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <dirent.h>
+#include <thread>
+#include <vector>
+
+#include "progs.h"
+
+extern "C" void xt_test_empty_kernel(void** args) { (void)args; }
+
+namespace {
+
+void sleep_ms(int ms) { usleep(useconds_t(ms) * 1000); }
+
+}  // namespace
+
+struct Ctx {
+  cudaStream_t s;
+  cublasHandle_t h;
+  Ctx() {
+    cudaStreamCreate(&s);
+    cublasCreate_v2(&h);
+    cublasSetStream_v2(h, s);
+  }
+  int gemm(int m, int n, int k) {
+    return cublasGemmEx(h, 0, 0, m, n, k, nullptr, nullptr, 0, m, nullptr, 0, k, nullptr,
+                        nullptr, 0, m, 68, -1);
+  }
+  int launch() {
+    return cudaLaunchKernel((const void*)xt_test_empty_kernel, dim3{1, 1, 1}, dim3{32, 1, 1},
+                            nullptr, 0, s);
+  }
+};
+
+namespace {
+
+ncclComm_t comm_from(const char* hex, int nranks, int rank) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  for (size_t i = 0; hex && i < sizeof(id.internal) && hex[2 * i] && hex[2 * i + 1]; ++i)
+    sscanf(hex + 2 * i, "%2hhx", reinterpret_cast<unsigned char*>(&id.internal[i]));
+  ncclComm_t c = nullptr;
+  ncclCommInitRankConfig(&c, nranks, id, rank, nullptr);
+  return c;
+}
+
+int count_threads() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  while (d && readdir(d)) ++n;
+  if (d) closedir(d);
+  return n - 2;  // . and ..
+}
+
+}  // namespace
+
+// Loads the hook's way into CUDA libraries but never calls them.
+int scenario_nocuda(int, char**) {
+  sleep_ms(50);
+  printf("threads %d\n", count_threads());
+  return 0;
+}
+
+// GEMMs, collectives (alone and in a group), Lt matmul, plain launches.
+int scenario_timed(int, char**) {
+  Ctx c;
+  ncclComm_t comm = comm_from("0123456789abcdef", 4, 1);
+  for (int i = 0; i < 3; ++i) c.gemm(128, 64, 32);
+  for (int i = 0; i < 2; ++i) ncclAllReduce(nullptr, nullptr, 1000, 7, 0, comm, c.s);
+  ncclGroupStart();
+  ncclAllGather(nullptr, nullptr, 100, 9, comm, c.s);
+  ncclReduceScatter(nullptr, nullptr, 50, 6, 0, comm, c.s);
+  ncclGroupEnd();
+  cublasLtHandle_t lh;
+  cublasLtMatrixLayout_t a, b, d;
+  int32_t batch = 4;
+  cublasLtCreate(&lh);
+  cublasLtMatrixLayoutCreate(&a, 0, 16, 256, 16);  // m=16, k=256
+  cublasLtMatrixLayoutCreate(&b, 0, 256, 8, 256);
+  cublasLtMatrixLayoutCreate(&d, 0, 16, 8, 16);
+  cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
+  cublasLtMatmul(lh, nullptr, nullptr, nullptr, a, nullptr, b, nullptr, nullptr, d, nullptr, d,
+                 nullptr, nullptr, 0, c.s);
+  for (int i = 0; i < 10; ++i) c.launch();
+  cudaLaunchConfig_t cfg{dim3{1, 1, 1}, dim3{1, 1, 1}, 0, c.s, nullptr, 0};
+  for (int i = 0; i < 5; ++i) cudaLaunchKernelExC(&cfg, (const void*)xt_test_empty_kernel, nullptr);
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  return 0;
+}
+
+// ranks RANK NRANKS IDHEX N: N all-reduces on the world comm, then a split
+// and 2 all-gathers on the child, and a send.
+int scenario_ranks(int argc, char** argv) {
+  if (argc < 4) return 2;
+  Ctx c;
+  int rank = atoi(argv[0]), nranks = atoi(argv[1]), n = atoi(argv[3]);
+  ncclComm_t world = comm_from(argv[2], nranks, rank);
+  for (int i = 0; i < n; ++i) ncclAllReduce(nullptr, nullptr, 256, 7, 0, world, c.s);
+  ncclComm_t child = nullptr;
+  ncclCommSplit(world, rank % 2, rank, &child, nullptr);
+  for (int i = 0; i < 2; ++i) ncclAllGather(nullptr, nullptr, 64, 9, child, c.s);
+  ncclSend(nullptr, 10, 7, (rank + 1) % nranks, world, c.s);
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  return 0;
+}
+
+// threads T ITERS: T threads, each with its own stream, launch and GEMM ITERS times.
+int scenario_threads(int argc, char** argv) {
+  int nt = argc > 0 ? atoi(argv[0]) : 8, iters = argc > 1 ? atoi(argv[1]) : 100;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < nt; ++t)
+    ts.emplace_back([iters] {
+      Ctx c;
+      for (int i = 0; i < iters; ++i) {
+        c.launch();
+        c.gemm(8, 8, 8);
+      }
+      cudaStreamSynchronize(c.s);
+    });
+  for (auto& t : ts) t.join();
+  sleep_ms(100);
+  printf("done %d\n", nt * iters);
+  return 0;
+}
+
+// The child of a hooked process keeps working, and writes nothing.
+int scenario_fork(int, char**) {
+  Ctx c;
+  c.gemm(16, 16, 16);
+  pid_t pid = fork();
+  if (pid == 0) {
+    Ctx cc;
+    for (int i = 0; i < 3; ++i) cc.gemm(16, 16, 16), cc.launch();
+    cudaDeviceSynchronize();
+    printf("child ok %d\n", cc.gemm(4, 4, 4));
+    exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  c.gemm(16, 16, 16);
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  printf("child status %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  return 0;
+}
+
+// Calls captured into a graph are counted, not timed; the one after is timed.
+int scenario_capture(int, char**) {
+  Ctx c;
+  ncclComm_t comm = comm_from("feed", 2, 0);
+  cudaStreamBeginCapture(c.s, 0);
+  for (int i = 0; i < 3; ++i) c.gemm(32, 32, 32);
+  for (int i = 0; i < 2; ++i) ncclAllReduce(nullptr, nullptr, 8, 7, 0, comm, c.s);
+  cudaStreamEndCapture(c.s, nullptr);
+  c.gemm(32, 32, 32);
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  return 0;
+}
+
+// hang SECONDS: all-reduces where FAKE_HANG makes one never finish; then waits
+// like a training step blocked on it.
+int scenario_hang(int argc, char** argv) {
+  Ctx c;
+  ncclComm_t comm = comm_from(getenv("HANG_ID") ? getenv("HANG_ID") : "abcd", 1, 0);
+  for (int i = 0; i < 3; ++i) ncclAllReduce(nullptr, nullptr, 1024, 7, 0, comm, c.s);
+  printf("launched\n");
+  fflush(stdout);
+  sleep(argc > 0 ? atoi(argv[0]) : 30);
+  return 0;
+}
+
+// The results the caller sees, whatever the hook could resolve.
+int scenario_missing(int, char**) {
+  Ctx c;
+  ncclComm_t comm = comm_from("77", 1, 0);
+  int h = cublasHgemm(c.h, 0, 0, 2, 2, 2, nullptr, nullptr, 2, nullptr, 2, nullptr, nullptr, 2);
+  int g = c.gemm(8, 8, 8);
+  int a = ncclAllReduce(nullptr, nullptr, 4, 7, 0, comm, c.s);
+  int l = c.launch();
+  cudaDeviceSynchronize();
+  sleep_ms(50);
+  printf("hgemm %d gemm %d allreduce %d launch %d\n", h, g, a, l);
+  return 0;
+}
+
+// The bench loops, kept out of line so callgrind can count exactly them
+// (--toggle-collect=bench_launch_loop / bench_gemm_loop).
+extern "C" __attribute__((noinline)) void bench_launch_loop(Ctx* c, long n) {
+  for (long i = 0; i < n; ++i) c->launch();
+}
+extern "C" __attribute__((noinline)) void bench_gemm_loop(Ctx* c, long n) {
+  for (long i = 0; i < n; ++i) c->gemm(8, 8, 8);
+}
+
+static double elapsed_ns(const timespec& a, const timespec& b) {
+  return double(b.tv_sec - a.tv_sec) * 1e9 + double(b.tv_nsec - a.tv_nsec);
+}
+
+// bench N: N plain launches, then N/10 timed GEMMs; prints ns per call.
+int scenario_bench(int argc, char** argv) {
+  long n = argc > 0 ? atol(argv[0]) : 1000000;
+  Ctx c;
+  bench_launch_loop(&c, 1000);  // warm up: slot claim, symbol resolution
+  bench_gemm_loop(&c, 100);
+  cudaDeviceSynchronize();
+  timespec t0, t1, t2;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  bench_launch_loop(&c, n);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  bench_gemm_loop(&c, n / 10);
+  clock_gettime(CLOCK_MONOTONIC, &t2);
+  cudaDeviceSynchronize();
+  printf("launch_ns %.2f gemm_ns %.2f\n", elapsed_ns(t0, t1) / double(n),
+         elapsed_ns(t1, t2) / double(n / 10));
+  return 0;
+}

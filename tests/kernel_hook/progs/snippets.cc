@@ -1,0 +1,155 @@
+// One snippet per hooked API: call it with distinctive arguments while the
+// fake is set to return a distinctive result, then check that the fake got
+// exactly those arguments and the caller got exactly that result.
+// Built twice: into hookprog, and (-DSNIPPETS_CTOR) into a library whose
+// constructor runs them before main, before the hook has set itself up.
+#include <cstring>
+#include <unistd.h>
+
+#include "progs.h"
+
+namespace {
+
+const int kResult = 42;
+int g_failures = 0;
+
+#define P(n) reinterpret_cast<void*>(uintptr_t(0x1000 * (n)))
+#define FP(n) reinterpret_cast<float*>(uintptr_t(0x1000 * (n)))
+
+void check(const char* api, int got, const uint64_t* want, int n) {
+  const FakeCall* c = fake_last_call();
+  bool ok = got == kResult && strcmp(c->api, api) == 0 && c->nargs == n;
+  for (int i = 0; ok && i < n; ++i) ok = c->args[i] == want[i];
+  printf("%s %s\n", ok ? "ok" : "FAIL", api);
+  if (!ok) {
+    fprintf(stderr, "FAIL %s: result %d (want %d), fake saw %s with %d args\n", api, got, kResult,
+            c->api, c->nargs);
+    ++g_failures;
+  }
+}
+
+#define SNIP(api, call, ...)                                        \
+  do {                                                              \
+    fake_set_next_result(kResult);                                  \
+    int got = int(call);                                            \
+    const uint64_t want[] = {__VA_ARGS__};                          \
+    check(api, got, want, int(sizeof(want) / sizeof(want[0])));     \
+  } while (0)
+
+void cuda_snippets(cudaStream_t s) {
+  dim3 g{3, 5, 7}, b{11, 13, 17};
+  SNIP("cudaLaunchKernel", cudaLaunchKernel(P(1), g, b, (void**)P(2), 99, s), FAKE_U(P(1)), 3, 5,
+       7, 11, 13, 17, FAKE_U(P(2)), 99, FAKE_U(s));
+  cudaLaunchConfig_t cfg{g, b, 0, s, nullptr, 0};
+  SNIP("cudaLaunchKernelExC", cudaLaunchKernelExC(&cfg, P(3), (void**)P(4)), FAKE_U(&cfg),
+       FAKE_U(P(3)), FAKE_U(P(4)));
+}
+
+void blas_snippets(cublasHandle_t h) {
+  SNIP("cublasGemmEx",
+       cublasGemmEx(h, 1, 0, 64, 32, 16, P(1), P(2), 14, 65, P(3), 2, 17, P(4), P(5), 0, 66, 68, 99),
+       FAKE_U(h), 1, 0, 64, 32, 16, FAKE_U(P(1)), FAKE_U(P(2)), 14, 65, FAKE_U(P(3)), 2, 17,
+       FAKE_U(P(4)), FAKE_U(P(5)), 0, 66, 68, 99);
+  SNIP("cublasGemmStridedBatchedEx",
+       cublasGemmStridedBatchedEx(h, 0, 1, 8, 9, 10, P(1), P(2), 14, 11, 1LL << 33, P(3), 2, 12,
+                                  77, P(4), P(5), 0, 13, 78, 5, 68, 99),
+       FAKE_U(h), 0, 1, 8, 9, 10, FAKE_U(P(1)), FAKE_U(P(2)), 14, 11, 1ull << 33, FAKE_U(P(3)), 2,
+       12, 77, FAKE_U(P(4)), FAKE_U(P(5)), 0, 13, 78, 5, 68, 99);
+  SNIP("cublasSgemm_v2",
+       cublasSgemm_v2(h, 1, 1, 4, 5, 6, FP(1), FP(2), 7, FP(3), 8, FP(4), FP(5), 9), FAKE_U(h),
+       1, 1, 4, 5, 6, FAKE_U(P(1)), FAKE_U(P(2)), 7, FAKE_U(P(3)), 8, FAKE_U(P(4)),
+       FAKE_U(P(5)), 9);
+  SNIP("cublasSgemmStridedBatched",
+       cublasSgemmStridedBatched(h, 0, 0, 4, 5, 6, FP(1), FP(2), 7, 70, FP(3), 8, 80, FP(4),
+                                 FP(5), 9, 90, 3),
+       FAKE_U(h), 0, 0, 4, 5, 6, FAKE_U(P(1)), FAKE_U(P(2)), 7, 70, FAKE_U(P(3)), 8, 80,
+       FAKE_U(P(4)), FAKE_U(P(5)), 9, 90, 3);
+  SNIP("cublasHgemm", cublasHgemm(h, 0, 1, 2, 3, 4, P(1), P(2), 5, P(3), 6, P(4), P(5), 7),
+       FAKE_U(h), 0, 1, 2, 3, 4, FAKE_U(P(1)), FAKE_U(P(2)), 5, FAKE_U(P(3)), 6, FAKE_U(P(4)),
+       FAKE_U(P(5)), 7);
+}
+
+void lt_snippet(cudaStream_t s) {
+  cublasLtHandle_t lh;
+  cublasLtMatrixLayout_t a, b, c, d;
+  cublasLtCreate(&lh);
+  cublasLtMatrixLayoutCreate(&a, 0, 64, 16, 64);
+  cublasLtMatrixLayoutCreate(&b, 0, 16, 32, 16);
+  cublasLtMatrixLayoutCreate(&c, 0, 64, 32, 64);
+  cublasLtMatrixLayoutCreate(&d, 0, 64, 32, 64);
+  auto desc = reinterpret_cast<cublasLtMatmulDesc_t>(P(9));
+  auto algo = reinterpret_cast<const cublasLtMatmulAlgo_t*>(P(8));
+  SNIP("cublasLtMatmul",
+       cublasLtMatmul(lh, desc, P(1), P(2), a, P(3), b, P(4), P(5), c, P(6), d, algo, P(7), 4096,
+                      s),
+       FAKE_U(lh), FAKE_U(desc), FAKE_U(P(1)), FAKE_U(P(2)), FAKE_U(a), FAKE_U(P(3)), FAKE_U(b),
+       FAKE_U(P(4)), FAKE_U(P(5)), FAKE_U(c), FAKE_U(P(6)), FAKE_U(d), FAKE_U(algo),
+       FAKE_U(P(7)), 4096, FAKE_U(s));
+}
+
+void nccl_coll_snippets(ncclComm_t c, cudaStream_t s) {
+  SNIP("ncclAllReduce", ncclAllReduce(P(1), P(2), 1000, 7, 2, c, s), FAKE_U(P(1)), FAKE_U(P(2)),
+       1000, 7, 2, FAKE_U(c), FAKE_U(s));
+  SNIP("ncclAllGather", ncclAllGather(P(1), P(2), 1001, 9, c, s), FAKE_U(P(1)), FAKE_U(P(2)),
+       1001, 9, FAKE_U(c), FAKE_U(s));
+  SNIP("ncclReduceScatter", ncclReduceScatter(P(1), P(2), 1002, 6, 1, c, s), FAKE_U(P(1)),
+       FAKE_U(P(2)), 1002, 6, 1, FAKE_U(c), FAKE_U(s));
+  SNIP("ncclBroadcast", ncclBroadcast(P(1), P(2), 1003, 4, 1, c, s), FAKE_U(P(1)), FAKE_U(P(2)),
+       1003, 4, 1, FAKE_U(c), FAKE_U(s));
+  SNIP("ncclReduce", ncclReduce(P(1), P(2), 1004, 2, 3, 1, c, s), FAKE_U(P(1)), FAKE_U(P(2)),
+       1004, 2, 3, 1, FAKE_U(c), FAKE_U(s));
+  SNIP("ncclSend", ncclSend(P(1), 1005, 0, 1, c, s), FAKE_U(P(1)), 1005, 0, 1, FAKE_U(c),
+       FAKE_U(s));
+  SNIP("ncclRecv", ncclRecv(P(2), 1006, 1, 0, c, s), FAKE_U(P(2)), 1006, 1, 0, FAKE_U(c),
+       FAKE_U(s));
+  SNIP("ncclGroupStart", ncclGroupStart(), 0);
+  SNIP("ncclGroupEnd", ncclGroupEnd(), 0);
+}
+
+void nccl_comm_snippets(ncclComm_t c) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  memcpy(id.internal, "\x11\x22\x33\x44\x55\x66\x77\x08", 8);
+  ncclComm_t out = nullptr;
+  const uint64_t first8 = 0x0877665544332211ull;
+  SNIP("ncclCommInitRank", ncclCommInitRank(&out, 4, id, 2), FAKE_U(&out), 4, first8, 2);
+  SNIP("ncclCommInitRankConfig", ncclCommInitRankConfig(&out, 4, id, 3, (ncclConfig_t*)P(1)),
+       FAKE_U(&out), 4, first8, 3, FAKE_U(P(1)));
+  SNIP("ncclCommInitRankScalable",
+       ncclCommInitRankScalable(&out, 8, 5, 1, &id, (ncclConfig_t*)P(2)), FAKE_U(&out), 8, 5, 1,
+       FAKE_U(&id), FAKE_U(P(2)));
+  ncclComm_t all[2];
+  int devs[2] = {0, 1};
+  SNIP("ncclCommInitAll", ncclCommInitAll(all, 2, devs), FAKE_U(all), 2, FAKE_U(devs));
+  SNIP("ncclCommSplit", ncclCommSplit(c, 3, 4, &out, (ncclConfig_t*)P(3)), FAKE_U(c), 3, 4,
+       FAKE_U(&out), FAKE_U(P(3)));
+  SNIP("ncclCommDestroy", ncclCommDestroy(c), FAKE_U(c));
+  SNIP("ncclCommAbort", ncclCommAbort(c), FAKE_U(c));
+}
+
+}  // namespace
+
+int run_snippets(void) {
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  cublasHandle_t h;
+  cublasCreate_v2(&h);
+  cublasSetStream_v2(h, s);
+  ncclUniqueId id;
+  ncclGetUniqueId(&id);
+  ncclComm_t comm;
+  ncclCommInitRank(&comm, 2, id, 0);
+  cuda_snippets(s);
+  blas_snippets(h);
+  lt_snippet(s);
+  nccl_coll_snippets(comm, s);
+  nccl_comm_snippets(comm);
+  fflush(stdout);
+  return g_failures;
+}
+
+#ifdef SNIPPETS_CTOR
+__attribute__((constructor)) static void snippets_from_ctor() {
+  if (getenv("SNIPPETS_IN_CTOR") && run_snippets() != 0) _exit(3);
+}
+#endif
