@@ -28,6 +28,7 @@ MIN_UPLOAD_WINDOW_S = 300.0
 # no upload came for this long.
 DUMP_QUIET_S = 3.0
 MAX_EVENTS_KEPT = 16
+INDENT_UP_TO_WORLD = 256
 
 FORMAT_FILES = {
     pb.StackDump.FORMAT_PYSPY_JSON: ("py", "json"),
@@ -93,7 +94,8 @@ class HangEvent:
                 return
             self._doc["dumps"] = {str(r): sorted(n) for r, n in sorted(self._dumps.items())}
             self._doc["dumps_missing"] = sorted(self.expected - set(self._dumps))
-            data = json.dumps(self._doc, indent=1).encode()
+            # Indented for people reading small jobs; compact past that (16k ranks: ~8 MB -> ~4 MB).
+            data = json.dumps(self._doc, indent=1 if self.world_size <= INDENT_UP_TO_WORLD else None).encode()
             self._dirty = False
         write_atomic(os.path.join(self.path, "hang.json"), data)
 
@@ -123,13 +125,13 @@ class EventStore:
         raise OSError(f"no free event directory name for {base} under {self._job_dir}")
 
     def open_event(self, event_id: str, path: str, doc: dict, expected: set[int], now: float) -> HangEvent:
-        """Register the event (uploads accepted from now) and write hang.json."""
+        """Register the event: uploads are accepted from now on. The caller
+        writes hang.json with ``event.flush(force=True)``."""
         event = HangEvent(event_id, path, doc, expected, now, self._accept_s)
         with self._lock:
             self._events[event_id] = event
             while len(self._events) > MAX_EVENTS_KEPT:
                 self._events.pop(next(iter(self._events)))
-        event.flush(force=True)
         return event
 
     def accept_upload(self, dump: pb.StackDump, now: float) -> str:

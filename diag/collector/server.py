@@ -86,12 +86,16 @@ def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, in
     parse_listen(listen_addr)
     state, registry, events = JobState(), SessionRegistry(config.max_agents), EventStore(config)
     watchdog = Watchdog(config, state, registry, events)
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=config.max_agents + SPARE_THREADS,
-                                                 thread_name_prefix="collector-rpc")
-    inner = grpc.server(pool, interceptors=[TokenInterceptor(config.token)],
-                        maximum_concurrent_rpcs=config.max_agents + SPARE_THREADS,
+    rpc_limit = config.max_agents + SPARE_THREADS
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=rpc_limit, thread_name_prefix="collector-rpc")
+    inner = grpc.server(pool, interceptors=[TokenInterceptor(config.token)], maximum_concurrent_rpcs=rpc_limit,
                         options=[("grpc.max_receive_message_length", config.max_dump_bytes + (1 << 20)),
-                                 ("grpc.so_reuseport", 0)])
+                                 ("grpc.so_reuseport", 0),
+                                 # When every agent of a big job connects at once, the one Python thread
+                                 # that accepts calls falls behind; grpc core's default of 1000 pending
+                                 # calls would cancel the rest. Allow one per agent.
+                                 ("grpc.server.max_pending_requests", rpc_limit),
+                                 ("grpc.server.max_pending_requests_hard_limit", 2 * rpc_limit)])
     pb_grpc.add_CollectorServicer_to_server(CollectorServicer(config, state, registry, events), inner)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, inner)

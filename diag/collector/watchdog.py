@@ -85,8 +85,11 @@ class Watchdog:
         expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
         event = self._events.open_event(event_id, path, doc, expected, snap.now)
         self.declared.append(event)
-        self._say(doc["verdict"])
+        # Ask for stacks first: the stalled state is what we want on record,
+        # and hang.json of a 16k-rank job takes a few hundred ms to write.
         sent = self._registry.broadcast(pb.Command(dump_stacks=pb.DumpStacks(event_id=event_id)))
+        self._say(doc["verdict"])
+        event.flush(force=True)
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)
 
     def _maybe_kill(self, event: HangEvent, now: float) -> None:

@@ -94,6 +94,7 @@ def test_stalled_rank_gets_dumps_event_dir_and_verdict(start_collector, agents, 
     event_id = command.dump_stacks.event_id
     assert list(command.dump_stacks.ranks) == []  # every rank on the node
     event_dir = tmp_path / "timeline" / "job1" / event_id
+    wait_for((event_dir / "hang.json").exists, "hang.json")
     first = json.loads((event_dir / "hang.json").read_text())  # written before any dump arrived
     assert first["hung_ranks"] == [0, 1, 3] and first["culprits"] == [2] and first["dumps"] == {}
     for rank in range(4):

@@ -1,0 +1,200 @@
+"""Collector ingest benchmark: N simulated agents against a real collector.
+
+The collector runs as its own process (``python -m diag.collector``) on
+loopback; this process drives N agents (8 ranks each, one NodeReport a second,
+phases staggered) over N separate gRPC connections from one asyncio loop.
+It prints the sustained node-reports/s (sent, and ingested by the collector),
+the collector's CPU share read from /proc/<pid>/stat, and, while the load
+runs, the hang-detection latency: one agent reports a rank stalled in
+all_reduce and we time the HANG line and the DumpStacks command against the
+moment the stall crossed the timeout.
+
+    .venv/bin/python bench/collector_ingest.py --agents 2000 --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import grpc
+
+from diag.pb import collector_pb2 as pb
+from diag.pb import collector_pb2_grpc as pb_grpc
+
+RANKS_PER_AGENT = 8
+TARGET_REPORTS_PER_S = 2000.0
+TOKEN_KEY = "x-xpu-diag-token"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--agents", type=int, default=2000, help="simulated agents (8 ranks each)")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured window after all agents connected")
+    p.add_argument("--interval", type=float, default=1.0, help="report interval per agent")
+    p.add_argument("--hang-timeout", type=float, default=5.0, help="collector --hang-timeout for the latency probe")
+    return p.parse_args(argv)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (all its threads), from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, str, dict]:
+    addr_file = os.path.join(workdir, "addr")
+    cmd = [sys.executable, "-m", "diag.collector", "--listen", "127.0.0.1:0", "--job-id", "bench",
+           "--timeline-path", os.path.join(workdir, "tl"), "--address-file", addr_file,
+           "--hang-timeout", f"{args.hang_timeout}s", "--silent-after", "30s",
+           "--max-agents", str(args.agents + 16)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "XPU_TIMER_JOB_TOKEN": token}, stderr=subprocess.PIPE, text=True)
+    seen: dict = {"lines": []}
+
+    def read_stderr():  # timestamp the verdict line as the collector prints it
+        for line in proc.stderr:
+            if line.startswith("HANG: ") and "hang_at" not in seen:
+                seen["hang_at"] = time.monotonic()
+            seen["lines"].append(line.rstrip())
+
+    threading.Thread(target=read_stderr, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(addr_file):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"collector did not start: {seen['lines'][-3:]}")
+        time.sleep(0.05)
+    with open(addr_file) as f:
+        return proc, f.read().strip(), seen
+
+
+def make_report(node: int, world: int, stall_since: float | None, now: float) -> pb.NodeReport:
+    ranks = []
+    for local in range(RANKS_PER_AGENT):
+        rank = node * RANKS_PER_AGENT + local
+        r = pb.RankProgress(rank=rank, local_rank=local, world_size=world, pid=10000 + rank, alive=True,
+                            last_op="all_reduce")
+        r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world)
+        r.stats.add(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, count=10, total_ns=5_000_000, max_ns=900_000)
+        if stall_since is not None and local != 3:  # local rank 3 is the culprit: not in the collective
+            r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,
+                                                      seq=101, age_ns=int((now - stall_since) * 1e9)))
+        ranks.append(r)
+    return pb.NodeReport(job_id="bench", node_rank=node, hostname=f"sim{node}", agent_pid=20000 + node,
+                         ranks=ranks, local_world_size=RANKS_PER_AGENT)
+
+
+class Load:
+    def __init__(self, address: str, token: str, args):
+        self.address, self.args = address, args
+        self.metadata = ((TOKEN_KEY, token),)
+        self.world = args.agents * RANKS_PER_AGENT
+        self.sent = 0
+        self.connected = 0
+        self.errors: list[str] = []
+        self.stall_since: float | None = None    # agent 0 reports a stall from then on
+        self.dump_at: float | None = None
+        self.stop = asyncio.Event()
+
+    async def agent(self, node: int, phase: float) -> None:
+        channel = grpc.aio.insecure_channel(self.address, options=[("grpc.use_local_subchannel_pool", 1)])
+        # Pre-serialized reports (bytes pass through a None serializer): the
+        # load generator must not be the bottleneck on a 2-core machine.
+        connect = channel.stream_stream("/diag.pb.Collector/Connect", request_serializer=None,
+                                        response_deserializer=pb.Command.FromString)
+        call = connect(metadata=self.metadata)
+        reader = asyncio.ensure_future(self.read(call, node))
+        payload = make_report(node, self.world, None, 0.0).SerializeToString()
+        try:
+            await asyncio.sleep(phase)
+            self.connected += 1
+            next_at = time.monotonic()
+            while not self.stop.is_set():
+                if node == 0 and self.stall_since is not None:
+                    payload = make_report(0, self.world, self.stall_since, time.monotonic()).SerializeToString()
+                await call.write(payload)
+                self.sent += 1
+                next_at += self.args.interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            await call.done_writing()
+        except grpc.RpcError as exc:
+            if not self.stop.is_set():
+                self.errors.append(f"agent {node}: {exc.code().name} {exc.details()} {exc.debug_error_string()} at {time.monotonic():.1f} sent={self.sent}")
+        finally:
+            call.cancel()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await channel.close()
+
+    async def read(self, call, node: int) -> None:
+        try:
+            async for command in call:
+                if command.WhichOneof("command") == "dump_stacks" and node == 0 and self.dump_at is None:
+                    self.dump_at = time.monotonic()
+        except grpc.RpcError as exc:
+            if not self.stop.is_set():
+                self.errors.append(f"agent {node} (commands): {exc.code().name} {exc.details()}")
+
+
+async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
+    tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(args.agents)]
+    while load.connected < args.agents and not load.errors:
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(2 * args.interval)  # let every agent settle into its phase
+    t0, sent0, cpu0 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
+    stall_at = args.seconds / 2 - args.hang_timeout
+    await asyncio.sleep(max(0.0, stall_at))
+    load.stall_since = time.monotonic()
+    await asyncio.sleep(args.seconds - max(0.0, stall_at))
+    t1, sent1, cpu1 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
+    load.stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    token = secrets.token_urlsafe(16)
+    with tempfile.TemporaryDirectory(prefix="collector-bench-") as workdir:
+        proc, address, seen = start_collector(workdir, token, args)
+        try:
+            load = Load(address, token, args)
+            m = asyncio.run(drive(load, proc, seen, args))
+        finally:
+            proc.terminate()
+            proc.wait(60)
+        time.sleep(0.2)
+    ingested = next((int(line.split("(")[1].split()[0]) for line in seen["lines"] if "node reports ingested" in line), -1)
+    rate = m["reports"] / m["wall"]
+    cores = os.cpu_count() or 1
+    cpu_share = m["cpu"] / m["wall"]
+    due = load.stall_since + args.hang_timeout if load.stall_since else None
+    print(f"collector ingest: {args.agents} agents x {RANKS_PER_AGENT} ranks at {1 / args.interval:g} Hz, "
+          f"{m['wall']:.1f} s window, {cores} cores")
+    print(f"  sustained           {rate:8.0f} node-reports/s  ({rate * RANKS_PER_AGENT:.0f} ranks/s; "
+          f"target {TARGET_REPORTS_PER_S:.0f}: ratio {rate / TARGET_REPORTS_PER_S:.2f})")
+    print(f"  ingested/sent       {ingested} / {load.sent} over the whole run"
+          f" ({'all' if ingested == load.sent else 'MISMATCH'})")
+    print(f"  collector CPU       {m['cpu']:.1f} s in {m['wall']:.1f} s = {cpu_share:.2f} cores "
+          f"({100 * cpu_share / cores:.0f}% of this {cores}-core machine); "
+          f"{1e6 * m['cpu'] / max(1, m['reports']):.0f} us CPU per report")
+    for what, at in (("HANG line", seen.get("hang_at")), ("DumpStacks at agent", load.dump_at)):
+        late = "never" if at is None or due is None else f"{at - due:+.2f} s after the stall crossed the timeout"
+        print(f"  detection latency   {what:20s} {late}")
+    if load.errors:
+        print(f"  {len(load.errors)} agent errors, first: {load.errors[0]}")
+    for line in [l for l in seen["lines"] if "agent connected" not in l][-8:] if load.errors else []:
+        print(f"  collector: {line}")
+    ok = rate >= TARGET_REPORTS_PER_S * 0.95 * (args.agents / 2000) / args.interval and load.dump_at is not None
+    return 0 if ok and not load.errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
