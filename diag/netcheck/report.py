@@ -32,8 +32,14 @@ def slurm_hostlist(names: Iterable[str]) -> str:
         prefix, digits = match.groups()
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         groups.setdefault((prefix, width), set()).add(int(digits))
+    # gpu10 belongs with gpu01,gpu02: its natural width is the padded width.
+    for (prefix, width) in [k for k in groups if k[1]]:
+        plain_nums = groups.get((prefix, 0), set())
+        moved = {n for n in plain_nums if len(str(n)) == width}
+        groups[(prefix, width)] |= moved
+        plain_nums -= moved
     parts = []
-    for (prefix, width), numbers in sorted(groups.items()):
+    for (prefix, width), numbers in sorted((k, v) for k, v in groups.items() if v):
         if len(numbers) == 1:
             parts.append(f"{prefix}{next(iter(numbers)):0{width}d}")
             continue
@@ -74,7 +80,9 @@ def render_table(doc: dict[str, Any], console: Any = None) -> None:
     records = sorted(doc["records"], key=lambda r: (r["verdict"] != "fail", r["node"], r.get("link") or ""))
     for r in records:
         style = "red" if r["verdict"] == "fail" else None
-        where = r.get("link") or ("" if r.get("gpu") is None else f"gpu{r['gpu']}")
+        gpu = "" if r.get("gpu") is None else f"gpu{r['gpu']}"
+        link = r.get("link") or ""
+        where = link if not gpu or gpu in link else f"{gpu} {link}".strip()
         why = f"{r['rule']}: {r['reason']}" if r.get("rule") else r.get("reason", "")
         table.add_row(r["node"], where, r["metric"], _fmt(r["value"]), r["unit"], _fmt(r.get("expected")),
                       _fmt(r.get("threshold")), r["verdict"], why, style=style)

@@ -1,0 +1,43 @@
+"""``netcheck preflight``: the job hook (Slurm Prolog / HealthCheckProgram, k8s init container).
+
+Switchbox and NVML health on this node, then the pairwise check when peers
+are given (--nnodes ... or torchrun env). Exit 0 when this node is healthy,
+1 when it is faulty (a fault on another node is reported, not ours to
+refuse), 3 when the check itself could not run. On a host without NVML the
+switchbox part is skipped with one line, so CPU nodes can use the hook too.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, NetcheckError
+from diag.netcheck.config import Config
+from diag.netcheck.report import Reporter
+
+
+def run_preflight(cfg: Config) -> int:
+    from diag.netcheck.cli import emit, merge, run_pairwise
+    from diag.netcheck.switchbox import run_switchbox
+
+    me = cfg.node_name or socket.gethostname()
+    docs = []
+    try:
+        docs.append(run_switchbox(cfg, Reporter(cfg.progress)))
+    except NetcheckError as exc:
+        if cfg.nvml_replay:
+            raise
+        print(f"netcheck preflight: switchbox skipped: {exc}", file=sys.stderr)
+    if cfg.pairwise:
+        docs.append(run_pairwise(cfg))
+    if not docs:
+        print(f"netcheck preflight: {me}: nothing to check here (no NVML, no peers); passing", file=sys.stderr)
+        return EXIT_HEALTHY
+    doc = merge(docs)
+    emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
+    faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
+    if me in faulty:
+        print(f"netcheck preflight: {me} is faulty: {faulty[me]}", file=sys.stderr)
+        return EXIT_FAULTY
+    return EXIT_HEALTHY

@@ -1,0 +1,66 @@
+import pytest
+
+from diag.netcheck.config import ConfigError, parse_args
+
+RDV = ["--nnodes", "4", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29600"]
+
+
+def test_flags():
+    cfg = parse_args(RDV + ["--size", "64M", "--timeout", "30s", "--min-busbw", "20", "--output", "f.json",
+                            "--format", "slurm"], env={})
+    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port) == (4, 1, "10.0.0.1", 29600)
+    assert cfg.size == 64 << 20 and cfg.timeout == 30.0 and cfg.min_busbw == 20.0
+    assert cfg.pairwise and not cfg.switchbox and cfg.format == "slurm"
+
+
+def test_defaults():
+    cfg = parse_args(RDV, env={})
+    assert cfg.timeout == 60.0 and cfg.size is None and cfg.rel_ratio == 0.5
+    assert cfg.min_bandwidth == 10000.0 and cfg.min_channels == 2 and cfg.profile == "auto"
+
+
+def test_torchrun_env_and_flags_win():
+    env = {"WORLD_SIZE": "8", "RANK": "3", "MASTER_ADDR": "h0", "MASTER_PORT": "29400", "LOCAL_RANK": "3",
+           "LOCAL_WORLD_SIZE": "8", "TORCHELASTIC_USE_AGENT_STORE": "True", "XPU_TIMER_NODE_NAME": "gpu-a7"}
+    cfg = parse_args([], env=env)
+    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port) == (8, 3, "h0", 29400)
+    assert cfg.agent_store and cfg.local_rank == 3 and cfg.local_world_size == 8 and cfg.node_name == "gpu-a7"
+    cfg = parse_args(["--master-port", "29555", "--node-name", "x"], env=env)
+    assert cfg.master_port == 29555 and not cfg.agent_store and cfg.node_name == "x"
+
+
+def test_switchbox_alone_needs_no_rendezvous():
+    cfg = parse_args(["--switchbox-check", "--box-pairs", "0:1", "2:4", "--min-bandwidth", "20000"], env={})
+    assert cfg.switchbox and not cfg.pairwise and cfg.box_pairs == [(0, 1), (2, 4)]
+    both = parse_args(["--switchbox-check"] + RDV, env={})
+    assert both.switchbox and both.pairwise
+
+
+def test_preflight_pairwise_only_with_peers():
+    assert not parse_args(["preflight"], env={}).pairwise
+    cfg = parse_args(["preflight"] + RDV, env={})
+    assert cfg.mode == "preflight" and cfg.pairwise and cfg.switchbox
+
+
+@pytest.mark.parametrize("argv, start", [
+    ([], "--nnodes: the pairwise check needs at least 2 nodes"),
+    (RDV + ["--size", "huge"], "--size: 'huge' is not a size"),
+    (RDV + ["--timeout", "0"], "--timeout: '0' must be a positive duration"),
+    (["--nnodes", "2", "--node-rank", "2"], "--node-rank: 2 must be in [0, --nnodes)"),
+    (["--switchbox-check", "--box-pairs", "0-1"], "--box-pairs: '0-1' is not a pair"),
+    (["--switchbox-check", "--box-pairs", "1:1"], "--box-pairs: '1:1' is not a pair"),
+    (RDV + ["--rel-ratio", "2"], "--rel-ratio: 2.0 must be between 0 and 1"),
+    (RDV + ["--min-busbw", "-1"], "--min-busbw: -1.0 must be > 0 GB/s"),
+    (RDV + ["--format", "xml"], "argument --format: invalid choice: 'xml'"),
+    (RDV + ["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_input_is_one_line_naming_the_option(argv, start):
+    with pytest.raises(ConfigError) as info:
+        parse_args(argv, env={})
+    assert str(info.value).startswith(start)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_env_names_the_variable():
+    with pytest.raises(ConfigError, match="^WORLD_SIZE='four' in the environment is not valid"):
+        parse_args([], env={"WORLD_SIZE": "four"})

@@ -1,0 +1,45 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diag.netcheck.report import slurm_hostlist, taint_commands
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("names, text", [
+    (["node3", "node7"], "node[3,7]"),
+    (["node7", "node3", "node4", "node5"], "node[3-5,7]"),
+    (["node3"], "node3"),
+    (["gpu01", "gpu02", "gpu10"], "gpu[01-02,10]"),
+    (["a1", "b2", "b3", "login"], "a1,b[2-3],login"),
+    ([], ""),
+])
+def test_slurm_hostlist(names, text):
+    assert slurm_hostlist(names) == text
+
+
+def test_taint_commands_are_quoted_and_carry_the_reason():
+    lines = taint_commands({"n1": "busbw low", "we'ird": "x"}, "xpu-diag/faulty")
+    assert lines[0] == "# n1: busbw low"
+    assert lines[1] == "kubectl taint nodes n1 xpu-diag/faulty=netcheck:NoSchedule --overwrite"
+    assert lines[3].startswith("kubectl taint nodes 'we'\"'\"'ird' ")
+
+
+def test_cli_usage_error_is_one_line_exit_2():
+    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "2", "--size", "lots"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == ["netcheck: --size: 'lots' is not a size; use e.g. 4096, 64M or 1G"]
+
+
+def test_cli_unreachable_store_is_one_line_exit_3():
+    # Port 9 on loopback (discard) is closed here; the join timeout keeps the wait short.
+    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "2", "--node-rank", "1",
+                          "--master-addr", "127.0.0.1", "--master-port", "9", "--join-timeout", "2s"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3, res.stderr
+    lines = [l for l in res.stderr.splitlines() if l.startswith("netcheck:")]
+    assert len(lines) == 1 and "cannot reach the store at 127.0.0.1:9" in lines[0]
