@@ -29,6 +29,7 @@ MIN_UPLOAD_WINDOW_S = 300.0
 DUMP_QUIET_S = 3.0
 MAX_EVENTS_KEPT = 16
 INDENT_UP_TO_WORLD = 256
+BIG_FLUSH_EVERY_S = 2.0
 
 FORMAT_FILES = {
     pb.StackDump.FORMAT_PYSPY_JSON: ("py", "json"),
@@ -69,6 +70,7 @@ class HangEvent:
         self._complete: set[int] = set()
         self._last_upload = now
         self._dirty = True
+        self._flushed = now
         self._lock = threading.Lock()
 
     def add_dump(self, rank: int, filename: str, last: bool, now: float) -> None:
@@ -87,11 +89,16 @@ class HangEvent:
             quiet = now - self._last_upload >= DUMP_QUIET_S
             return all(r in self._complete or (quiet and r in self._dumps) for r in self.expected)
 
-    def flush(self, force: bool = False) -> None:
-        """Rewrite hang.json if dumps arrived since the last write."""
+    def flush(self, now: float | None = None, force: bool = False) -> None:
+        """Rewrite hang.json if dumps arrived since the last write. For big
+        jobs (megabytes of JSON) at most every BIG_FLUSH_EVERY_S seconds."""
         with self._lock:
             if not (self._dirty or force):
                 return
+            if not force and now is not None and self.world_size > INDENT_UP_TO_WORLD \
+                    and now - self._flushed < BIG_FLUSH_EVERY_S:
+                return
+            self._flushed = now if now is not None else self._flushed
             self._doc["dumps"] = {str(r): sorted(n) for r, n in sorted(self._dumps.items())}
             self._doc["dumps_missing"] = sorted(self.expected - set(self._dumps))
             # Indented for people reading small jobs; compact past that (16k ranks: ~8 MB -> ~4 MB).

@@ -47,7 +47,7 @@ class Watchdog:
         if self._thread is not None:
             self._thread.join(timeout=10)
         for event in self._events.events():
-            self._no_throw(event.flush, "writing hang.json")
+            self._no_throw(event.flush, "writing hang.json", None, True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._config.eval_interval_s):
@@ -73,7 +73,7 @@ class Watchdog:
         if fire:
             self._declare(findings, snap, time.time() if now_unix is None else now_unix)
         for event in self._events.events():
-            self._no_throw(event.flush, "writing hang.json")
+            self._no_throw(event.flush, "writing hang.json", now)
             if self._config.hang_action == "kill" and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
 
@@ -89,7 +89,7 @@ class Watchdog:
         # and hang.json of a 16k-rank job takes a few hundred ms to write.
         sent = self._registry.broadcast(pb.Command(dump_stacks=pb.DumpStacks(event_id=event_id)))
         self._say(doc["verdict"])
-        event.flush(force=True)
+        event.flush(snap.now, force=True)
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)
 
     def _maybe_kill(self, event: HangEvent, now: float) -> None:

@@ -212,3 +212,13 @@ def test_agent_that_stops_reporting_turns_silent_unless_its_workers_exited(start
         line for line in err.splitlines() if line.startswith("SILENT: ranks 2-3 on node 1 (n1): agent sent no report")]
     time.sleep(0.5)
     assert "SILENT" not in capsys.readouterr().err  # announced once
+
+
+def test_agents_beyond_max_agents_are_refused(start_collector, agents):
+    server, address = start_collector(max_agents=1)
+    first, second = agents(address), agents(address)
+    first.send(node_report(0, [rank_progress(0, 2)]))
+    wait_for(lambda: len(server.registry) == 1, "the first agent's session")
+    second.send(node_report(1, [rank_progress(1, 2)]))
+    assert second.commands.get(timeout=WAIT) is None
+    assert second.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-agents" in second.error.details()
