@@ -7,6 +7,7 @@ written); 2 bad command line. Every failure is one line on stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -24,8 +25,11 @@ class Config:
     event: str
     out: Path | None        # None: the event directory itself
     formats: frozenset[str]
+    jobs: int = 1
 
     def __post_init__(self):
+        if self.jobs < 1:
+            raise ValueError(f"--jobs {self.jobs}: expected a whole number >= 1")
         bad = sorted(self.formats - set(FORMATS))
         if bad or not self.formats:
             raise ValueError(f"--format {','.join(bad) or '(empty)'}: expected a comma list of {','.join(FORMATS)}")
@@ -42,9 +46,12 @@ def parse_args(argv: list[str]) -> Config:
     p.add_argument("--event", default="latest", help="event name (or job/event) under --path; default latest")
     p.add_argument("--out", type=Path, default=None, help="output directory (default: the event directory)")
     p.add_argument("--format", default=",".join(FORMATS), help=f"comma list of {','.join(FORMATS)} (default all)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="processes that parse dumps when there are many (default: CPU count)")
     a = p.parse_args(argv)
     try:
-        return Config(a.path, a.event, a.out, frozenset(f.strip() for f in a.format.split(",") if f.strip()))
+        return Config(a.path, a.event, a.out, frozenset(f.strip() for f in a.format.split(",") if f.strip()),
+                      a.jobs)
     except ValueError as e:
         p.error(str(e))
 
@@ -55,7 +62,7 @@ def run(cfg: Config) -> int:
     from viewer.render import render
 
     event = scan(cfg.path, cfg.event)
-    loaded = load(event)
+    loaded = load(event, cfg.jobs)
     out = cfg.out or event.path
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from viewer.parsers import parse_file
 
 MAIN = "MainThread"
 _NATIVE_ORDER = ("gdb", "eu-stack", "py")
+_MIN_SHARD = 256  # fewer files than this a process: not worth a worker
 
 
 @dataclass
@@ -61,32 +62,71 @@ def _kind(f: DumpFile, res: ParseResult) -> str:
     return "py" if s.startswith("py-") else s
 
 
-def _parse_all(event: Event, out: Loaded) -> dict[int, dict[str, tuple[str, ParseResult]]]:
-    per_rank: dict[int, dict[str, tuple[str, ParseResult]]] = defaultdict(dict)
-    for f in event.files:
+def _parse_rank(rank: int, files: list[DumpFile], out: Loaded) -> dict[str, tuple[str, ParseResult]]:
+    """Parse one rank's files: format kind -> (file name, result). Notes go to ``out``."""
+    kinds: dict[str, tuple[str, ParseResult]] = {}
+    for f in files:
         if f.fmt == "error":
             try:
-                out.errors.setdefault(f.rank, f.path.read_text(errors="replace").strip().splitlines()[0])
+                out.errors.setdefault(rank, f.path.read_text(errors="replace").strip().splitlines()[0])
             except (OSError, IndexError):
-                out.errors.setdefault(f.rank, f"{f.path.name} (unreadable)")
+                out.errors.setdefault(rank, f"{f.path.name} (unreadable)")
             continue
         try:
             res = parse_file(f.path, f.fmt)
         except ViewerError as e:
             out.notes.append(str(e))
-            out.errors.setdefault(f.rank, str(e))
+            out.errors.setdefault(rank, str(e))
             continue
         if res.bad_lines:
             out.bad_lines[f.path.name] = res.bad_lines
         kind = _kind(f, res)
-        prev = per_rank[f.rank].get(kind)
-        if prev is not None:
-            out.notes.append(f"duplicate rank {f.rank}: {prev[0]} and {f.path.name} are both "
-                             f"{kind} dumps; using {prev[0]} (remove one to choose)")
+        if kind in kinds:
+            first = kinds[kind][0]
+            out.notes.append(f"duplicate rank {rank}: {first} and {f.path.name} are both "
+                             f"{kind} dumps; using {first} (remove one to choose)")
             continue
-        per_rank[f.rank][kind] = (f.path.name, res)
-        out.errors.pop(f.rank, None)
-    return per_rank
+        kinds[kind] = (f.path.name, res)
+    if kinds:
+        out.errors.pop(rank, None)
+    return kinds
+
+
+def _group(rank: int, kinds: dict[str, tuple[str, ParseResult]], out: Loaded) -> None:
+    if "py" in kinds:
+        for key, t in thread_keys(kinds["py"][1].threads):
+            frames = tuple(f for f in t.frames if f.kind == PYTHON)
+            if frames:
+                out.views["py"][(key, frames)].append(rank)
+    for kind in _NATIVE_ORDER:
+        res = kinds.get(kind, (None, None))[1]
+        if res is None or (kind == "py" and all(f.kind == PYTHON for t in res.threads for f in t.frames)):
+            continue
+        for key, t in thread_keys(res.threads):
+            if t.frames:
+                out.views["native"][(key, t.frames)].append(rank)
+        break
+
+
+def _new() -> Loaded:
+    return Loaded(world=0, views={"py": defaultdict(list), "native": defaultdict(list)})
+
+
+def load_ranks(shard: list[tuple[int, list[DumpFile]]]) -> Loaded:
+    """Parse and group the files of some ranks. Runs in a worker process for big events."""
+    out = _new()
+    for rank, files in shard:
+        _group(rank, _parse_rank(rank, files, out), out)
+    return out
+
+
+def _absorb(out: Loaded, part: Loaded) -> None:
+    for view, groups in part.views.items():
+        for key, ranks in groups.items():
+            out.views[view][key].extend(ranks)
+    out.errors.update(part.errors)
+    out.bad_lines.update(part.bad_lines)
+    out.notes.extend(part.notes)
 
 
 def _world(event: Event, ranks: set[int], notes: list[str]) -> int:
@@ -100,25 +140,30 @@ def _world(event: Event, ranks: set[int], notes: list[str]) -> int:
     return max(candidates)
 
 
-def load(event: Event) -> Loaded:
-    """Parse all files of ``event``; never raises for a bad file (it is noted)."""
-    out = Loaded(world=0, views={"py": defaultdict(list), "native": defaultdict(list)},
-                 notes=list(event.notes))
-    per_rank = _parse_all(event, out)
-    for rank in sorted(per_rank):
-        kinds = per_rank[rank]
-        if "py" in kinds:
-            for key, t in thread_keys(kinds["py"][1].threads):
-                frames = tuple(f for f in t.frames if f.kind == PYTHON)
-                if frames:
-                    out.views["py"][(key, frames)].append(rank)
-        for kind in _NATIVE_ORDER:
-            res = kinds.get(kind, (None, None))[1]
-            if res is None or (kind == "py" and all(f.kind == PYTHON for t in res.threads for f in t.frames)):
-                continue
-            for key, t in thread_keys(res.threads):
-                if t.frames:
-                    out.views["native"][(key, t.frames)].append(rank)
-            break
-    out.world = _world(event, set(per_rank) | set(out.errors), out.notes)
+def load(event: Event, jobs: int = 1) -> Loaded:
+    """Parse all files of ``event`` with up to ``jobs`` processes; never raises for a bad file.
+
+    Ranks are sharded across worker processes only when there are many files:
+    a worker returns its shard's groups, which are few, so little is pickled.
+    """
+    by_rank: dict[int, list[DumpFile]] = defaultdict(list)
+    for f in event.files:
+        by_rank[f.rank].append(f)
+    items = sorted(by_rank.items())
+    out = _new()
+    out.notes = list(event.notes)
+    jobs = max(1, min(jobs, len(items) // _MIN_SHARD))
+    if jobs == 1:
+        _absorb(out, load_ranks(items))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        size = -(-len(items) // (jobs * 4))
+        shards = [items[i:i + size] for i in range(0, len(items), size)]
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            for part in pool.map(load_ranks, shards):
+                _absorb(out, part)
+    out.world = _world(event, set(by_rank), out.notes)
     return out
