@@ -95,7 +95,12 @@ def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, in
                                  # that accepts calls falls behind; grpc core's default of 1000 pending
                                  # calls would cancel the rest. Allow one per agent.
                                  ("grpc.server.max_pending_requests", rpc_limit),
-                                 ("grpc.server.max_pending_requests_hard_limit", 2 * rpc_limit)])
+                                 ("grpc.server.max_pending_requests_hard_limit", 2 * rpc_limit),
+                                 # Ping agents so a vanished host frees its stream thread, and let
+                                 # agents keep their connection alive with pings of their own.
+                                 ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
+                                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                                 ("grpc.http2.max_ping_strikes", 0)])
     pb_grpc.add_CollectorServicer_to_server(CollectorServicer(config, state, registry, events), inner)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, inner)

@@ -22,6 +22,7 @@ from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
 
 log = logging.getLogger("diag.collector")
+QUIET_ABOVE_AGENTS = 32
 
 
 class AgentSession:
@@ -100,13 +101,19 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         if not self._registry.add(session):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"collector already serves {self._config.max_agents} agents (--max-agents)")
-        log.info("agent connected: node %d (%s, pid %d)", report.node_rank, report.hostname, report.agent_pid)
+        log.log(self._level(), "agent connected: node %d (%s, pid %d)", report.node_rank, report.hostname,
+                report.agent_pid)
         return session
 
     def _close(self, session: AgentSession) -> None:
         self._registry.remove(session)
         self._state.agent_left(session.node_rank, session.agent_pid)
-        log.info("agent disconnected: node %d (%s, pid %d)", session.node_rank, session.hostname, session.agent_pid)
+        log.log(self._level(), "agent disconnected: node %d (%s, pid %d)", session.node_rank, session.hostname,
+                session.agent_pid)
+
+    def _level(self) -> int:
+        """One line per agent for small jobs; a 2,000-node job would drown its log."""
+        return logging.INFO if len(self._registry) <= QUIET_ABOVE_AGENTS else logging.DEBUG
 
     def UploadStacks(self, request, context):
         try:
