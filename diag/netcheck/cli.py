@@ -63,7 +63,8 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
             faulty[f["node"]] = f"{faulty[f['node']]} | {f['reason']}" if f["node"] in faulty else f["reason"]
         records.extend(doc["records"])
         extra.update({k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")})
-    return faultlist.to_document(faulty, records, **extra)
+    created = min((d["created_unix"] for d in docs), default=None)
+    return faultlist.to_document(faulty, records, created, **extra)
 
 
 def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:

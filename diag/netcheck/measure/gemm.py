@@ -6,6 +6,7 @@ told apart. FLOPs per iteration = 2 * m * n * k.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ class GemmResult:
     tflops: float
 
 
-def run_gemm(device: Any, shape: int | None = None, warmup: int = 2, iters: int = 5) -> GemmResult:
+def run_gemm(device: Any, shape: int | None = None, warmup: int = 2, iters: int = 10) -> GemmResult:
     """Time ``iters`` square matmuls of side ``shape`` on ``device``."""
     gpu = getattr(device, "type", "cpu") == "cuda"
     n = shape or (GPU_SHAPE if gpu else CPU_SHAPE)
@@ -37,11 +38,15 @@ def run_gemm(device: Any, shape: int | None = None, warmup: int = 2, iters: int 
     for _ in range(warmup):
         torch.matmul(a, b, out=out)
     sync_device(device)
-    start = time.perf_counter()
+    times = []
     for _ in range(iters):
+        # Per-iteration median: one preempted iteration (shared CPU, a stray
+        # kernel on the GPU) must not make a healthy device look slow.
+        start = time.perf_counter()
         torch.matmul(a, b, out=out)
-    sync_device(device)
-    seconds = (time.perf_counter() - start) / iters
+        sync_device(device)
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
     if not torch.isfinite(out[0, 0]).item():
         raise RuntimeError("GEMM produced a non-finite value")
     return GemmResult(n, str(dtype).replace("torch.", ""), seconds, 2.0 * n ** 3 / seconds / 1e12)

@@ -1,0 +1,52 @@
+"""Two netcheck nodes on loopback (no namespaces needed): the smallest fleet, plus the GEMM check."""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diag.netcheck.measure.gemm import run_gemm
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(120)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_gemm_reports_tflops_on_cpu():
+    import torch
+    g = run_gemm(torch.device("cpu"), shape=64, warmup=1, iters=2)
+    assert g.shape == 64 and g.dtype == "float32" and g.tflops > 0 and g.seconds > 0
+
+
+def test_two_healthy_nodes_with_compute_check(tmp_path):
+    port = _free_port()
+    common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "--iface", "lo",
+              "--backend", "gloo", "--size", "128K", "--iters", "2", "--timeout", "20s", "--compute", "on",
+              "--rel-ratio", "0.01", "--no-progress"]   # shared CI cores: GEMM speed is noise here
+    procs = [subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", *common, "--node-rank", str(r),
+                               "--node-name", f"lo{r}", "--output", str(tmp_path / f"f{r}.json"),
+                               *(["--format", "json"] if r == 0 else [])],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=100) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[0][-3000:] + o[1][-3000:] for o in outs]
+    doc = json.loads(outs[0][0])
+    assert doc == json.loads((tmp_path / "f1.json").read_text())    # every node gets the same list
+    gemm = [r for r in doc["records"] if r["metric"] == "gemm"]
+    assert {r["node"] for r in gemm} == {"lo0", "lo1"} and all(r["value"] > 0 for r in gemm)
+    assert all(r["unit"] == "TFLOP/s" for r in gemm)
+    busbw = [r for r in doc["records"] if r["metric"] == "all_reduce.busbw"]
+    assert len(busbw) == 2 and all(r["link"] == "lo0<->lo1" and r["value"] > 0 for r in busbw)
+    ar = busbw[0]["extra"]
+    # 2 ranks: busbw = algbw * 2(n-1)/n = algbw; algbw = S / t
+    assert ar["algbw"] == pytest.approx(ar["bytes"] / ar["seconds"] / 1e9)
+    assert busbw[0]["value"] == pytest.approx(ar["algbw"])
+    assert doc["faulty"] == [] and doc["summary"]["rounds"] == 1
