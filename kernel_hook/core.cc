@@ -89,10 +89,10 @@ inline bool active() {
 }  // namespace
 
 void reset_slot(Slot* s, int index) {
-  // Event pairs survive a reset: they stay with their queue entries.
+  // Event pairs survive a reset: they stay with their queue entries. next_op
+  // goes on counting, so op ids stay unique in the region across owners.
   s->head.store(0, std::memory_order_relaxed);
   s->tail.store(0, std::memory_order_relaxed);
-  s->next_op = 0;
   s->group_depth = s->group_n = 0;
   s->start_cursor = 0;
   s->dropped_ops.store(0, std::memory_order_relaxed);

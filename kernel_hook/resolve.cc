@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -189,8 +190,15 @@ void say(const char* fmt, ...) {
 
 bool hook_start_slow() {
   int expected = 0;
-  if (!g_start_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
-    return xt_core_active() != 0;  // settled, or another thread is starting it
+  if (!g_start_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    // Another thread is starting the core (about a millisecond, once). Wait for
+    // it, boundedly: if the starter needs a lock this thread holds (the
+    // loader's, in a library constructor), go on untimed rather than hang.
+    timespec ts{0, 50000};
+    for (int i = 0; i < 2000 && g_start_state.load(std::memory_order_acquire) == 1; ++i)
+      nanosleep(&ts, nullptr);
+    return xt_core_active() != 0;
+  }
   start_core();
   g_start_state.store(2, std::memory_order_release);
   return xt_core_active() != 0;

@@ -28,8 +28,8 @@ extern std::atomic<int> g_start_state;  // 0 untried, 1 starting, 2 settled
 bool hook_start_slow();
 
 // Starts the core on the first hooked call of the process (lazy start: a
-// process that never calls CUDA never starts it). One load afterwards; never
-// blocks (a thread racing the starting one goes on untimed).
+// process that never calls CUDA never starts it). One load afterwards. A
+// thread racing the starting one waits for it, at most 100 ms.
 inline void hook_touch() {
   if (__builtin_expect(g_start_state.load(std::memory_order_acquire) != 2, 0)) hook_start_slow();
 }

@@ -1,0 +1,81 @@
+"""The hook never hurts the process: inert without CUDA or when switched off,
+safe across fork and many threads, and a missing symbol is said once."""
+
+import os
+import subprocess
+
+from diag.records import format as fmt
+from tests.kernel_hook.conftest import BUILD, HOOKPROG, read_regions, run_prog
+
+
+def test_inert_in_a_process_that_never_touches_cuda(built, tmp_path):
+    out = run_prog("nocuda", shm_dir=str(tmp_path))
+    assert (out.returncode, out.stdout, out.stderr) == (0, "threads 1\n", "")
+    assert os.listdir(tmp_path) == []
+
+
+def test_inert_without_shm_dir_or_when_disabled(built, tmp_path):
+    plain = run_prog("missing", shm_dir=None, preload=False)
+    for env in ({}, {"XPU_TIMER_SHM_DIR": str(tmp_path), "XPU_TIMER_HOOK_DISABLE": "1"}):
+        out = run_prog("missing", shm_dir=None, env=env)
+        assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
+    assert os.listdir(tmp_path) == []
+
+
+def test_forked_child_works_and_writes_nothing(built, tmp_path):
+    out = run_prog("fork", shm_dir=str(tmp_path))
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.split("\n")[:2] == ["child ok 0", "child status 0"]
+    [region] = read_regions(str(tmp_path))  # the parent's only
+    assert len(region.of(fmt.EVENT_END, "cublasGemmEx")) == 2
+
+
+def test_many_threads_lose_nothing_or_count_it(built, tmp_path):
+    # No agent drains the region here: make room for every record.
+    out = run_prog("threads", "64", "100", shm_dir=str(tmp_path),
+                   env={"XPU_TIMER_RING_CAPACITY": "65536"})
+    assert (out.returncode, out.stdout, out.stderr) == (0, "done 6400\n", "")
+    [region] = read_regions(str(tmp_path))
+    assert len(region.of(fmt.EVENT_END, "cublasGemmEx")) + region.dropped == 6400
+    assert sum(r.count for r in region.of(fmt.EVENT_COUNT)) == 6400
+    assert len({r.op_id for r in region.of(fmt.EVENT_END)}) == len(region.of(fmt.EVENT_END))
+
+
+def test_missing_timing_symbol_switches_off_with_one_line(built, tmp_path):
+    plain = run_prog("missing", shm_dir=None, preload=False)
+    out = run_prog("missing", shm_dir=str(tmp_path), lib_dir=os.path.join(BUILD, "fake_no_query"))
+    assert (out.returncode, out.stdout) == (0, plain.stdout)
+    [line] = out.stderr.splitlines()
+    assert line.startswith("xpu-diag hook (pid ") and "cudaEventQuery not found" in line
+    assert "switched off" in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_missing_forwarded_symbol_fails_that_call_only(built, tmp_path):
+    lib = os.path.join(BUILD, "fake_no_hgemm")
+    # Without the hook the process dies at the call (lazy binding)...
+    plain = subprocess.run([HOOKPROG, "missing"], env={"LD_LIBRARY_PATH": lib},
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 127 and "cublasHgemm" in plain.stderr
+    # ...with it, that one call returns CUBLAS_STATUS_NOT_INITIALIZED and the rest work.
+    out = run_prog("missing", shm_dir=str(tmp_path), lib_dir=lib)
+    assert (out.returncode, out.stdout) == (0, "hgemm 1 gemm 0 allreduce 0 launch 0\n")
+    [line] = out.stderr.splitlines()
+    assert "cublasHgemm not found" in line
+
+
+def test_bad_capacity_is_said_once_and_the_default_used(built, tmp_path):
+    out = run_prog("missing", shm_dir=str(tmp_path), env={"XPU_TIMER_RING_CAPACITY": "1000"})
+    assert out.returncode == 0
+    [line] = out.stderr.splitlines()
+    assert "XPU_TIMER_RING_CAPACITY=1000 is not a power of two; using 4096" in line
+    [region] = read_regions(str(tmp_path))
+    assert region.header.capacity == 4096
+
+
+def test_unusable_shm_dir_is_said_once(built, tmp_path):
+    missing_dir = tmp_path / "gone"
+    out = run_prog("missing", shm_dir=str(missing_dir))
+    assert (out.returncode, out.stdout) == (0, "hgemm 0 gemm 0 allreduce 0 launch 0\n")
+    [line] = out.stderr.splitlines()
+    assert f"cannot create {missing_dir}/.tmp-hook-r0-p" in line and "switched off" in line
