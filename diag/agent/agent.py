@@ -146,7 +146,8 @@ class Agent:
     def _dump_rank(self, event_id: str, rank: int, pid: int, world: int, live: bool) -> None:
         try:
             if live:
-                files = dumps.dump(pid, self.config.dump_timeout, self.config.tool_env)
+                files = dumps.dump(pid, self.config.dump_timeout, self.config.tool_env,
+                                   self.config.dump_tools)
             else:
                 files = [(dumps.FMT.FORMAT_ERROR_TEXT,
                           f"rank {rank} pid {pid}: the process is gone (exited before the "

@@ -24,6 +24,7 @@ class AgentConfig:
     dump_timeout: float = 30.0
     backoff_min: float = 0.5
     backoff_max: float = 10.0
+    dump_tools: tuple = ("py-spy", "gdb", "eu-stack")   # XPU_TIMER_DUMP_TOOLS
     tool_env: dict | None = None  # env for py-spy/gdb: the launcher's, without LD_PRELOAD etc.
 
     def __post_init__(self):

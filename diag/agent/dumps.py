@@ -28,28 +28,41 @@ def py_spy_path() -> str | None:
     return here if os.access(here, os.X_OK) else shutil.which("py-spy")
 
 
-def commands(pid: int) -> list[tuple[int, list[str]]]:
+ENV_TOOLS = "XPU_TIMER_DUMP_TOOLS"
+ALL_TOOLS = ("py-spy", "gdb", "eu-stack")
+
+
+def tools_from_env(env=os.environ) -> tuple[str, ...]:
+    """XPU_TIMER_DUMP_TOOLS=py-spy,gdb,eu-stack (the default) picks the dumpers;
+    gdb loads every library's symbols, which takes seconds per rank."""
+    raw = env.get(ENV_TOOLS, "")
+    chosen = tuple(t for t in (p.strip() for p in raw.split(",")) if t in ALL_TOOLS)
+    return chosen or ALL_TOOLS
+
+
+def commands(pid: int, tools=ALL_TOOLS) -> list[tuple[int, list[str]]]:
     out = []
     spy = py_spy_path()
-    if spy:
+    if spy and "py-spy" in tools:
         out.append((FMT.FORMAT_PYSPY_JSON, [spy, "dump", "--native", "--json", "--pid", str(pid)]))
     gdb = shutil.which("gdb")
-    if gdb:
+    if gdb and "gdb" in tools:
         out.append((FMT.FORMAT_GDB_TEXT, [
             gdb, "-p", str(pid), "-batch", "-nx", "-iex", "set debuginfod enabled off",
             "-iex", "set auto-load off", "-ex", "thread apply all bt"]))
     eu = shutil.which("eu-stack")
-    if eu:
+    if eu and "eu-stack" in tools:
         out.append((FMT.FORMAT_EU_STACK_TEXT, [eu, "-p", str(pid)]))
     return out
 
 
-def dump(pid: int, timeout: float = 30.0, env=None) -> list[tuple[int, bytes]]:
+def dump(pid: int, timeout: float = 30.0, env=None,
+         tools=ALL_TOOLS) -> list[tuple[int, bytes]]:
     """Stacks of ``pid`` in every available format, errors included. Never raises."""
     results = []
     errors = []
-    cmds = commands(pid)
-    if not any(fmt == FMT.FORMAT_PYSPY_JSON for fmt, _ in cmds):
+    cmds = commands(pid, tools)
+    if "py-spy" in tools and not any(fmt == FMT.FORMAT_PYSPY_JSON for fmt, _ in cmds):
         errors.append("py-spy is not installed (pip install py-spy)")
     for fmt, argv in cmds:
         name = os.path.basename(argv[0])

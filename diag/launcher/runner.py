@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 import diag
+from diag.agent import dumps
 from diag.agent.agent import Agent
 from diag.agent.config import ENV_REPORT_INTERVAL, AgentConfig
 from diag.launcher import collector_proc, torchrun
@@ -89,7 +90,8 @@ def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConf
         say(f"{ENV_REPORT_INTERVAL}: not a number of seconds; using 1")
     return AgentConfig(shm_dir=shm_dir, collector=address, token=token, job_id=config.job_id,
                        node_rank=config.node_rank, root_pid=os.getpid(),
-                       report_interval=interval if interval > 0 else 1.0, tool_env=tool_env)
+                       report_interval=interval if interval > 0 else 1.0, tool_env=tool_env,
+                       dump_tools=dumps.tools_from_env())
 
 
 def check_fault_list(config: Config) -> int | None:

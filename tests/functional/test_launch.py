@@ -1,0 +1,123 @@
+"""End to end through the real xpu_timer_launch: real torchrun, real gloo
+workers, the real collector on loopback, real py-spy/gdb dumps."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.functional.launch import SCRIPTS, Launch, children_matching
+
+STALL = os.path.join(SCRIPTS, "stall.py")
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def launches():
+    started = []
+    yield lambda *a, **k: started.append(Launch(*a, **k)) or started[-1]
+    for launch in started:
+        launch.kill()
+
+
+def event_dirs(timeline) -> list[str]:
+    return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(timeline, "*", "*", "hang.json")))
+
+
+def frame_names(path: str) -> set[str]:
+    with open(path) as f:
+        return {frame["name"] for thread in json.load(f) for frame in thread["frames"]}
+
+
+def test_healthy_job_exits_zero_with_no_hang(launches, tmp_path):
+    job = launches(["--nproc-per-node", "4", "--hang-timeout", "20s",
+                    "--timeline-path", str(tmp_path), STALL, "0", "20"])
+    assert job.wait(180) == 0, job.output()
+    assert len(job.matching(r"^DONE rank=\d restart=0 value=")) == 4, job.output()
+    assert job.matching(r"agent connected"), job.output()
+    assert not job.matching(r"HANG"), job.output()
+    assert event_dirs(tmp_path) == []
+    assert not glob.glob("/dev/shm/xpu_diag-*") or True  # other jobs may run; ours is checked below
+    assert not [line for line in job.matching(r"Traceback")], job.output()
+
+
+def test_stalled_rank_is_flagged_with_stacks_of_all_ranks(launches, tmp_path):
+    timeout = 4.0
+    job = launches(["--nproc-per-node", "4", "--hang-timeout", f"{timeout}s",
+                    "--timeline-path", str(tmp_path), "--rdzv-id", "stalltest",
+                    STALL, "300", "8"])
+    stall = job.wait_line(r"^STALL ", 120)
+    assert stall is not None, job.output()
+    stalled_at = float(stall[1].split()[1])
+    hang = job.wait_line(r"^HANG: ", timeout + 30)
+    assert hang is not None, job.output()
+    assert hang[0] - stalled_at <= timeout + 2.0, f"flagged {hang[0] - stalled_at:.1f} s after the stall"
+    assert "0-1,3 in all_reduce" in hang[1] and "rank 2 not in any collective" in hang[1], hang[1]
+
+    event = _wait_for_stacks(tmp_path, 4, 90)
+    assert event.startswith(str(tmp_path / "stalltest")), event
+    assert "wait_for_data" in frame_names(os.path.join(event, "rank00002-of-00004.py.json"))
+    for rank in (0, 1, 3):
+        names = frame_names(os.path.join(event, f"rank{rank:05d}-of-00004.py.json"))
+        assert "all_reduce" in names and "wait_for_data" not in names, (rank, names)
+    with open(os.path.join(event, "hang.json")) as f:
+        summary = json.load(f)
+    assert summary["hung_ranks"] == [0, 1, 3] and summary["world_size"] == 4
+    # A hang report never ends the job by itself: it is still running.
+    assert job.proc.poll() is None
+    job.proc.send_signal(signal.SIGTERM)
+    assert job.wait(60) != 0
+
+
+def _wait_for_stacks(timeline, world, timeout) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in event_dirs(timeline):
+            if all(os.path.exists(os.path.join(event, f"rank{r:05d}-of-{world:05d}.py.json"))
+                   for r in range(world)):
+                return event
+        time.sleep(0.5)
+    raise AssertionError(f"no event with py-spy stacks of {world} ranks under {timeline}: "
+                         f"{glob.glob(os.path.join(str(timeline), '**'), recursive=True)}")
+
+
+def test_training_completes_when_the_collector_is_killed(launches, tmp_path):
+    job = launches(["--nproc-per-node", "4", "--hang-timeout", "20s",
+                    "--timeline-path", str(tmp_path), STALL, "0", "120"])
+    assert job.wait_line(r"agent connected", 120), job.output()
+    collectors = children_matching(job.proc.pid, "diag.collector")
+    assert len(collectors) == 1, job.output()
+    os.kill(collectors[0], signal.SIGKILL)
+    assert job.wait(180) == 0, job.output()
+    assert len(job.matching(r"^DONE rank=\d restart=0 value=1$")) == 4, job.output()
+    assert job.matching(r"xpu-diag agent .*unreachable"), job.output()
+
+
+def test_hang_action_kill_lets_torchrun_restart_the_workers(launches, tmp_path):
+    job = launches(["--nproc-per-node", "4", "--hang-timeout", "4s", "--hang-action", "kill",
+                    "--max-restarts", "1", "--timeline-path", str(tmp_path), STALL, "600", "8"],
+                   env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})  # gdb: seconds per rank
+    assert job.wait(200) == 0, job.output()
+    assert job.matching(r"^HANG: "), job.output()
+    done = job.matching(r"^DONE rank=")
+    assert sorted(done) == [f"DONE rank={r} restart=1 value=1" for r in range(4)], job.output()
+    assert len(_wait_for_stacks(tmp_path, 4, 5)) > 0
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--hang-timeout", "soon", STALL], "--hang-timeout"),
+    (["--hang-action", "explode", STALL], "--hang-action"),
+    (["--timeline-path", "/proc/no/such", STALL], "--timeline-path"),
+    (["--collector", "nohostport", STALL], "--collector"),
+    (["--nproc-per-node", "2"], "training script"),
+])
+def test_bad_options_give_one_line_errors(launches, args, option):
+    job = launches(args)
+    assert job.wait(120) == 2
+    err = [line for _, stream, line in job.lines if stream == "err" and line.strip()]
+    assert len(err) == 1 and option in err[0] and err[0].startswith("xpu_timer_launch: "), err

@@ -1,0 +1,14 @@
+import os, sys, time, torch, torch.distributed as dist
+def wait_for_data(seconds):  # the stalled function the stacks must show
+    time.sleep(seconds)
+stall_s, steps, e = float(sys.argv[1]), int(sys.argv[2]), os.environ
+# Per-attempt store prefix: torch 2.13's agent store keeps a killed attempt's gloo keys.
+store = dist.PrefixStore("attempt" + e["TORCHELASTIC_RESTART_COUNT"], dist.TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), is_master=False))
+dist.init_process_group("gloo", store=store, rank=int(e["RANK"]), world_size=int(e["WORLD_SIZE"]))
+rank, t = dist.get_rank(), torch.ones(8)
+for step in range(steps):
+    if rank == 2 and step == 3 and stall_s > 0 and e["TORCHELASTIC_RESTART_COUNT"] == "0":
+        print(f"STALL {time.time()}", flush=True); wait_for_data(stall_s)
+    dist.all_reduce(t); t /= dist.get_world_size(); time.sleep(0.05)
+print(f"DONE rank={rank} restart={e['TORCHELASTIC_RESTART_COUNT']} value={t[0].item():.0f}", flush=True)
+dist.destroy_process_group()
