@@ -18,6 +18,7 @@ from diag.common.ranks import fold
 
 HANG_JSON_VERSION = 1
 MAX_GROUPS_IN_LINE = 3
+MAX_SUSPECT_CLAUSES = 4
 
 
 def ranks_phrase(ranks) -> str:
@@ -25,10 +26,13 @@ def ranks_phrase(ranks) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fold(ranks)}"
 
 
+_KIND_WORDS = {1: "kernel", 2: "gemm", 5: "host function"}
+
+
 def op_phrase(op: OpKey) -> str:
     if op.is_comm_op:
         return f"{op.name} (group {op.comm_id}, seq {op.seq})"
-    return f"{KIND_NAMES.get(op.kind, 'op').replace('_', ' ')} {op.name}"
+    return f"{_KIND_WORDS.get(op.kind, 'op')} {op.name}"
 
 
 def _group_phrase(g: HungGroup) -> str:
@@ -47,7 +51,11 @@ def _explain(findings: Findings) -> list[str]:
         elif reason.startswith("agent on node"):
             reason = "silent (agent stopped reporting)"
         by_reason.setdefault(reason, []).append(s.rank)
-    clauses = [f"{ranks_phrase(r)} {reason}" for reason, r in by_reason.items()]
+    ordered = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    clauses = [f"{ranks_phrase(r)} {reason}" for reason, r in ordered[:MAX_SUSPECT_CLAUSES]]
+    rest = sorted(r for _, ranks in ordered[MAX_SUSPECT_CLAUSES:] for r in ranks)
+    if rest:
+        clauses.append(f"{ranks_phrase(rest)} not waiting either (see hang.json)")
     if findings.missing_ranks:
         clauses.append(f"{ranks_phrase(findings.missing_ranks)} never reported")
     return clauses

@@ -91,6 +91,19 @@ def test_silent_agent_ranks_are_reported_not_judged_hung():
     assert "ranks 4-7 silent (agent stopped reporting)" in verdict.hang_line(findings, "/x")
 
 
+def test_line_stays_short_for_many_distinct_reasons_and_names_host_functions():
+    state = JobState()
+    ranks = [rank_progress(0, 12, op=ALL_REDUCE, age_s=11.0, seq=20, started=20)]
+    ranks += [rank_progress(r, 12, started=r) for r in range(1, 12)]  # 11 different seqs behind
+    state.ingest(node_report(0, ranks), T0)
+    findings = analyse(state, T0)
+    line = verdict.hang_line(findings, "/x")
+    assert line.count(";") == 6 and "; ranks 5-11 not waiting either (see hang.json); stacks in /x/" in line
+    assert findings.culprits == list(range(1, 12))
+    state.ingest(node_report(0, [rank_progress(0, 12, op=dict(name="load_batch", kind=5), age_s=11.0)]), T0)
+    assert verdict.hang_line(analyse(state, T0), "/x").startswith("HANG: rank 0 in host function load_batch for 11.0 s")
+
+
 def test_silent_agent_alone_is_not_a_hang():
     state = JobState()
     state.ingest(node_report(1, [rank_progress(r, 8) for r in range(4, 8)]), T0)
