@@ -4,7 +4,9 @@
 directory, one event directory, or any directory of per-rank dumps. Rank and
 world size come from the documented name ``rank<R>-of-<W>.<fmt>.<ext>``
 (docs/event-dir.md); otherwise from hang.json's ``dumps`` map, otherwise from
-the last number in the file name, otherwise from the sorted file order.
+the process id inside the dump matched against hang.json's ``ranks[].pid``,
+otherwise from the last number in the file name, otherwise from the sorted
+file order (and a note says so).
 """
 
 from __future__ import annotations
@@ -148,16 +150,43 @@ def scan(path: Path, event: str = "latest") -> Event:
             files.append(DumpFile(p, by_hang[p.name], None, None))
         elif p.suffix in _DUMP_EXT or not p.suffix:
             unnamed.append(p)
-    files += _guess_ranks(unnamed, notes)
+    files += _guess_ranks(unnamed, hang, notes)
     return Event(ev_path, files, hang, others, notes)
 
 
-def _guess_ranks(paths: list[Path], notes: list[str]) -> list[DumpFile]:
-    """Rank = last number in the name; if names carry none, the sorted order."""
+_PID = re.compile(r'"pid": (\d+)|^Process (\d+):|^PID (\d+)|^Thread 1 \(.*?LWP (\d+)', re.M)
+
+
+def _pid_of(path: Path) -> int | None:
+    """The dumped process's id, from the head of a py-spy, gdb or eu-stack dump."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    m = _PID.search(head)
+    return int(next(g for g in m.groups() if g)) if m else None
+
+
+def _by_pid(paths: list[Path], hang: dict | None) -> dict[Path, int]:
+    pids = {r.get("pid"): r.get("rank") for r in (hang or {}).get("ranks") or []
+            if isinstance(r, dict) and isinstance(r.get("pid"), int) and isinstance(r.get("rank"), int)}
+    if not pids:
+        return {}
+    found = {p: pids.get(_pid_of(p)) for p in paths}
+    return {p: r for p, r in found.items() if r is not None}
+
+
+def _guess_ranks(paths: list[Path], hang: dict | None, notes: list[str]) -> list[DumpFile]:
+    """Rank = hang.json's rank of the dump's pid; else the last number in the
+    name; if names carry none, the sorted order."""
+    by_pid = _by_pid(paths, hang)
+    out = [DumpFile(p, r, None, None) for p, r in by_pid.items()]
+    paths = [p for p in paths if p not in by_pid]
     nums = [re.findall(r"\d+", p.stem) for p in paths]
     if paths and all(nums):
-        return [DumpFile(p, int(n[-1]), None, None) for p, n in zip(paths, nums)]
+        return out + [DumpFile(p, int(n[-1]), None, None) for p, n in zip(paths, nums)]
     if paths:
         notes.append(f"file names carry no rank numbers; ranks 0-{len(paths) - 1} "
                      f"follow the sorted file names (name files rank<R>-of-<W>.py.json to fix)")
-    return [DumpFile(p, i, None, None) for i, p in enumerate(paths)]
+    return out + [DumpFile(p, i, None, None) for i, p in enumerate(paths)]

@@ -41,6 +41,15 @@ document.getElementById("fr").onload = function () {
     out.matches = w.flame.search(%(search)s);
     out.matched_text = d.getElementById("matched").textContent;
     out.highlighted = d.querySelectorAll("g.f.match").length;
+    var odd = d.querySelector("text.odd");
+    out.odd_link = odd ? odd.textContent : null;
+    if (odd) {
+      d.getElementById("unzoom").dispatchEvent(new MouseEvent("click", {bubbles: true}));
+      out.unzoomed = !d.documentElement.hasAttribute("data-zoomed");
+      odd.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+      out.odd_zoomed = d.documentElement.getAttribute("data-zoomed") === odd.getAttribute("data-target");
+    }
+    w.flame.zoom(target);
   } catch (e) { out.error = String(e); }
   document.getElementById("result").textContent = JSON.stringify(out);
 };

@@ -28,6 +28,8 @@ def test_click_zooms_and_search_highlights(svgs, tmp_path):
     assert seen["visible_after"] < seen["visible_before"]  # the other ranks' frames are hidden
     assert seen["matches"] == seen["highlighted"] == 2  # all_reduce, stall_before_all_reduce
     assert seen["matched_text"] == "Matched: 2 frames, 100.0% of rank-threads"
+    assert seen["odd_link"] == "▶ rank 2 (MainThread) stuck in clock_nanosleep@libc.so.6"
+    assert seen["unzoomed"] is True and seen["odd_zoomed"] is True  # the header link zooms to rank 2
     assert shot.stat().st_size > 10_000  # a real picture; reviewed by eye in docs/viewer.md
 
 

@@ -100,3 +100,22 @@ def test_no_temp_files_left_behind(tmp_path):
     proc = viewer("--path", CASES / "gloo4", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_ranks_from_dump_pids_when_names_carry_none(tmp_path):
+    """Names without numbers: each dump's pid is looked up in hang.json's ranks."""
+    pids, names = {}, ["alpha", "bravo", "charlie", "delta"]
+    for rank, name in zip(range(4), names[::-1]):  # names in reverse rank order
+        text = (CASES / "gloo4" / f"rank{rank:05d}-of-00004.py.json").read_text()
+        pid = json.loads(text)[0]["pid"]
+        pids[rank] = pid
+        (tmp_path / f"{name}.json").write_text(text)
+    if len(set(pids.values())) < 4:
+        pytest.skip("the recorded dumps share a pid")
+    hang = {"version": 1, "world_size": 4, "ranks": [{"rank": r, "pid": p} for r, p in pids.items()]}
+    (tmp_path / "hang.json").write_text(json.dumps(hang))
+    proc = viewer("--path", tmp_path, "--out", tmp_path / "out", "--format", "text")
+    assert proc.returncode == 0, proc.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "rank 2: stall_before_all_reduce@stalled_gloo.py:9" in summary
+    assert "sorted file names" not in summary

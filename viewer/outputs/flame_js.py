@@ -25,7 +25,7 @@ SCRIPT = r"""
   function place(g, x, w) {
     var r = g.querySelector("rect"), t = g.querySelector("text");
     r.setAttribute("x", x.toFixed(2));
-    r.setAttribute("width", Math.max(w, 0.5).toFixed(2));
+    r.setAttribute("width", Math.max(w, g.classList.contains("hot") ? 2 : 0.5).toFixed(2));
     t.setAttribute("x", (x + 3).toFixed(2));
     t.textContent = fit(g.getAttribute("data-l"), w);
     g.style.display = "";
@@ -92,6 +92,8 @@ SCRIPT = r"""
     var g = e.target.closest ? e.target.closest("g.f") : null;
     if (g) { zoom(g); return; }
     if (e.target === unzoomBtn) { unzoom(); return; }
+    var link = e.target.getAttribute && e.target.getAttribute("data-target");
+    if (link) { zoom(document.getElementById(link)); return; }
     if (e.target.id === "searchbtn") {
       var term = window.prompt("Search frames (regular expression):", "");
       if (term) search(term); else clearSearch();

@@ -14,10 +14,11 @@ from typing import Sequence
 from viewer.api import ROOT, THREAD, Frame
 from viewer.atomic import write_text
 from viewer.kinds import COLOURS, LEGEND, colour, is_hot, kind_of
-from viewer.merge import RankLabels, Tree
+from viewer.merge import Node, RankLabels, Tree
 from viewer.outputs.flame_js import SCRIPT
 
-WIDTH, PAD, ROW, HEADER, FOOTER, CHAR = 1200, 10, 17, 72, 34, 6.6
+WIDTH, PAD, ROW, HEADER, FOOTER, CHAR = 1200, 10, 17, 76, 34, 6.6
+MAX_ODD = 6  # header links to the groups of ranks that went another way
 _CSS = """
 text { font-family: monospace; font-size: 11px; fill: #000; }
 g.f text { pointer-events: none; }
@@ -25,6 +26,7 @@ g.f:hover rect { stroke: #000; stroke-width: 0.7; }
 g.hot text { fill: #fff; }
 g.anc rect { opacity: 0.55; }
 .btn { cursor: pointer; fill: #2255aa; }
+.odd { fill: #b22222; }
 #title { font-size: 16px; font-weight: bold; }
 """
 
@@ -81,22 +83,26 @@ class FlameSvg:
     def __init__(self, title: str, subtitle: str, world: int, html: bool = False):
         self.title, self.subtitle, self.world, self.html = title, subtitle, world, html
         self.tree = Tree()
+        self.odd: list = []
+        self.forks: list = []
+        self.ids: dict[int, str] = {}
 
     def add_stack(self, thread: str, frames: Sequence[Frame], ranks: int) -> None:
         self.tree.add(thread, frames, ranks)
 
     def _frames(self) -> tuple[list[str], int]:
-        tree = self.tree.finish()
+        tree = self.tree
         labels = RankLabels(self.world)
         units = max(tree.root.width, 1)
         scale = (WIDTH - 2 * PAD) / units
-        out, max_depth, ident = [], 0, 0
-        stack = [(tree.root, 0, 0, tree.root.width)]
+        out, max_depth, ident, thread_name = [], 0, 0, ""
+        top = HEADER + ROW * len(self.odd)
+        stack = [(tree.root, 0, 0, tree.root.width, False)]
         while stack:
-            node, depth, x, thread_w = stack.pop()
+            node, depth, x, thread_w, parent_hot = stack.pop()
             f, w = node.frame, node.width
             if f.kind == THREAD:
-                thread_w = w
+                thread_w, thread_name = w, f.func
             max_depth = max(max_depth, depth)
             hot = f.kind not in (ROOT, THREAD) and is_hot(w, thread_w)
             if f.kind == ROOT:
@@ -105,7 +111,10 @@ class FlameSvg:
                 label = labels.label(f, node.ranks)
                 info = f"{w} of {thread_w} ranks ({100.0 * w / max(thread_w, 1):.1f}%), {kind_of(f)}"
             fill = colour(f, hot)
-            px, pw, py = PAD + x * scale, max(w * scale, 0.5), HEADER + depth * ROW
+            self.ids[id(node)] = f"f{ident}"
+            if hot and not parent_hot:
+                self.forks.append((node, thread_name))
+            px, pw, py = PAD + x * scale, max(w * scale, 2.0 if hot else 0.5), top + depth * ROW
             out.append(
                 f'<g id="f{ident}" class="f{" hot" if hot else ""}" data-x="{x}" data-w="{w}" '
                 f'data-d="{depth}" data-c="{fill}" data-n="{escape(info)}" data-l="{escape(label)}">'
@@ -119,16 +128,52 @@ class FlameSvg:
                 starts.append(cx)
                 cx += c.width
             for c, cx in reversed(list(zip(kids, starts))):
-                stack.append((c, depth + 1, cx, thread_w))
+                stack.append((c, depth + 1, cx, thread_w, hot))
         return out, max_depth
+
+    def _odd(self) -> list[tuple[Node, Node, str]]:
+        """(zoom target, innermost frame, thread) per group of minority ranks.
+
+        Below each fork into a minority, every distinct stack end is one
+        group; its zoom target is the highest frame that holds exactly it.
+        """
+        out = []
+        for fork, thread in self.forks:
+            todo = [(fork, None)]
+            while todo:
+                node, target = todo.pop()
+                below = 0
+                for c in node.children.values():
+                    below |= c.ranks
+                own = node.ranks & ~below
+                if own:
+                    out.append((target if target is not None and target.ranks == own else node, node, thread))
+                for c in reversed(node.sorted_children()):
+                    todo.append((c, target if target is not None and target.ranks == c.ranks else c))
+        out.sort(key=lambda t: t[0].width)
+        return out[:MAX_ODD]
+
+    def _odd_links(self, labels: RankLabels) -> list[str]:
+        """Header links to the minority groups, few ranks first (click: zoom there)."""
+        out = []
+        for i, (target, leaf, thread) in enumerate(self.odd):
+            n = target.width
+            text = f"{'rank' if n == 1 else 'ranks'} {labels.fold(target.ranks)} ({thread}) stuck in {leaf.frame.label}"
+            out.append(f'<text class="btn odd" data-target="{self.ids[id(target)]}" x="{PAD}" '
+                       f'y="{HEADER + ROW * i + 2}">▶ {escape(text)}</text>')
+        return out
 
     def render(self) -> str:
         if not self.tree.root.children:
             return error_svg(self.title, "no usable stacks")
+        self.tree.finish()
+        self.odd, self.forks = [], []
+        self._frames()  # first pass finds the forks, which sit in the header
+        self.odd = self._odd()
         frames, depth = self._frames()
-        height = HEADER + (depth + 1) * ROW + FOOTER
-        body = _header(self.title, self.subtitle) + frames + [
-            f'<text id="details" x="{PAD}" y="{height - 12}"> </text>']
+        height = HEADER + ROW * len(self.odd) + (depth + 1) * ROW + FOOTER
+        body = (_header(self.title, self.subtitle) + self._odd_links(RankLabels(self.world, limit=60))
+                + frames + [f'<text id="details" x="{PAD}" y="{height - 12}"> </text>'])
         return _svg(height, body, self.title, self.tree.root.width)
 
     def write(self, path: Path) -> None:
