@@ -16,6 +16,7 @@ from pathlib import Path
 from viewer.api import NoStacks, ViewerError
 from viewer.render import FORMATS
 
+_MAX_NOTES = 5  # on the terminal; summary.txt has them all
 _EVENT = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?$")
 
 
@@ -72,8 +73,11 @@ def run(cfg: Config) -> int:
     if loaded.bad_lines:
         print(f"stack-viewer: skipped {sum(loaded.bad_lines.values())} unreadable lines in "
               f"{len(loaded.bad_lines)} files (see summary.txt)", file=sys.stderr)
-    for note in loaded.notes:
+    for note in loaded.notes[:_MAX_NOTES]:
         print(f"stack-viewer: {note}", file=sys.stderr)
+    if len(loaded.notes) > _MAX_NOTES:
+        print(f"stack-viewer: ... and {len(loaded.notes) - _MAX_NOTES} more notes in summary.txt",
+              file=sys.stderr)
     if res.empty:
         print(f"stack-viewer: no usable stacks in {event.path}; wrote error pictures to {out}", file=sys.stderr)
         return 1

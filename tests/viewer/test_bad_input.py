@@ -102,3 +102,14 @@ def test_unwritable_out(tmp_path):
     proc = viewer("--path", tmp_path, "--out", tmp_path / "out")
     assert proc.returncode == 1
     assert_one_clean_line(proc, "--out")
+
+
+def test_many_bad_files_do_not_flood_the_terminal(tmp_path):
+    shutil.copy(GOOD, tmp_path / "rank00000-of-00009.py.json")
+    for r in range(1, 9):
+        (tmp_path / f"rank{r:05d}-of-00009.py.json").write_bytes(b"\0junk")
+    proc = viewer("--path", tmp_path, "--out", tmp_path / "out", "--format", "text")
+    assert proc.returncode == 0
+    assert_one_clean_line(proc, "... and 3 more notes in summary.txt")
+    assert proc.stderr.count("binary data") == 5
+    assert (tmp_path / "out" / "summary.txt").read_text().count("binary data") == 8 + 8  # per rank + notes

@@ -119,3 +119,13 @@ def test_ranks_from_dump_pids_when_names_carry_none(tmp_path):
     summary = (tmp_path / "out" / "summary.txt").read_text()
     assert "rank 2: stall_before_all_reduce@stalled_gloo.py:9" in summary
     assert "sorted file names" not in summary
+
+
+def test_viewer_imports_neither_torch_nor_grpc(tmp_path):
+    """It runs on a laptop: a full run must not pull torch or grpc in."""
+    code = ("import sys; from viewer.cli import main; rc = main(['--path', sys.argv[1], '--out', sys.argv[2]]); "
+            "bad = [m for m in ('torch', 'grpc') if m in sys.modules]; print('LOADED', bad); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, str(CASES / "gloo4"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "LOADED []" in proc.stdout

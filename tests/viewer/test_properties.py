@@ -27,11 +27,13 @@ def build(job, cls=Tree):
     return tree
 
 
+@settings(deadline=None)
 @given(st.sets(st.integers(0, 20000)))
 def test_bitset_round_trip(ranks):
     assert ranks_of(bits_of(ranks)) == sorted(ranks)
 
 
+@settings(deadline=None)
 @given(st.sets(st.integers(0, 300)), st.integers(301, 400))
 def test_stuck_and_leak_partition_the_world(ranks, world):
     labels = RankLabels(world, limit=None)
@@ -92,6 +94,7 @@ def test_folded_counts_sum_to_ranks_per_thread(job):
     assert per_thread == expected
 
 
+@settings(deadline=None)
 @given(st.lists(st.sampled_from(["python", "MainThread", "io"]), min_size=1, max_size=6), st.booleans())
 def test_thread_keys_are_unique_per_process(names, has_main):
     threads = [ThreadStack(n, 100 + i, (), is_main=has_main and i == 0) for i, n in enumerate(names)]
