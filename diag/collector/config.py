@@ -62,6 +62,7 @@ class Config:
     max_dump_bytes: int = 64 << 20
     max_agents: int = 4096
     eval_interval_s: float = 0.5
+    stats_interval_s: float = 60.0
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
@@ -71,7 +72,8 @@ class Config:
         if self.hang_action not in HANG_ACTIONS:
             raise ConfigError(f"--hang-action: {self.hang_action!r} is not one of {', '.join(HANG_ACTIONS)}")
         for option, value in (("--hang-timeout", self.hang_timeout_s), ("--silent-after", self.silent_after_s),
-                              ("--dump-timeout", self.dump_timeout_s), ("eval interval", self.eval_interval_s)):
+                              ("--dump-timeout", self.dump_timeout_s), ("eval interval", self.eval_interval_s),
+                              ("--stats-interval", self.stats_interval_s)):
             if not value > 0:
                 raise ConfigError(f"{option}: {value!r} must be a positive duration, e.g. 30s")
         if self.max_agents < 1:
@@ -103,6 +105,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-timeout", default="60s", help="with --hang-action kill, kill after this even if dumps are missing")
     p.add_argument("--max-dump-size", default="64M", help="largest accepted stack dump file")
     p.add_argument("--max-agents", default="4096", help="most agents connected at once")
+    p.add_argument("--stats-interval", default="60s", help="log an ingest-rate line this often")
     return p
 
 
@@ -126,7 +129,7 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
             silent_after_s=parse_duration(ns.silent_after, "--silent-after"),
             dump_timeout_s=parse_duration(ns.dump_timeout, "--dump-timeout"),
             max_dump_bytes=parse_size(ns.max_dump_size, "--max-dump-size"),
-            max_agents=max_agents)
+            max_agents=max_agents, stats_interval_s=parse_duration(ns.stats_interval, "--stats-interval"))
     except UnitError as exc:
         raise ConfigError(str(exc)) from None
 

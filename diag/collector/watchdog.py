@@ -36,6 +36,8 @@ class Watchdog:
         self.declared: list[HangEvent] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stats_at: float | None = None
+        self._stats_reports = 0
 
     def start(self) -> None:
         if self._thread is None:
@@ -72,10 +74,23 @@ class Watchdog:
             log.info("progress resumed: hang detection re-armed")
         if fire:
             self._declare(findings, snap, time.time() if now_unix is None else now_unix)
+        self._log_stats(snap, now)
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", now)
             if self._config.hang_action == "kill" and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
+
+    def _log_stats(self, snap: Snapshot, now: float) -> None:
+        """Every --stats-interval: reports ingested so far and the rate since the last line."""
+        if self._stats_at is None:
+            self._stats_at = now
+        if now - self._stats_at < self._config.stats_interval_s:
+            return
+        total = self._state.reports
+        rate = (total - self._stats_reports) / (now - self._stats_at)
+        log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks",
+                 total, rate, now - self._stats_at, len(snap.agents), len(snap.ranks))
+        self._stats_at, self._stats_reports = now, total
 
     def _declare(self, findings, snap: Snapshot, now_unix: float) -> None:
         event_id, path = self._events.reserve_dir(now_unix)
