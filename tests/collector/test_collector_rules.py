@@ -266,3 +266,15 @@ def test_watchdog_survives_a_failing_tick(tmp_path, caplog):
         watchdog.stop()
     assert len(calls) >= 3
     assert "disk on fire" in caplog.text
+
+
+def test_watchdog_logs_the_ingest_rate_every_stats_interval(tmp_path, caplog):
+    watchdog, state, _, _ = make_watchdog(tmp_path, stats_interval_s=10.0)
+    caplog.set_level("INFO", logger="diag.collector")
+    watchdog.tick(now=T0)
+    for i in range(40):
+        state.ingest(node_report(i % 2, [rank_progress(i % 2, 2)]), T0 + i * 0.25)
+    watchdog.tick(now=T0 + 5)
+    assert "ingest:" not in caplog.text
+    watchdog.tick(now=T0 + 10)
+    assert "ingest: 40 reports total, 4.0/s over the last 10.000 s; 2 agents, 2 ranks" in caplog.text
