@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import threading
+import time
 
 from diag.records import format as fmt
 
@@ -220,14 +222,15 @@ def _wrap_batch(tracer, groups, original):
 
 
 def _finish_when_done(tracer, op, works) -> None:
-    """END once every work completed; never waits. If a work has no future
-    (a backend without one), END now rather than never."""
+    """END once every work completed; never waits. Works with a future get a
+    completion callback; the others (gloo's send/recv have none) are watched
+    by the tracer's poller thread through ``is_completed()``."""
     futures = []
     try:
         for work in works:
             futures.append(work.get_future())
     except Exception:
-        tracer.finish(op)
+        poller(tracer).watch(op, works)
         return
     if not futures:
         tracer.finish(op)
@@ -246,6 +249,59 @@ def _finish_when_done(tracer, op, works) -> None:
 
     for fut in futures:
         fut.add_done_callback(done)
+
+
+_pollers = {}
+
+
+def poller(tracer) -> "CompletionPoller":
+    found = _pollers.get(id(tracer))
+    if found is None or found.tracer is not tracer:
+        found = _pollers[id(tracer)] = CompletionPoller(tracer)
+    return found
+
+
+class CompletionPoller:
+    """One daemon thread that polls pending works without a future. It sleeps
+    on a condition while nothing is pending, so an idle tracer costs nothing."""
+
+    INTERVAL = 0.005
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+        self._cond = threading.Condition()
+        self._pending: list = []
+        self._thread = None
+
+    def watch(self, op, works) -> None:
+        with self._cond:
+            self._pending.append((op, list(works)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="xpu-diag-tracer-poller")
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while self.tracer.enabled:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                pending = list(self._pending)
+            done = [item for item in pending if _all_completed(item[1])]
+            for op, _works in done:
+                # Failure shows up in the caller's wait(); is_success() is deprecated.
+                self.tracer.finish(op)
+            with self._cond:
+                self._pending = [item for item in self._pending if item not in done]
+            time.sleep(self.INTERVAL)
+
+
+def _all_completed(works) -> bool:
+    try:
+        return all(work.is_completed() for work in works)
+    except Exception:
+        return True   # cannot tell: END now rather than never
 
 
 def _fut_failed(fut) -> bool:

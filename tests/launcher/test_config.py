@@ -1,0 +1,112 @@
+"""parse_args(argv, env) -> Config: pure, validated, one-line errors."""
+
+import pytest
+
+from diag.launcher.config import ConfigError, parse_args
+from diag.launcher.main import main
+
+
+def parse(*argv, env=None):
+    return parse_args(list(argv), env or {})
+
+
+def test_defaults_and_torchrun_options_pass_through_verbatim():
+    cfg = parse("--nproc-per-node", "4", "--max-restarts=1", "train.py", "--lr", "0.1")
+    assert cfg.torchrun_argv == ["--nproc-per-node", "4", "--max-restarts=1", "train.py",
+                                 "--lr", "0.1"]
+    assert (cfg.hang_timeout, cfg.timeline_path, cfg.collector, cfg.hang_action, cfg.no_hook) == (
+        300.0, "/root/timeline", None, "report", False)
+    assert cfg.fault_list is None and cfg.fault_list_max_age == 24 * 3600
+    assert cfg.starts_collector and cfg.collector_listen() == "127.0.0.1:0"
+
+
+def test_own_options_are_removed_and_script_args_are_left_alone(tmp_path):
+    cfg = parse("--hang-timeout", "10s", "--nproc-per-node", "2", f"--timeline-path={tmp_path}",
+                "--hang-action", "kill", "--no-hook", "--collector", "10.0.0.1:5000",
+                "train.py", "--hang-timeout", "3", "--no-hook")
+    assert cfg.torchrun_argv == ["--nproc-per-node", "2", "train.py", "--hang-timeout", "3",
+                                 "--no-hook"]
+    assert (cfg.hang_timeout, cfg.timeline_path, cfg.hang_action, cfg.no_hook, cfg.collector) == (
+        10.0, str(tmp_path), "kill", True, "10.0.0.1:5000")
+    assert not cfg.starts_collector
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["python", "train.py", "-x"], ["train.py", "-x"]),
+    (["python3", "train.py"], ["train.py"]),
+    (["/usr/bin/python3.11", "-u", "train.py"], ["train.py"]),
+    (["python", "-m", "pkg.mod", "--a"], ["--module", "pkg.mod", "--a"]),
+    (["-m", "pkg.mod", "--a"], ["-m", "pkg.mod", "--a"]),
+    (["train.py"], ["train.py"]),
+])
+def test_python_prefix_and_module_forms(argv, expected):
+    assert parse("--nproc-per-node", "2", *argv).torchrun_argv == ["--nproc-per-node", "2"] + expected
+
+
+def test_unbuffered_flag_is_kept_as_env():
+    assert parse("python", "-u", "t.py").unbuffered and not parse("t.py").unbuffered
+
+
+def test_env_equivalents_and_flags_win(tmp_path):
+    env = {"XPU_TIMER_HANG_TIMEOUT": "2m", "XPU_TIMER_TIMELINE_PATH": str(tmp_path),
+           "XPU_TIMER_HANG_ACTION": "kill", "XPU_TIMER_NO_HOOK": "1",
+           "XPU_TIMER_COLLECTOR": "h:1", "XPU_TIMER_FAULT_LIST": "/x/faults.json",
+           "XPU_TIMER_FAULT_LIST_MAX_AGE": "1h"}
+    cfg = parse("t.py", env=env)
+    assert (cfg.hang_timeout, cfg.timeline_path, cfg.hang_action, cfg.no_hook, cfg.collector,
+            cfg.fault_list, cfg.fault_list_max_age) == (
+        120.0, str(tmp_path), "kill", True, "h:1", "/x/faults.json", 3600.0)
+    assert parse("--hang-timeout", "5", "t.py", env=env).hang_timeout == 5.0
+    assert not parse("t.py", env={"XPU_TIMER_NO_HOOK": "0"}).no_hook
+
+
+def test_job_id_comes_from_rdzv_id_then_env_and_is_sanitised():
+    assert parse("--rdzv-id", "my/job:1", "t.py").job_id == "myjob1"
+    assert parse("t.py", env={"TORCHELASTIC_RUN_ID": "abc"}).job_id == "abc"
+    assert parse("t.py").job_id.startswith("job-")
+    # Multi-node without an id: every node derives the same one.
+    argv = ["--nnodes", "2", "--master-addr", "10.1.1.1", "--master-port", "6000", "t.py"]
+    assert parse(*argv).job_id == parse(*argv).job_id == "job-10.1.1.1-6000"
+
+
+def test_multi_node_collector_address():
+    cfg = parse("--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.1.1",
+                "--master-port", "6000", "t.py")
+    assert not cfg.starts_collector and cfg.collector_listen() == "10.1.1.1:6001"
+    assert parse("--nnodes", "1:4", "--rdzv-endpoint", "h:7000", "t.py").collector_listen() == "h:7001"
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--hang-timeout", "soon", "t.py"], "--hang-timeout"),
+    (["--hang-timeout", "0", "t.py"], "--hang-timeout"),
+    (["--hang-timeout", "-5s", "t.py"], "--hang-timeout"),
+    (["--hang-action", "explode", "t.py"], "--hang-action"),
+    (["--collector", "nohostport", "t.py"], "--collector"),
+    (["--collector", "h:99999", "t.py"], "--collector"),
+    (["--fault-list-max-age", "old", "t.py"], "--fault-list-max-age"),
+    (["--timeline-path", "", "t.py"], "--timeline-path"),
+    (["--nproc-per-node", "2"], "training script"),
+    (["--nnodes", "x:y", "t.py"], "--nnodes"),
+    (["python", "-c", "print(1)"], "python option"),
+    (["--no-such-option", "t.py"], "--no-such-option"),
+])
+def test_bad_values_are_one_line_errors_naming_the_option(argv, option):
+    with pytest.raises(ConfigError) as info:
+        parse(*argv)
+    message = str(info.value)
+    assert option in message and "\n" not in message
+
+
+def test_timeline_path_must_be_creatable(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match="--timeline-path.*not a directory"):
+        parse("--timeline-path", str(blocker / "sub"), "t.py")
+    assert parse("--timeline-path", str(tmp_path / "new" / "deeper"), "t.py")
+    assert not (tmp_path / "new").exists()   # parsing creates nothing
+
+
+def test_main_prints_one_line_and_exits_2(capsys):
+    assert main(["--hang-action", "maybe", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("xpu_timer_launch: --hang-action")

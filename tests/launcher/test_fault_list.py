@@ -1,0 +1,55 @@
+"""--fault-list: a node marked faulty by netcheck does not start training."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from diag import faultlist
+from diag.launcher.config import parse_args
+from diag.launcher.runner import check_fault_list
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "stall.py")
+
+
+def config_for(path, max_age="24h"):
+    return parse_args(["--fault-list", str(path), "--fault-list-max-age", max_age, "t.py"], {})
+
+
+def test_faulty_node_exits_75_through_the_cli(tmp_path):
+    path = tmp_path / "faults.json"
+    faultlist.write(path, {socket.gethostname(): "busbw 1.2 GB/s < 20 GB/s"}, [])
+    exe = os.path.join(os.path.dirname(sys.executable), "xpu_timer_launch")
+    proc = subprocess.run([exe, "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == faultlist.EXIT_FAULTY_NODE == 75
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("xpu_timer_launch")]
+    assert lines == [f"xpu_timer_launch: node {socket.gethostname()} is marked faulty in {path}: "
+                     f"busbw 1.2 GB/s < 20 GB/s"]
+    assert "DONE" not in proc.stdout
+
+
+def test_node_name_from_env_is_checked(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "faults.json"
+    faultlist.write(path, {"gpu-node-7": "nvlink down"}, [])
+    assert check_fault_list(config_for(path)) is None
+    monkeypatch.setenv("XPU_TIMER_NODE_NAME", "gpu-node-7")
+    assert check_fault_list(config_for(path)) == 75
+    assert "node gpu-node-7 is marked faulty" in capsys.readouterr().err
+
+
+def test_old_list_warns_and_goes_on(tmp_path, capsys):
+    path = tmp_path / "faults.json"
+    faultlist.write(path, {"elsewhere": "x"}, [], created_unix=time.time() - 3 * 3600)
+    assert check_fault_list(config_for(path, "1h")) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning" in err and "old" in err
+
+
+def test_unreadable_list_is_a_one_line_usage_error(tmp_path, capsys):
+    path = tmp_path / "faults.json"
+    path.write_text("{not json")
+    assert check_fault_list(config_for(path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err

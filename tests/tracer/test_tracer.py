@@ -1,0 +1,129 @@
+"""The tracer in real gloo processes, injected the way the launcher does it."""
+
+from __future__ import annotations
+
+import glob
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from diag.launcher.runner import BOOTSTRAP_DIR
+from diag.records import format as fmt
+from diag.records.reader import RegionReader
+
+SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
+pytestmark = pytest.mark.timeout(120)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(script, shm_dir, extra_env=None, world=2, pythonpath=BOOTSTRAP_DIR):
+    """Run ``script`` as ``world`` gloo ranks, as torchrun would; returns outputs by rank."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
+                   XPU_TIMER_SHM_DIR=str(shm_dir), PYTHONPATH=pythonpath,
+                   PYTHONWARNINGS="ignore")
+        env.pop("XPU_TIMER_TRACER_PID", None)
+        env.update(extra_env or {})
+        procs.append(subprocess.Popen([sys.executable, os.path.join(SCRIPTS, script)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=100)
+        assert proc.returncode == 0, stderr
+        out.append((stdout, stderr))
+    return out
+
+
+def records_by_rank(shm_dir):
+    regions = {}
+    for path in glob.glob(os.path.join(str(shm_dir), "py-r*.ring")):
+        reader = RegionReader(path)
+        regions[reader.header.rank] = (reader.header, reader.poll(), reader.dropped)
+    return regions
+
+
+def result_lines(outputs):
+    return [next(line for line in out.splitlines() if line.startswith("RESULT")) for out, _ in outputs]
+
+
+def test_collectives_p2p_and_host_functions_are_recorded(tmp_path):
+    env = {"XPU_TIMER_HOST_TRACING_FUNC": "json@@dumps,json@JSONEncoder@encode"}
+    outputs = run_ranks("collectives.py", tmp_path, env)
+    regions = records_by_rank(tmp_path)
+    assert sorted(regions) == [0, 1]
+    for rank, (header, records, dropped) in regions.items():
+        assert (header.producer, header.world_size, header.local_rank, dropped) == (
+            fmt.PRODUCER_PYTHON, 2, rank, 0)
+        starts = [r for r in records if r.event == fmt.EVENT_START]
+        ends = {r.op_id: r for r in records if r.event == fmt.EVENT_END}
+        assert set(ends) == {r.op_id for r in starts}    # every op ended, async ones too
+        names = [r.name for r in starts]
+        p2p = ["send", "isend", "batch_isend_irecv"] if rank == 0 else ["recv", "irecv", "batch_isend_irecv"]
+        assert names == ["all_reduce", "broadcast", "barrier", "all_reduce", "all_gather",
+                         *p2p, "dumps", "JSONEncoder.encode"]
+        world = [(r.name, r.seq) for r in starts if r.comm_id == 0 and r.kind == fmt.KIND_COLLECTIVE]
+        assert world == [("all_reduce", 1), ("broadcast", 2), ("barrier", 3), ("all_reduce", 4)]
+        sub = [r for r in starts if r.name == "all_gather"][0]
+        assert sub.comm_id != 0 and sub.seq == 1 and sub.comm_size == 2 and sub.comm_rank == rank
+        assert all(r.kind == fmt.KIND_P2P and r.seq == 0 for r in starts if r.name in p2p)
+        assert starts[0].bytes == 16                      # 4 float32
+        assert all(r.kind == fmt.KIND_HOST_FUNC for r in starts[-2:])
+        assert all(ends[r.op_id].t_mono_ns >= r.t_mono_ns for r in starts)
+    sub_ids = {[r for r in recs if r.name == "all_gather"][0].comm_id for _, recs, _ in regions.values()}
+    assert len(sub_ids) == 1                              # equal on every member rank
+    # Same results with the tracer switched off.
+    plain = run_ranks("collectives.py", tmp_path / "off", {"XPU_TIMER_TRACER_DISABLE": "1"})
+    assert result_lines(outputs) == result_lines(plain)
+    assert not (tmp_path / "off").exists() or not os.listdir(tmp_path / "off")
+
+
+def test_async_op_ends_when_the_work_completes_without_blocking(tmp_path):
+    outputs = run_ranks("async_pending.py", tmp_path)
+    posted = float(outputs[0][0].split("POSTED ")[1].split()[0])
+    assert posted < 0.5                                   # irecv returned at once
+    records = records_by_rank(tmp_path)[0][1]
+    start = next(r for r in records if r.name == "irecv" and r.event == fmt.EVENT_START)
+    end = next(r for r in records if r.op_id == start.op_id and r.event == fmt.EVENT_END)
+    # The sender waits 1.5 s: END is stamped at completion, not when irecv returned.
+    assert end.t_mono_ns - start.t_mono_ns > 1.0e9 and end.duration_ns > 1.0e9
+    assert "RESULT [1.0, 1.0, 1.0, 1.0]" in outputs[0][0]
+
+
+def test_unusable_shm_dir_switches_off_with_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    outputs = run_ranks("collectives.py", blocker)
+    expected = run_ranks("collectives.py", tmp_path / "ok")
+    assert result_lines(outputs) == result_lines(expected)
+    for _, stderr in outputs:
+        lines = [line for line in stderr.splitlines() if "xpu-diag" in line]
+        assert len(lines) == 1 and "switched off" in lines[0], stderr
+
+
+def test_bootstrap_chains_to_the_users_sitecustomize(tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE_RAN = True\n")
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([BOOTSTRAP_DIR, str(user)]), RANK="5",
+               LOCAL_RANK="1", WORLD_SIZE="8", XPU_TIMER_SHM_DIR=str(shm))
+    env.pop("XPU_TIMER_TRACER_PID", None)
+    code = ("import builtins, os, diag.tracer.core as c; "
+            "print(getattr(builtins, 'USER_SITE_RAN', False), c.active() is not None, "
+            "os.environ['XPU_TIMER_TRACER_PID'] == str(os.getpid()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr
+    assert [os.path.basename(p)[:5] for p in glob.glob(str(shm / "*.ring"))] == ["py-r5"]
