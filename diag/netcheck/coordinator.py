@@ -27,6 +27,7 @@ class Coordinator:
         self.fleet: dict[str, list[float]] = {}
         self.node_faults: dict[int, tuple[str, str]] = {}     # unit -> (rule, reason), outside pairing
         self.pair_rule: dict[frozenset, str] = {}
+        self.timing: dict[str, Any] = {"rounds_s": []}
 
     # -- names -------------------------------------------------------------
     def host(self, unit: int) -> str:
@@ -44,7 +45,10 @@ class Coordinator:
 
     # -- phases ------------------------------------------------------------
     def run(self) -> dict[str, Any]:
+        started = time.monotonic()
         self._gather_joins()
+        self.timing["join_s"] = time.monotonic() - started
+        checking = time.monotonic()
         units = sorted(self.infos, key=lambda u: (self.infos[u].get("local_rank", 0), u))
         pp = Pinpointer(units, hosts={u: self.host(u) for u in units},
                         names={u: self.label(u) for u in units}, max_rounds=self.cfg.max_rounds)
@@ -53,9 +57,12 @@ class Coordinator:
             rnd = pp.rounds
             self.session.set_json(f"plan/{rnd}", {"done": False, "round": rnd, "pairs": pairs})
             self.reporter.start(f"round {rnd}: {len(pairs)} pair(s)", len(pairs))
+            round_start = time.monotonic()
             results = self._collect(rnd, pairs)
             self._add_to_fleet(pairs, results)
             pp.record([self._judge(rnd, a, b, results, pp) for a, b in pairs])
+            self.timing["rounds_s"].append(time.monotonic() - round_start)
+        self.timing["check_s"] = time.monotonic() - checking
         doc = self._finish(pp)
         self.session.set_json(f"plan/{pp.rounds + 1}", {"done": True, "doc": doc})
         self._await_acks(pp)
@@ -216,7 +223,8 @@ class Coordinator:
                 self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=PASS,
                                                 reason="passed with a healthy partner"))
         summary = {"rounds": pp.rounds, "nodes": self.cfg.nnodes, "joined": len(self.infos),
-                   "size": self.infos.get(0, {}).get("size"), "backend": self.infos.get(0, {}).get("backend")}
+                   "size": self.infos.get(0, {}).get("size"), "backend": self.infos.get(0, {}).get("backend"),
+                   "timing": self.timing}
         self.records.append(Measurement("*", "rounds", float(pp.rounds), "", verdict=INFO,
                                         reason=f"{pp.rounds} round(s) for {self.cfg.nnodes} node(s)"))
         return faultlist.to_document({n: " | ".join(r) for n, r in faulty.items()},

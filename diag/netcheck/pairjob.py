@@ -51,7 +51,7 @@ def run_pair_tests(group: Any, rank: int, device: Any, size: int, warmup: int, i
         test = cls()
         t = measure(test, ctx, warmup, iters)
         out[name] = {"bytes": test.bytes_moved(ctx), "seconds": t.seconds,
-                     "algbw": t.algbw_gbs, "busbw": t.busbw_gbs}
+                     "algbw": t.algbw_gbs, "busbw": t.busbw_gbs, "mean_seconds": t.mean_seconds}
     return out
 
 

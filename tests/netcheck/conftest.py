@@ -1,139 +1,16 @@
-"""Real network namespaces as netcheck "nodes": one bridge, one veth per node.
-
-Every name carries a per-run id, so parallel runs do not clash; the only
-addresses used are the ones given to the namespaces made here, and teardown
-removes the namespaces (and with them the veths) and the bridge.
-"""
+"""Fixtures for tests/netcheck: real network namespaces (netns_cluster.py)."""
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
-
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
-class Cluster:
-    """``n`` namespaces on one bridge, node k at 10.X.Y.(k+1)."""
-
-    def __init__(self, n: int):
-        self.id = f"{os.getpid() % 100000:05d}{random.randint(0, 99):02d}"
-        self.n = n
-        self.bridge = f"ncb{self.id}"
-        self.ns = [f"nc{self.id}-{k}" for k in range(n)]
-        self.host_if = [f"nh{self.id}{k:x}" for k in range(n)]
-        self.node_if = [f"nn{self.id}{k:x}" for k in range(n)]
-        x, y = random.randint(200, 250), random.randint(0, 255)
-        self.addr = [f"10.{x}.{y}.{k + 1}" for k in range(n)]
-        self.procs: list[subprocess.Popen] = []
-
-    def up(self) -> None:
-        _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("link", "set", self.bridge, "up")
-        for k in range(self.n):
-            _ip("netns", "add", self.ns[k])
-            _ip("link", "add", self.host_if[k], "type", "veth", "peer", "name", self.node_if[k])
-            _ip("link", "set", self.node_if[k], "netns", self.ns[k])
-            _ip("link", "set", self.host_if[k], "master", self.bridge)
-            _ip("link", "set", self.host_if[k], "up")
-            _ip("-n", self.ns[k], "addr", "add", f"{self.addr[k]}/24", "dev", self.node_if[k])
-            _ip("-n", self.ns[k], "link", "set", self.node_if[k], "up")
-            _ip("-n", self.ns[k], "link", "set", "lo", "up")
-
-    def throttle(self, k: int, rate: str = "16mbit") -> None:
-        """tbf on both ends of node k's veth: its traffic both ways goes at ``rate``."""
-        tbf = ["root", "tbf", "rate", rate, "burst", "32kbit", "latency", "200ms"]
-        subprocess.run(["tc", "qdisc", "add", "dev", self.host_if[k], *tbf], check=True)
-        subprocess.run(["ip", "netns", "exec", self.ns[k], "tc", "qdisc", "add", "dev", self.node_if[k], *tbf],
-                       check=True)
-
-    def start(self, k: int, args: list[str], port: int) -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", self.ns[k], PYTHON, "-m", "diag.netcheck.cli",
-               "--nnodes", str(self.n), "--node-rank", str(k), "--master-addr", self.addr[0],
-               "--master-port", str(port), "--node-name", f"node{k}", "--iface", self.node_if[k],
-               "--backend", "gloo", "--no-progress", *args]
-        env = {k2: v for k2, v in os.environ.items() if k2 not in ("WORLD_SIZE", "RANK", "MASTER_ADDR",
-                                                                   "MASTER_PORT", "XPU_TIMER_NODE_NAME")}
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.procs.append(proc)
-        return proc
-
-    def run_all(self, args_for, port: int = 29500, timeout: float = 90.0, on_line=None) -> list[tuple[int, str, str]]:
-        """Start every node (node 0 first), wait for all; returns [(rc, stdout, stderr)].
-
-        ``on_line(line, procs)`` sees node 0's stderr lines as they come.
-        """
-        procs = [self.start(k, args_for(k), port) for k in range(self.n)]
-        streams: dict[tuple[int, str], list[str]] = {}
-
-        def pump(k: int, name: str, stream) -> None:
-            for line in stream:
-                streams.setdefault((k, name), []).append(line)
-                if on_line is not None and k == 0 and name == "err":
-                    on_line(line, procs)
-
-        readers = [threading.Thread(target=pump, args=(k, name, getattr(p, "std" + name)), daemon=True)
-                   for k, p in enumerate(procs) for name in ("out", "err")]
-        for r in readers:
-            r.start()
-        deadline = time.monotonic() + timeout
-        for k, proc in enumerate(procs):
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 1))
-            except subprocess.TimeoutExpired:
-                self.kill_all()
-                pytest.fail(f"netcheck node{k} did not finish within {timeout}s")
-        for r in readers:
-            r.join(5)
-        return [(p.returncode, "".join(streams.get((k, "out"), [])), "".join(streams.get((k, "err"), [])))
-                for k, p in enumerate(procs)]
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(10)
-
-    def down(self) -> None:
-        self.kill_all()
-        for ns in self.ns:
-            _ip("netns", "del", ns, check=False)
-        _ip("link", "del", self.bridge, check=False)
-
-
-def _namespaces_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "network namespaces need root"
-    probe = f"ncprobe{os.getpid()}"
-    try:
-        res = _ip("netns", "add", probe, check=False)
-    except FileNotFoundError:
-        return "iproute2 (ip) is not installed; run make system-deps"
-    if res.returncode != 0:
-        return f"cannot make a network namespace: {res.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
-    if subprocess.run(["which", "tc"], capture_output=True).returncode != 0:
-        return "tc is not installed (iproute2)"
-    return None
+from netns_cluster import Cluster, namespaces_unavailable
 
 
 @pytest.fixture
 def netns_cluster():
     """Factory: ``netns_cluster(n)`` -> a Cluster that is torn down after the test."""
-    reason = _namespaces_unavailable()
+    reason = namespaces_unavailable()
     if reason:
         pytest.skip(reason)
     made: list[Cluster] = []

@@ -9,7 +9,13 @@ from diag import faultlist
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 
-SMALL = ["--size", "256K", "--warmup", "1", "--iters", "3", "--timeout", "8s", "--join-timeout", "60s"]
+# 1 MiB per op: big enough that a healthy veth is bandwidth-bound even on a
+# loaded 2-core CI host, small enough that the throttled node (32 mbit/s, ~0.3 s
+# per op) keeps each test short. --rel-ratio 0.2: scheduling noise on a
+# shared host reaches 2-5x; the throttle is ~50x.
+SMALL = ["--size", "1M", "--warmup", "1", "--iters", "3", "--timeout", "10s", "--join-timeout", "60s",
+         "--rel-ratio", "0.2"]
+RATE = "32mbit"
 
 
 def _nodes_named(path):
@@ -18,7 +24,7 @@ def _nodes_named(path):
 
 def test_throttled_node_is_named_and_no_other(netns_cluster, tmp_path):
     c = netns_cluster(5)      # odd: one node waits in round 1
-    c.throttle(3)
+    c.throttle(3, RATE)
     results = c.run_all(lambda k: SMALL + ["--output", str(tmp_path / f"f{k}.json")]
                         + (["--format", "slurm"] if k == 0 else []), port=29621)
     rc0, out0, err0 = results[0]
@@ -40,11 +46,12 @@ def test_throttled_node_is_named_and_no_other(netns_cluster, tmp_path):
 
 def test_two_faulty_nodes_are_both_found(netns_cluster, tmp_path):
     c = netns_cluster(6)
-    c.throttle(1)
-    c.throttle(4)
+    c.throttle(1, RATE)
+    c.throttle(4, RATE)
     out = tmp_path / "faults.json"
-    # Two slow pairs of three outvote the relative rule; the absolute floor catches them.
-    results = c.run_all(lambda k: SMALL + ["--min-busbw", "0.01"] + (["--output", str(out)] if k == 0 else []),
+    # Two slow pairs of three outvote the relative rule; the absolute floor
+    # (8 MB/s: ~2.5x the throttle, ~4x under the worst healthy pair seen on a loaded host) catches them.
+    results = c.run_all(lambda k: SMALL + ["--min-busbw", "0.008"] + (["--output", str(out)] if k == 0 else []),
                         port=29622)
     assert results[0][0] == 1, results[0][2]
     assert _nodes_named(out) == {"node1", "node4"}
