@@ -119,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("STACK_VIEWER_DEBUG") == "1":
+            raise
+        print(f"stack-viewer: internal error on --path {cfg.path}: {e.__class__.__name__}: {e} "
+              f"(rerun with STACK_VIEWER_DEBUG=1 for the traceback, and report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

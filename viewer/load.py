@@ -50,7 +50,7 @@ def thread_keys(threads: list[ThreadStack]) -> list[tuple[str, ThreadStack]]:
     return out
 
 
-def _kind(f: DumpFile, res: ParseResult) -> str:
+def _kind(f: DumpFile) -> str:
     if f.fmt in ("gdb", "eu-stack", "py"):
         return f.fmt
     from viewer.parsers import sniff
@@ -80,7 +80,7 @@ def _parse_rank(rank: int, files: list[DumpFile], out: Loaded) -> dict[str, tupl
             continue
         if res.bad_lines:
             out.bad_lines[f.path.name] = res.bad_lines
-        kind = _kind(f, res)
+        kind = _kind(f)
         if kind in kinds:
             first = kinds[kind][0]
             out.notes.append(f"duplicate rank {rank}: {first} and {f.path.name} are both "
