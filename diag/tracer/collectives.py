@@ -262,8 +262,10 @@ def poller(tracer) -> "CompletionPoller":
 
 
 class CompletionPoller:
-    """One daemon thread that polls pending works without a future. It sleeps
-    on a condition while nothing is pending, so an idle tracer costs nothing."""
+    """Ends ops whose works have no future: whichever comes first of the
+    caller's ``work.wait()`` returning (Work.wait is wrapped once, class-wide)
+    or a daemon thread seeing ``is_completed()``. The thread sleeps on a
+    condition while nothing is pending, so an idle tracer costs nothing."""
 
     INTERVAL = 0.005
 
@@ -271,11 +273,15 @@ class CompletionPoller:
         self.tracer = tracer
         self._cond = threading.Condition()
         self._pending: list = []
+        self._by_work: dict[int, object] = {}   # id(work) -> op; the list keeps works alive
         self._thread = None
+        _hook_work_wait(self)
 
     def watch(self, op, works) -> None:
         with self._cond:
             self._pending.append((op, list(works)))
+            for work in works:
+                self._by_work[id(work)] = op
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="xpu-diag-tracer-poller")
@@ -288,13 +294,47 @@ class CompletionPoller:
                 while not self._pending:
                     self._cond.wait()
                 pending = list(self._pending)
-            done = [item for item in pending if _all_completed(item[1])]
-            for op, _works in done:
-                # Failure shows up in the caller's wait(); is_success() is deprecated.
-                self.tracer.finish(op)
-            with self._cond:
-                self._pending = [item for item in self._pending if item not in done]
+            for op, works in pending:
+                if _all_completed(works):
+                    self.waited(op)
             time.sleep(self.INTERVAL)
+
+    def waited(self, op) -> None:
+        """END ``op`` once; forget its works. Failures surface in the caller's
+        wait() (is_success() is deprecated, so it is not asked)."""
+        with self._cond:
+            entry = next((item for item in self._pending if item[0] is op), None)
+            if entry is None:
+                return
+            self._pending.remove(entry)
+            for work in entry[1]:
+                self._by_work.pop(id(work), None)
+        self.tracer.finish(op)
+
+    def on_wait(self, work) -> None:
+        with self._cond:
+            op = self._by_work.pop(id(work), None)
+            last = op is not None and not any(o is op for o in self._by_work.values())
+        if last:
+            self.waited(op)
+
+
+def _hook_work_wait(poller_) -> None:
+    from torch.distributed.distributed_c10d import Work
+    original = Work.wait
+    if hasattr(original, MARK):
+        original = getattr(original, MARK)
+
+    def wait(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        try:
+            poller_.on_wait(self)
+        except Exception:
+            pass
+        return result
+
+    setattr(wait, MARK, original)
+    Work.wait = rename(wait)
 
 
 def _all_completed(works) -> bool:
