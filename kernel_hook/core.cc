@@ -14,6 +14,7 @@ namespace xt {
 namespace {
 
 Core g_core;
+std::atomic<int> g_captures{0};  // captures under way in the process
 pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_key_t g_slot_key;
 
@@ -80,6 +81,10 @@ Slot* claim_slot() {
 inline Slot* my_slot() {
   Slot* s = tl.slot;
   return s ? s : claim_slot();
+}
+
+inline bool maybe_capturing(const Core& c) {
+  return c.cfg.capture_check_always || g_captures.load(std::memory_order_acquire) > 0;
 }
 
 inline bool active() {
@@ -278,7 +283,7 @@ xt_ticket xt_op_begin(const xt_op_desc* d, void* stream) {
   // Inside a group the ops launch at ncclGroupEnd, which is where they get
   // their events; a capture status is only meaningful there too.
   bool deferred = s->group_depth > 0;
-  if (!deferred && c.ops.stream_capturing(stream)) {
+  if (!deferred && maybe_capturing(c) && c.ops.stream_capturing(stream)) {
     s->captured[d->op].store(s->captured[d->op].load(std::memory_order_relaxed) + 1,
                              std::memory_order_relaxed);
     return -1;
@@ -322,6 +327,14 @@ void xt_op_end(xt_ticket t, int failed) {
   s->head.store(uint64_t(t) + 1, std::memory_order_release);
 }
 
+void xt_capture_begin(void) { g_captures.fetch_add(1, std::memory_order_acq_rel); }
+
+void xt_capture_end(void) {
+  int n = g_captures.load(std::memory_order_relaxed);
+  while (n > 0 && !g_captures.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
+  }
+}
+
 void xt_group_start(void) {
   if (!active()) return;
   Slot* s = my_slot();
@@ -335,7 +348,7 @@ void xt_group_end_before(void) {
   Core& c = g_core;
   for (int i = 0; i < s->group_n; ++i) {
     PendingOp& e = s->ops[(s->group_first + i) & (kOpQueue - 1)];
-    if (c.ops.stream_capturing(e.stream)) continue;  // counted as untimed below
+    if (maybe_capturing(c) && c.ops.stream_capturing(e.stream)) continue;  // untimed
     if (ensure_events(c, e) && c.ops.event_record(e.ev0, e.stream) == 0) e.timed = true;
   }
 }

@@ -39,6 +39,8 @@ typedef struct xt_config {
   uint32_t capacity;       // region ring capacity, power of two
   uint32_t poll_us;        // drainer poll period
   uint32_t count_every_ms; // how often launch counts become COUNT records
+  int capture_check_always;  // ask stream_capturing on every timed op, not only
+                             // while xt_capture_begin says a capture is on
 } xt_config;
 
 // Operation types the hook times. Names and kinds live in core.cc.
@@ -95,6 +97,12 @@ void xt_op_end(xt_ticket ticket, int failed);
 void xt_group_start(void);
 void xt_group_end_before(void);           // before the real ncclGroupEnd
 void xt_group_end_after(int failed);      // after it
+
+// Stream capture bookkeeping, from the hooked cudaStreamBeginCapture* /
+// cudaStreamEndCapture. While no capture is under way anywhere in the process
+// a timed op skips the (costly) capture query. Works before xt_core_start.
+void xt_capture_begin(void);
+void xt_capture_end(void);
 
 // Communicators. ids are the same on every member rank.
 uint64_t xt_comm_id_from_bytes(const void* data, size_t len, uint64_t salt);

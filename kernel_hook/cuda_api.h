@@ -20,6 +20,11 @@ struct dim3 {
   unsigned int x, y, z;
 };
 typedef struct cudaLaunchConfig_st cudaLaunchConfig_t;  // only passed through
+typedef struct CUkern_st* cudaKernel_t;
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct CUgraphNode_st* cudaGraphNode_t;
+typedef struct cudaGraphEdgeData_st cudaGraphEdgeData;  // only passed through
+typedef int cudaStreamCaptureMode_t;                    // enum cudaStreamCaptureMode
 enum cudaStreamCaptureStatus {
   cudaStreamCaptureStatusNone = 0,
   cudaStreamCaptureStatusActive = 1,
@@ -39,6 +44,29 @@ enum { cudaEventDefault = 0 };
 cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                              size_t sharedMem, cudaStream_t stream);
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args);
+// Per-thread-default-stream twins, and what nvcc >= 13 emits for <<<>>>:
+// __cudaLaunchKernel(kernel handle from __cudaGetKernel, ...).
+cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                  size_t sharedMem, cudaStream_t stream);
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func,
+                                     void** args);
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                               size_t sharedMem, cudaStream_t stream);
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
+                                    void** args, size_t sharedMem, cudaStream_t stream);
+// Hooked only to know when any capture is under way (see core.h xt_capture_*).
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode_t mode);
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode_t mode);
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                          const cudaGraphNode_t* deps,
+                                          const cudaGraphEdgeData* edge_data, size_t n_deps,
+                                          cudaStreamCaptureMode_t mode);
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                               const cudaGraphNode_t* deps,
+                                               const cudaGraphEdgeData* edge_data,
+                                               size_t n_deps, cudaStreamCaptureMode_t mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);

@@ -14,7 +14,18 @@ namespace {
 enum { kCudaSymbolMissing = 302 };  // cudaErrorSharedObjectSymbolNotFound
 
 XT_REAL(cudaLaunchKernel, XT_SONAME_CUDART);
+XT_REAL(cudaLaunchKernel_ptsz, XT_SONAME_CUDART);
+XT_REAL(__cudaLaunchKernel, XT_SONAME_CUDART);
+XT_REAL(__cudaLaunchKernel_ptsz, XT_SONAME_CUDART);
 XT_REAL(cudaLaunchKernelExC, XT_SONAME_CUDART);
+XT_REAL(cudaLaunchKernelExC_ptsz, XT_SONAME_CUDART);
+XT_REAL(cudaStreamBeginCapture, XT_SONAME_CUDART);
+XT_REAL(cudaStreamBeginCapture_ptsz, XT_SONAME_CUDART);
+XT_REAL(cudaStreamBeginCaptureToGraph, XT_SONAME_CUDART);
+XT_REAL(cudaStreamBeginCaptureToGraph_ptsz, XT_SONAME_CUDART);
+XT_REAL(cudaStreamEndCapture, XT_SONAME_CUDART);
+XT_REAL(cudaStreamEndCapture_ptsz, XT_SONAME_CUDART);
+XT_REAL(cudaStreamIsCapturing, XT_SONAME_CUDART);
 XT_REAL(cublasGetStream_v2, XT_SONAME_CUBLAS);
 XT_REAL(cublasGemmEx, XT_SONAME_CUBLAS);
 XT_REAL(cublasGemmStridedBatchedEx, XT_SONAME_CUBLAS);
@@ -23,6 +34,23 @@ XT_REAL(cublasSgemmStridedBatched, XT_SONAME_CUBLAS);
 XT_REAL(cublasHgemm, XT_SONAME_CUBLAS);
 XT_REAL(cublasLtMatmul, XT_SONAME_CUBLASLT);
 XT_REAL(cublasLtMatrixLayoutGetAttribute, XT_SONAME_CUBLASLT);
+
+inline void count_launch(const void* func) {
+  xt::hook_touch();
+  xt_count_launch(func);
+}
+
+cudaError_t capture_began(cudaError_t r) {
+  if (r == cudaSuccess) xt_capture_begin();
+  return r;
+}
+
+// Whether EndCapture will end a capture (active or invalidated) on stream.
+bool stream_was_capturing(cudaStream_t stream) {
+  auto query = XT_GET(cudaStreamIsCapturing);
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return query && query(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
+}
 
 xt_ticket gemm_begin(xt_op op, uint64_t m, uint64_t n, uint64_t k, uint64_t batch,
                      cudaStream_t stream) {
@@ -71,30 +99,85 @@ xt_ticket lt_begin(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t dd, cudaStre
 }  // namespace
 
 // ---- CUDA runtime launches: counted per kernel -------------------------------
+// The kernel key is the host stub (cudaLaunchKernel*) or the kernel handle
+// (__cudaLaunchKernel*, what nvcc >= 13 emits for <<<>>>): one per kernel.
 
-XT_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args,
-                                       size_t shmem, cudaStream_t stream) {
-  auto real = XT_GET(cudaLaunchKernel);
-  if (!real) return kCudaSymbolMissing;
-  Guard g;
-  cudaError_t r = real(func, grid, block, args, shmem, stream);
-  if (g.outer && r == cudaSuccess) {
-    xt::hook_touch();
-    xt_count_launch(func);
+#define XT_LAUNCH(fn, func_t)                                                              \
+  XT_EXPORT cudaError_t fn(func_t func, dim3 grid, dim3 block, void** args, size_t shmem,   \
+                           cudaStream_t stream) {                                         \
+    auto real = XT_GET(fn);                                                                \
+    if (!real) return kCudaSymbolMissing;                                                  \
+    Guard g;                                                                               \
+    cudaError_t r = real(func, grid, block, args, shmem, stream);                          \
+    if (g.outer && r == cudaSuccess) count_launch(func);                                   \
+    return r;                                                                              \
   }
+
+#define XT_LAUNCH_EX(fn)                                                                    \
+  XT_EXPORT cudaError_t fn(const cudaLaunchConfig_t* config, const void* func, void** args) { \
+    auto real = XT_GET(fn);                                                                 \
+    if (!real) return kCudaSymbolMissing;                                                   \
+    Guard g;                                                                                \
+    cudaError_t r = real(config, func, args);                                               \
+    if (g.outer && r == cudaSuccess) count_launch(func);                                    \
+    return r;                                                                               \
+  }
+
+XT_LAUNCH(cudaLaunchKernel, const void*)
+XT_LAUNCH(cudaLaunchKernel_ptsz, const void*)
+XT_LAUNCH(__cudaLaunchKernel, cudaKernel_t)
+XT_LAUNCH(__cudaLaunchKernel_ptsz, cudaKernel_t)
+XT_LAUNCH_EX(cudaLaunchKernelExC)
+XT_LAUNCH_EX(cudaLaunchKernelExC_ptsz)
+
+// ---- stream capture: only to know whether one is under way -------------------
+
+XT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode_t mode) {
+  auto real = XT_GET(cudaStreamBeginCapture);
+  if (!real) return kCudaSymbolMissing;
+  return capture_began(real(stream, mode));
+}
+
+XT_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                                  cudaStreamCaptureMode_t mode) {
+  auto real = XT_GET(cudaStreamBeginCapture_ptsz);
+  if (!real) return kCudaSymbolMissing;
+  return capture_began(real(stream, mode));
+}
+
+XT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                                    const cudaGraphNode_t* deps,
+                                                    const cudaGraphEdgeData* edges, size_t n,
+                                                    cudaStreamCaptureMode_t mode) {
+  auto real = XT_GET(cudaStreamBeginCaptureToGraph);
+  if (!real) return kCudaSymbolMissing;
+  return capture_began(real(stream, graph, deps, edges, n, mode));
+}
+
+XT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                                         const cudaGraphNode_t* deps,
+                                                         const cudaGraphEdgeData* edges,
+                                                         size_t n, cudaStreamCaptureMode_t mode) {
+  auto real = XT_GET(cudaStreamBeginCaptureToGraph_ptsz);
+  if (!real) return kCudaSymbolMissing;
+  return capture_began(real(stream, graph, deps, edges, n, mode));
+}
+
+XT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  auto real = XT_GET(cudaStreamEndCapture);
+  if (!real) return kCudaSymbolMissing;
+  bool was = stream_was_capturing(stream);
+  cudaError_t r = real(stream, graph);
+  if (was) xt_capture_end();
   return r;
 }
 
-XT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func,
-                                          void** args) {
-  auto real = XT_GET(cudaLaunchKernelExC);
+XT_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* graph) {
+  auto real = XT_GET(cudaStreamEndCapture_ptsz);
   if (!real) return kCudaSymbolMissing;
-  Guard g;
-  cudaError_t r = real(config, func, args);
-  if (g.outer && r == cudaSuccess) {
-    xt::hook_touch();
-    xt_count_launch(func);
-  }
+  bool was = stream_was_capturing(stream);
+  cudaError_t r = real(stream, graph);
+  if (was) xt_capture_end();
   return r;
 }
 

@@ -130,6 +130,8 @@ void start_core() {
   cfg.capacity = uint32_t(cap);
   cfg.poll_us = uint32_t(env_int("XPU_TIMER_HOOK_POLL_US", 1000));
   cfg.count_every_ms = uint32_t(env_int("XPU_TIMER_HOOK_COUNT_MS", 500));
+  const char* check = getenv("XPU_TIMER_HOOK_CAPTURE_CHECK");
+  cfg.capture_check_always = check && strcmp(check, "always") == 0;
   xt_device_ops ops = {op_get_device,   op_set_device,       op_event_create,
                        op_event_destroy, op_event_record,    op_event_query,
                        op_event_elapsed_ns, op_stream_capturing, op_kernel_name};

@@ -5,7 +5,10 @@ import subprocess
 from tests.kernel_hook.conftest import HOOK
 
 HOOKED = {
-    "cudaLaunchKernel", "cudaLaunchKernelExC",
+    "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "__cudaLaunchKernel", "__cudaLaunchKernel_ptsz",
+    "cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz",
+    "cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cudaStreamBeginCaptureToGraph",
+    "cudaStreamBeginCaptureToGraph_ptsz", "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
     "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasSgemm_v2", "cublasSgemmStridedBatched",
     "cublasHgemm", "cublasLtMatmul",
     "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce",

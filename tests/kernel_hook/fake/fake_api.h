@@ -22,8 +22,6 @@ struct cudaLaunchConfig_st {
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize(void);
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode);
-cudaError_t cudaStreamEndCapture(cudaStream_t stream, void** graph);
 cudaError_t cudaMalloc(void** ptr, size_t size);
 cudaError_t cudaFree(void* ptr);
 

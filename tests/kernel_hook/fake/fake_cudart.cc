@@ -194,27 +194,51 @@ int fake_stream_capturing(cudaStream_t stream) { return as_stream(stream)->captu
 uint64_t fake_captured_launches(void) { return g_captured.load(); }
 
 // ---- runtime -----------------------------------------------------------------
-cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args, size_t shmem,
-                             cudaStream_t stream) {
-  NOTE("cudaLaunchKernel", FAKE_U(func), grid.x, grid.y, grid.z, block.x, block.y, block.z,
-       FAKE_U(args), shmem, FAKE_U(stream));
+static cudaError_t launch(const char* api, const void* func, dim3 grid, dim3 block, void** args,
+                          size_t shmem, cudaStream_t stream) {
+  NOTE(api, FAKE_U(func), grid.x, grid.y, grid.z, block.x, block.y, block.z, FAKE_U(args), shmem,
+       FAKE_U(stream));
   if (note_result) return note_result;
   if (as_stream(stream)->capturing) {
     g_captured.fetch_add(1);
     return cudaSuccess;
   }
-  fake_enqueue(stream, "cudaLaunchKernel", reinterpret_cast<void (*)(void**)>(const_cast<void*>(func)),
+  fake_enqueue(stream, api, reinterpret_cast<void (*)(void**)>(const_cast<void*>(func)), args);
+  return cudaSuccess;
+}
+cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args, size_t shmem,
+                             cudaStream_t stream) {
+  return launch("cudaLaunchKernel", func, grid, block, args, shmem, stream);
+}
+cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 grid, dim3 block, void** args,
+                                  size_t shmem, cudaStream_t stream) {
+  return launch("cudaLaunchKernel_ptsz", func, grid, block, args, shmem, stream);
+}
+// The fake's kernel handles are the host functions themselves.
+cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void** args, size_t shmem,
+                               cudaStream_t stream) {
+  return launch("__cudaLaunchKernel", k, grid, block, args, shmem, stream);
+}
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 grid, dim3 block, void** args,
+                                    size_t shmem, cudaStream_t stream) {
+  return launch("__cudaLaunchKernel_ptsz", k, grid, block, args, shmem, stream);
+}
+
+static cudaError_t launch_ex(const char* api, const cudaLaunchConfig_t* config, const void* func,
+                             void** args) {
+  NOTE(api, FAKE_U(config), FAKE_U(func), FAKE_U(args));
+  if (note_result) return note_result;
+  if (!config) return cudaErrorInvalidValue;
+  fake_enqueue(config->stream, api, reinterpret_cast<void (*)(void**)>(const_cast<void*>(func)),
                args);
   return cudaSuccess;
 }
-
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
-  NOTE("cudaLaunchKernelExC", FAKE_U(config), FAKE_U(func), FAKE_U(args));
-  if (note_result) return note_result;
-  if (!config) return cudaErrorInvalidValue;
-  fake_enqueue(config->stream, "cudaLaunchKernelExC",
-               reinterpret_cast<void (*)(void**)>(const_cast<void*>(func)), args);
-  return cudaSuccess;
+  return launch_ex("cudaLaunchKernelExC", config, func, args);
+}
+cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func,
+                                     void** args) {
+  return launch_ex("cudaLaunchKernelExC_ptsz", config, func, args);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned int flags) {
@@ -286,15 +310,49 @@ cudaError_t cudaDeviceSynchronize(void) {
   for (int i = 0; i < g_nstreams; ++i) g_streams[i]->sync();
   return cudaSuccess;
 }
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode) {
-  (void)mode;
+static cudaError_t begin_capture(const char* api, cudaStream_t s, int mode) {
+  NOTE(api, FAKE_U(s), FAKE_U(mode));
+  if (note_result) return note_result;
   as_stream(s)->capturing = true;
   return cudaSuccess;
 }
-cudaError_t cudaStreamEndCapture(cudaStream_t s, void** graph) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode_t mode) {
+  return begin_capture("cudaStreamBeginCapture", s, mode);
+}
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, cudaStreamCaptureMode_t mode) {
+  return begin_capture("cudaStreamBeginCapture_ptsz", s, mode);
+}
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d,
+                                          const cudaGraphEdgeData* e, size_t n,
+                                          cudaStreamCaptureMode_t mode) {
+  NOTE("cudaStreamBeginCaptureToGraph", FAKE_U(s), FAKE_U(g), FAKE_U(d), FAKE_U(e), n,
+       FAKE_U(mode));
+  if (note_result) return note_result;
+  as_stream(s)->capturing = true;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g,
+                                               const cudaGraphNode_t* d,
+                                               const cudaGraphEdgeData* e, size_t n,
+                                               cudaStreamCaptureMode_t mode) {
+  NOTE("cudaStreamBeginCaptureToGraph_ptsz", FAKE_U(s), FAKE_U(g), FAKE_U(d), FAKE_U(e), n,
+       FAKE_U(mode));
+  if (note_result) return note_result;
+  as_stream(s)->capturing = true;
+  return cudaSuccess;
+}
+static cudaError_t end_capture(const char* api, cudaStream_t s, cudaGraph_t* graph) {
+  NOTE(api, FAKE_U(s), FAKE_U(graph));
+  if (note_result) return note_result;
   as_stream(s)->capturing = false;
   if (graph) *graph = nullptr;
   return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  return end_capture("cudaStreamEndCapture", s, graph);
+}
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t* graph) {
+  return end_capture("cudaStreamEndCapture_ptsz", s, graph);
 }
 cudaError_t cudaMalloc(void** p, size_t n) {
   *p = malloc(n ? n : 1);

@@ -40,9 +40,35 @@ void cuda_snippets(cudaStream_t s) {
   dim3 g{3, 5, 7}, b{11, 13, 17};
   SNIP("cudaLaunchKernel", cudaLaunchKernel(P(1), g, b, (void**)P(2), 99, s), FAKE_U(P(1)), 3, 5,
        7, 11, 13, 17, FAKE_U(P(2)), 99, FAKE_U(s));
+  SNIP("cudaLaunchKernel_ptsz", cudaLaunchKernel_ptsz(P(1), g, b, (void**)P(2), 98, s),
+       FAKE_U(P(1)), 3, 5, 7, 11, 13, 17, FAKE_U(P(2)), 98, FAKE_U(s));
+  auto k = reinterpret_cast<cudaKernel_t>(P(5));
+  SNIP("__cudaLaunchKernel", __cudaLaunchKernel(k, g, b, (void**)P(2), 97, s), FAKE_U(k), 3, 5,
+       7, 11, 13, 17, FAKE_U(P(2)), 97, FAKE_U(s));
+  SNIP("__cudaLaunchKernel_ptsz", __cudaLaunchKernel_ptsz(k, g, b, (void**)P(2), 96, s),
+       FAKE_U(k), 3, 5, 7, 11, 13, 17, FAKE_U(P(2)), 96, FAKE_U(s));
   cudaLaunchConfig_t cfg{g, b, 0, s, nullptr, 0};
   SNIP("cudaLaunchKernelExC", cudaLaunchKernelExC(&cfg, P(3), (void**)P(4)), FAKE_U(&cfg),
        FAKE_U(P(3)), FAKE_U(P(4)));
+  SNIP("cudaLaunchKernelExC_ptsz", cudaLaunchKernelExC_ptsz(&cfg, P(3), (void**)P(4)),
+       FAKE_U(&cfg), FAKE_U(P(3)), FAKE_U(P(4)));
+}
+
+// Every capture call fails here (the set result), so no capture is left open.
+void capture_snippets(cudaStream_t s) {
+  auto gr = reinterpret_cast<cudaGraph_t>(P(6));
+  auto deps = reinterpret_cast<const cudaGraphNode_t*>(P(7));
+  auto edges = reinterpret_cast<const cudaGraphEdgeData*>(P(8));
+  cudaGraph_t out = nullptr;
+  SNIP("cudaStreamBeginCapture", cudaStreamBeginCapture(s, 2), FAKE_U(s), 2);
+  SNIP("cudaStreamBeginCapture_ptsz", cudaStreamBeginCapture_ptsz(s, 1), FAKE_U(s), 1);
+  SNIP("cudaStreamBeginCaptureToGraph", cudaStreamBeginCaptureToGraph(s, gr, deps, edges, 3, 1),
+       FAKE_U(s), FAKE_U(gr), FAKE_U(deps), FAKE_U(edges), 3, 1);
+  SNIP("cudaStreamBeginCaptureToGraph_ptsz",
+       cudaStreamBeginCaptureToGraph_ptsz(s, gr, deps, edges, 4, 0), FAKE_U(s), FAKE_U(gr),
+       FAKE_U(deps), FAKE_U(edges), 4, 0);
+  SNIP("cudaStreamEndCapture", cudaStreamEndCapture(s, &out), FAKE_U(s), FAKE_U(&out));
+  SNIP("cudaStreamEndCapture_ptsz", cudaStreamEndCapture_ptsz(s, &out), FAKE_U(s), FAKE_U(&out));
 }
 
 void blas_snippets(cublasHandle_t h) {
@@ -140,6 +166,7 @@ int run_snippets(void) {
   ncclComm_t comm;
   ncclCommInitRank(&comm, 2, id, 0);
   cuda_snippets(s);
+  capture_snippets(s);
   blas_snippets(h);
   lt_snippet(s);
   nccl_coll_snippets(comm, s);
