@@ -1,0 +1,170 @@
+"""The agent with real parts: regions written by RecordWriter, real child
+processes, real py-spy, and the real collector on loopback."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from diag.agent import dumps
+from diag.agent.agent import Agent
+from diag.agent.config import AgentConfig
+from diag.agent.sampler import Sampler
+from diag.agent.state import NodeState
+from diag.records import format as fmt
+from diag.records.writer import RecordWriter
+
+SLEEPER = os.path.join(os.path.dirname(__file__), "..", "scripts", "sleeper.py")
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def children():
+    started = []
+
+    def start(seconds=120):
+        proc = subprocess.Popen([sys.executable, SLEEPER, str(seconds)], stdout=subprocess.PIPE,
+                                text=True)
+        assert proc.stdout.readline().strip() == "READY"
+        started.append(proc)
+        return proc
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def writer_for(shm, pid, rank=0, world=1):
+    return RecordWriter(str(shm), producer=fmt.PRODUCER_PYTHON, rank=rank, local_rank=rank,
+                        world_size=world, pid=pid)
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sampler_reads_only_descendants_and_cleans_up_after_exit(tmp_path, children):
+    child = children()
+    mine = writer_for(tmp_path, child.pid, rank=0)
+    writer_for(tmp_path, 1, rank=1)                       # init: not ours
+    (tmp_path / "junk.ring").write_bytes(b"not a region")
+    logs = []
+    state = NodeState()
+    sampler = Sampler(str(tmp_path), state, os.getpid(), logs.append)
+    mine.start(fmt.KIND_COLLECTIVE, "all_reduce", seq=1)
+    sampler.sample()
+    sampler.sample()
+    assert list(state.ranks) == [0]
+    assert state.report()[0].oldest_in_flight.name == "all_reduce"
+    assert sum("not one of this launcher's workers" in line for line in logs) == 1
+    assert sum("junk.ring" in line for line in logs) == 1   # said once, not every pass
+    # The worker writes its last record and exits: read once more, then removed.
+    mine.end(1, fmt.KIND_COLLECTIVE, "all_reduce", duration_ns=5, seq=1)
+    child.kill()
+    child.wait()
+    sampler.sample()
+    [rank] = state.report()
+    assert not rank.alive and [s.name for s in rank.stats] == ["all_reduce"]
+    assert not os.path.exists(mine.path)
+
+
+def test_py_spy_dump_of_a_live_process(children):
+    child = children()
+    files = dumps.dump(child.pid, timeout=60, tools=("py-spy",))
+    assert [f for f, _ in files] == [dumps.FMT.FORMAT_PYSPY_JSON]
+    assert b"sleeping_in_here" in files[0][1]
+
+
+def test_dump_of_a_gone_process_is_an_error_file(children):
+    child = children()
+    child.kill()
+    child.wait()
+    [(kind, text)] = dumps.dump(child.pid, timeout=30, tools=("py-spy",))
+    assert kind == dumps.FMT.FORMAT_ERROR_TEXT and b"gone" in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to an unprivileged user")
+def test_ptrace_refusal_says_what_to_do(children):
+    child = children()
+    code = ("import os, sys; from diag.agent import dumps; os.setgid(65534); os.setuid(65534); "
+            f"sys.stdout.write(dumps.dump({child.pid}, 30, tools=('py-spy',))[-1][1].decode())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert "SYS_PTRACE" in out.stdout and "run the launcher as root" in out.stdout, out
+    assert "ptrace_scope" in out.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def collector(port, timeline, action="report", timeout_s=1.5):
+    from diag.collector.config import Config
+    from diag.collector.server import create_server
+    server, _ = create_server(f"127.0.0.1:{port}", Config(
+        job_id="agenttest", token="secret", timeline_path=str(timeline),
+        hang_timeout_s=timeout_s, hang_action=action))
+    server.start()
+    return server
+
+
+def agent_for(shm, port, token="secret"):
+    return Agent(AgentConfig(shm_dir=str(shm), collector=f"127.0.0.1:{port}", token=token,
+                             job_id="agenttest", report_interval=0.2, backoff_min=0.1,
+                             backoff_max=0.5, dump_tools=("py-spy",)))
+
+
+def test_agent_connects_late_reports_then_dumps_and_kills_on_a_hang(tmp_path, children, capfd):
+    shm, timeline = tmp_path / "shm", tmp_path / "timeline"
+    shm.mkdir()
+    child = children()
+    writer_for(shm, child.pid).start(fmt.KIND_COLLECTIVE, "all_reduce", seq=7)
+    port = free_port()
+    agent = agent_for(shm, port)
+    agent.start()
+    server = None
+    try:
+        time.sleep(1.0)       # nobody listens yet: the agent backs off and retries
+        assert "unreachable" in capfd.readouterr().err
+        server = collector(port, timeline, action="kill")
+        wait_until(lambda: 0 in server.state.snapshot(time.monotonic()).ranks, 15, "a report")
+        entry = server.state.snapshot(time.monotonic()).ranks[0]
+        assert entry.progress.oldest_in_flight.seq == 7 and entry.progress.pid == child.pid
+        # The op is older than the 1.5 s timeout: hang -> DumpStacks -> KillWorkers.
+        wait_until(lambda: glob.glob(str(timeline / "agenttest" / "*" / "rank00000-of-00001.py.json")),
+                   60, "rank 0's stacks")
+        path = glob.glob(str(timeline / "agenttest" / "*" / "rank00000-of-00001.py.json"))[0]
+        assert b"sleeping_in_here" in open(path, "rb").read()
+        assert child.wait(30) == -signal.SIGKILL
+    finally:
+        agent.stop()
+        if server is not None:
+            server.stop(0)
+
+
+def test_agent_with_the_wrong_token_is_refused_and_says_so(tmp_path, capfd):
+    port = free_port()
+    server = collector(port, tmp_path / "timeline")
+    agent = agent_for(tmp_path, port, token="wrong")
+    agent.start()
+    try:
+        wait_until(lambda: "refused this agent's job token" in capfd.readouterr().err, 15,
+                   "the refusal")
+        assert server.state.reports == 0
+    finally:
+        agent.stop()
+        server.stop(0)
