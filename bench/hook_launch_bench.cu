@@ -2,6 +2,7 @@
 //   launch: N empty-kernel launches (<<<>>> -> cudaLaunchKernel, counted by the hook)
 //   gemm:   N 8x8 cublasSgemm calls (timed by the hook)
 //   nccl:   N one-float ncclAllReduce calls on a one-GPU communicator (timed)
+//   prims:  the runtime calls the hook makes per timed op, N of each, alone
 // Prints "MODE ns_per_call X". Built with -cudart shared, so the launches go
 // through libcudart.so's exported symbols, as torch's do. The stream is
 // synchronised every 1024 calls so the GPU never throttles the host loop.
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 extern "C" {
 typedef struct cublasContext* cublasHandle_t;
@@ -27,6 +29,34 @@ int ncclAllReduce(const void* s, void* r, size_t count, int dtype, int op, ncclC
 
 __global__ void empty_kernel() {}
 
+template <class F>
+static double ns_per(long n, F f) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < n; ++i) f(i);
+  auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / double(n);
+}
+
+// The runtime calls the hook makes per timed op, each alone (no hook loaded).
+static int prims(long n, cudaStream_t s) {
+  cudaEvent_t evs[2048];
+  for (auto& e : evs) cudaEventCreateWithFlags(&e, cudaEventDefault);
+  int dev = 0;
+  cudaStreamCaptureStatus st;
+  timespec ts;
+  auto sync_every = [&](long i) { if ((i & 1023) == 1023) cudaStreamSynchronize(s); };
+  printf("prim_event_record ns_per_call %.1f\n",
+         ns_per(n, [&](long i) { cudaEventRecord(evs[i & 2047], s); sync_every(i); }));
+  printf("prim_stream_is_capturing ns_per_call %.1f\n",
+         ns_per(n, [&](long) { cudaStreamIsCapturing(s, &st); }));
+  printf("prim_get_device ns_per_call %.1f\n", ns_per(n, [&](long) { cudaGetDevice(&dev); }));
+  printf("prim_clock_gettime ns_per_call %.1f\n",
+         ns_per(n, [&](long) { clock_gettime(CLOCK_MONOTONIC, &ts); }));
+  printf("prim_event_query ns_per_call %.1f\n",
+         ns_per(n, [&](long i) { cudaEventQuery(evs[i & 2047]); }));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
   const char* mode = argv[1];
@@ -41,6 +71,7 @@ int main(int argc, char** argv) {
   cublasHandle_t h = nullptr;
   ncclComm_t comm = nullptr;
   int dev0 = 0;
+  if (!strcmp(mode, "prims")) return prims(n, s);
   if (!strcmp(mode, "gemm")) {
     cublasCreate_v2(&h);
     cublasSetStream_v2(h, s);

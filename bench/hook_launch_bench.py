@@ -1,13 +1,15 @@
 """Per-call cost of the kernel hook on a real GPU, measured side by side.
 
-    python3 bench/hook_launch_bench.py [--launches 1000000] [--timed 100000] [--rounds 3]
+    python3 bench/hook_launch_bench.py [--launches 1000000] [--timed 100000] [--rounds 5]
                                        [--out FILE.json]
 
 Builds bench/hook_launch_bench.cu with nvcc (-cudart shared) against the CUDA,
 cuBLAS and NCCL libraries torch uses (the nvidia-* wheels), then runs it in
 three variants, interleaved round by round: without the hook, with it
-(LD_PRELOAD, XPU_TIMER_SHM_DIR set: counting and timing on), and with it
-switched off (XPU_TIMER_HOOK_DISABLE=1). Prints the median ns per call of each,
+(LD_PRELOAD, XPU_TIMER_SHM_DIR set: counting and timing on), with it
+switched off (XPU_TIMER_HOOK_DISABLE=1), and with the per-op capture query
+forced on (XPU_TIMER_HOOK_CAPTURE_CHECK=always). Each run is pinned to the
+same two cores. Prints the median ns per call of each,
 and the ns the hook adds per plain launch and per timed GEMM / NCCL call.
 Targets: < 100 ns per plain launch, < 1.5 us per timed call.
 Without nvcc or a GPU it says so on one line and exits 0.
@@ -29,7 +31,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 SRC = os.path.join(ROOT, "bench", "hook_launch_bench.cu")
-VARIANTS = ("off", "hook", "disabled")
+VARIANTS = ("off", "hook", "disabled", "hook-capcheck")
 TARGET_NS = {"launch": 100.0, "gemm": 1500.0, "nccl": 1500.0}
 
 
@@ -37,7 +39,7 @@ TARGET_NS = {"launch": 100.0, "gemm": 1500.0, "nccl": 1500.0}
 class Config:
     launches: int = 1_000_000
     timed: int = 100_000
-    rounds: int = 3
+    rounds: int = 5
     out: str | None = None
 
     def __post_init__(self):
@@ -50,7 +52,7 @@ def parse_args(argv: list[str]) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--launches", type=int, default=1_000_000)
     p.add_argument("--timed", type=int, default=100_000)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out")
     a = p.parse_args(argv)
     try:
@@ -83,6 +85,13 @@ def build(workdir: str) -> str:
     return exe
 
 
+def pin() -> None:
+    """Two fixed cores (host loop + the hook's drainer): less run-to-run spread."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= 4:
+        os.sched_setaffinity(0, set(cores[2:4]))
+
+
 def run_one(exe: str, mode: str, n: int, variant: str, shm: str) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XPU_TIMER_")}
     env.pop("LD_PRELOAD", None)
@@ -91,8 +100,10 @@ def run_one(exe: str, mode: str, n: int, variant: str, shm: str) -> float:
         env["XPU_TIMER_SHM_DIR"] = shm
     if variant == "disabled":
         env["XPU_TIMER_HOOK_DISABLE"] = "1"
+    if variant == "hook-capcheck":  # the capture query on every timed op, as before tracking
+        env["XPU_TIMER_HOOK_CAPTURE_CHECK"] = "always"
     out = subprocess.run([exe, mode, str(n)], env=env, capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600, preexec_fn=pin)
     if out.returncode != 0 or out.stderr.strip():
         raise RuntimeError(f"{mode}/{variant}: rc {out.returncode}: {out.stderr.strip()}")
     return float(out.stdout.split()[-1])
@@ -105,6 +116,8 @@ def measure(cfg: Config, exe: str) -> dict:
             for mode in TARGET_NS:
                 n = cfg.launches if mode == "launch" else cfg.timed
                 for variant in VARIANTS:
+                    if variant == "hook-capcheck" and mode == "launch":
+                        continue  # launches never query capture
                     samples[(mode, variant)].append(run_one(exe, mode, n, variant, shm))
                     for f in glob.glob(os.path.join(shm, "*.ring")):
                         os.unlink(f)
@@ -118,6 +131,8 @@ def report(samples: dict) -> dict:
         base = statistics.median(samples[(mode, "off")])
         for v in VARIANTS:
             xs = samples[(mode, v)]
+            if not xs:
+                continue
             med = statistics.median(xs)
             added = med - base
             mark = ""
@@ -145,7 +160,12 @@ def main(argv=None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="hook-bench-build-") as work:
         exe = build(work)
+        prims = subprocess.run([exe, "prims", "200000"], capture_output=True, text=True,
+                               timeout=300, preexec_fn=pin).stdout
+        print("runtime calls on the timed path, alone (ns per call):")
+        print("".join("  " + line + "\n" for line in prims.splitlines()))
         result = report(measure(cfg, exe))
+        result["prims"] = prims
     if cfg.out:
         tmp = cfg.out + ".tmp"
         with open(tmp, "w") as f:

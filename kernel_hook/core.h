@@ -30,7 +30,9 @@ typedef struct xt_device_ops {
   int (*event_query)(void* event);  // XT_EV_*
   int (*event_elapsed_ns)(void* start, void* end, uint64_t* ns);
   int (*stream_capturing)(void* stream);  // 0 no, 1 capturing (or cannot tell)
-  const char* (*kernel_name)(const void* func);  // NULL when unknown; drainer only
+  // NULL when unknown; drainer only. is_handle: func is a cudaKernel_t (from
+  // __cudaLaunchKernel), not a host stub.
+  const char* (*kernel_name)(const void* func, int is_handle);
 } xt_device_ops;
 
 typedef struct xt_config {
@@ -86,8 +88,9 @@ void xt_core_flush(void);
 // In a forked child: drop every piece of state and stay inert.
 void xt_core_after_fork_child(void);
 
-// Hot path. Counts one kernel launch of func on the calling thread.
-void xt_count_launch(const void* func);
+// Hot path. Counts one kernel launch of func on the calling thread; is_handle
+// as in xt_device_ops.kernel_name.
+void xt_count_launch(const void* func, int is_handle);
 // Hot path. Records the start event of a timed op on stream (or defers it
 // inside an NCCL group, or only counts it under graph capture).
 xt_ticket xt_op_begin(const xt_op_desc* desc, void* stream);

@@ -35,9 +35,9 @@ XT_REAL(cublasHgemm, XT_SONAME_CUBLAS);
 XT_REAL(cublasLtMatmul, XT_SONAME_CUBLASLT);
 XT_REAL(cublasLtMatrixLayoutGetAttribute, XT_SONAME_CUBLASLT);
 
-inline void count_launch(const void* func) {
+inline void count_launch(const void* func, int is_handle) {
   xt::hook_touch();
-  xt_count_launch(func);
+  xt_count_launch(func, is_handle);
 }
 
 cudaError_t capture_began(cudaError_t r) {
@@ -102,14 +102,14 @@ xt_ticket lt_begin(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t dd, cudaStre
 // The kernel key is the host stub (cudaLaunchKernel*) or the kernel handle
 // (__cudaLaunchKernel*, what nvcc >= 13 emits for <<<>>>): one per kernel.
 
-#define XT_LAUNCH(fn, func_t)                                                              \
+#define XT_LAUNCH(fn, func_t, is_handle)                                                   \
   XT_EXPORT cudaError_t fn(func_t func, dim3 grid, dim3 block, void** args, size_t shmem,   \
                            cudaStream_t stream) {                                         \
     auto real = XT_GET(fn);                                                                \
     if (!real) return kCudaSymbolMissing;                                                  \
     Guard g;                                                                               \
     cudaError_t r = real(func, grid, block, args, shmem, stream);                          \
-    if (g.outer && r == cudaSuccess) count_launch(func);                                   \
+    if (g.outer && r == cudaSuccess) count_launch(func, is_handle);                        \
     return r;                                                                              \
   }
 
@@ -119,14 +119,14 @@ xt_ticket lt_begin(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t dd, cudaStre
     if (!real) return kCudaSymbolMissing;                                                   \
     Guard g;                                                                                \
     cudaError_t r = real(config, func, args);                                               \
-    if (g.outer && r == cudaSuccess) count_launch(func);                                    \
+    if (g.outer && r == cudaSuccess) count_launch(func, 0);                                 \
     return r;                                                                               \
   }
 
-XT_LAUNCH(cudaLaunchKernel, const void*)
-XT_LAUNCH(cudaLaunchKernel_ptsz, const void*)
-XT_LAUNCH(__cudaLaunchKernel, cudaKernel_t)
-XT_LAUNCH(__cudaLaunchKernel_ptsz, cudaKernel_t)
+XT_LAUNCH(cudaLaunchKernel, const void*, 0)
+XT_LAUNCH(cudaLaunchKernel_ptsz, const void*, 0)
+XT_LAUNCH(__cudaLaunchKernel, cudaKernel_t, 1)
+XT_LAUNCH(__cudaLaunchKernel_ptsz, cudaKernel_t, 1)
 XT_LAUNCH_EX(cudaLaunchKernelExC)
 XT_LAUNCH_EX(cudaLaunchKernelExC_ptsz)
 

@@ -43,11 +43,13 @@ std::string shorten(const char* symbol) {
   return s.empty() ? std::string(symbol).substr(0, kNameBytes - 1) : s;
 }
 
-std::string lookup(const xt_device_ops& ops, const void* func) {
-  const char* name = ops.kernel_name ? ops.kernel_name(func) : nullptr;
+std::string lookup(const xt_device_ops& ops, const void* key) {
+  int is_handle = int(uintptr_t(key) & 1);
+  const void* func = reinterpret_cast<const void*>(uintptr_t(key) & ~uintptr_t(1));
+  const char* name = ops.kernel_name ? ops.kernel_name(func, is_handle) : nullptr;
   if (name && *name) return shorten(name);
   Dl_info info;
-  if (dladdr(func, &info) && info.dli_sname && info.dli_saddr == func)
+  if (!is_handle && dladdr(func, &info) && info.dli_sname && info.dli_saddr == func)
     return shorten(info.dli_sname);
   char buf[32];
   snprintf(buf, sizeof(buf), "kernel@%p", func);
@@ -56,10 +58,10 @@ std::string lookup(const xt_device_ops& ops, const void* func) {
 
 }  // namespace
 
-void kernel_display_name(const xt_device_ops& ops, const void* func, char (&out)[kNameBytes]) {
+void kernel_display_name(const xt_device_ops& ops, const void* key, char (&out)[kNameBytes]) {
   auto& cache = names();
-  auto it = cache.find(func);
-  if (it == cache.end()) it = cache.emplace(func, lookup(ops, func)).first;
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, lookup(ops, key)).first;
   copy_name(out, it->second.c_str());
 }
 

@@ -48,6 +48,7 @@ RealSym r_getdev{"cudaGetDevice", XT_SONAME_CUDART};
 RealSym r_setdev{"cudaSetDevice", XT_SONAME_CUDART};
 RealSym r_capturing{"cudaStreamIsCapturing", XT_SONAME_CUDART};
 RealSym r_funcname{"cudaFuncGetName", XT_SONAME_CUDART};
+RealSym r_kernelname{"cuKernelGetName", "libcuda.so.1"};  // driver, CUDA >= 12.3
 RealSym* const kRequired[] = {&r_create, &r_destroy, &r_record,  &r_query,
                               &r_elapsed, &r_getdev, &r_setdev, &r_capturing};
 
@@ -92,12 +93,16 @@ int op_stream_capturing(void* stream) {
   // capture is under way somewhere: recording an event could break it.
   return (r != cudaSuccess || st != cudaStreamCaptureStatusNone) ? 1 : 0;
 }
-const char* op_kernel_name(const void* func) {
+const char* op_kernel_name(const void* func, int is_handle) {
   void* p = r_funcname.resolve(false);
   const char* name = nullptr;
-  if (p && reinterpret_cast<decltype(&::cudaFuncGetName)>(p)(&name, func) != cudaSuccess)
-    name = nullptr;
-  return name;
+  if (p && reinterpret_cast<decltype(&::cudaFuncGetName)>(p)(&name, func) == cudaSuccess)
+    return name;
+  // A cudaKernel_t is a CUkernel: the driver can name it when the runtime cannot.
+  using KernelGetName = int (*)(const char**, const void*);
+  p = is_handle ? r_kernelname.resolve(false) : nullptr;
+  if (p && reinterpret_cast<KernelGetName>(p)(&name, func) == 0) return name;
+  return nullptr;
 }
 
 void after_fork_child() { xt_core_after_fork_child(); }

@@ -56,9 +56,13 @@ int ev_elapsed(void* a, void* b, uint64_t* ns) {
   return 0;
 }
 int capturing(void* s) { return static_cast<FakeStream*>(s)->capturing ? 1 : 0; }
-const char* kname(const void* f) { return static_cast<const char*>(f); }  // "func" is its name
+const char* kname(const void* f, int) { return static_cast<const char*>(f); }  // "func" is its name
 
-const char* const kFuncs[3] = {"kernel_alpha", "kernel_beta", "kernel_gamma"};
+// Kernel keys are aligned (stubs, handles): the core uses bit 0 as a tag.
+alignas(8) const char kAlpha[] = "kernel_alpha";
+alignas(8) const char kBeta[] = "kernel_beta";
+alignas(8) const char kGamma[] = "kernel_gamma";
+const char* const kFuncs[3] = {kAlpha, kBeta, kGamma};
 int g_comm_obj[4];  // addresses stand in for ncclComm_t
 
 xt_ticket begin(xt_op op, void* comm, FakeStream* s, uint64_t flops) {
@@ -73,7 +77,7 @@ void many_threads(int nthreads, int iters) {
     ts.emplace_back([=] {
       FakeStream s;
       for (int i = 0; i < iters; ++i) {
-        xt_count_launch(kFuncs[i % 3]);
+        xt_count_launch(kFuncs[i % 3], 0);
         xt_op_end(begin(XT_OP_GEMM_EX, nullptr, &s, 2 * 8 * 8 * 8), 0);
         xt_op_end(begin(XT_OP_ALL_REDUCE, &g_comm_obj[0], &s, 0), 0);
         if (i % 16 == 0) usleep(1000);  // let the drainer keep up with the queues
