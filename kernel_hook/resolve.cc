@@ -49,6 +49,7 @@ RealSym r_setdev{"cudaSetDevice", XT_SONAME_CUDART};
 RealSym r_capturing{"cudaStreamIsCapturing", XT_SONAME_CUDART};
 RealSym r_funcname{"cudaFuncGetName", XT_SONAME_CUDART};
 RealSym r_kernelname{"cuKernelGetName", "libcuda.so.1"};  // driver, CUDA >= 12.3
+RealSym r_cu_record{"cuEventRecord", "libcuda.so.1"};  // same handles as the runtime's
 RealSym* const kRequired[] = {&r_create, &r_destroy, &r_record,  &r_query,
                               &r_elapsed, &r_getdev, &r_setdev, &r_capturing};
 
@@ -69,6 +70,13 @@ int op_event_destroy(void* ev) {
 int op_event_record(void* ev, void* stream) {
   return fn<decltype(&::cudaEventRecord)>(r_record)(static_cast<cudaEvent_t>(ev),
                                                      static_cast<cudaStream_t>(stream));
+}
+// The driver's record skips the runtime's checks on the hot path. Runtime
+// events and streams are driver events and streams (same handle values, also
+// for the legacy and per-thread default streams), so mixing is allowed.
+int op_cu_event_record(void* ev, void* stream) {
+  return reinterpret_cast<int (*)(void*, void*)>(r_cu_record.fn.load(std::memory_order_relaxed))(
+      ev, stream);
 }
 int op_event_query(void* ev) {
   cudaError_t r = fn<decltype(&::cudaEventQuery)>(r_query)(static_cast<cudaEvent_t>(ev));
@@ -140,6 +148,9 @@ void start_core() {
   xt_device_ops ops = {op_get_device,   op_set_device,       op_event_create,
                        op_event_destroy, op_event_record,    op_event_query,
                        op_event_elapsed_ns, op_stream_capturing, op_kernel_name};
+  const char* api = getenv("XPU_TIMER_HOOK_EVENT_API");
+  if (api && strcmp(api, "driver") == 0 && r_cu_record.resolve(false))
+    ops.event_record = op_cu_event_record;
   char err[512];
   if (xt_core_start(&cfg, &ops, err, sizeof(err)) != 0) {
     say("%s; timing switched off, calls pass through unchanged", err);
