@@ -10,6 +10,7 @@ dump per rank: gdb, else eu-stack, else py-spy ``--native`` (mixed frames).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -34,17 +35,39 @@ class Loaded:
         return {r for rs in self.views[view].values() for r in rs}
 
 
+# Frames that every native thread starts with; a thread's role is the first other one.
+_PLUMBING = re.compile(r"^(\?\?|_*clone3?|start_thread|_start|__libc_start\w*|execute_native_thread_routine|"
+                       r".*::_M_run|std::thread::.*|pythread_wrapper|thread_run|_?Py\w*|method_vectorcall\w*|"
+                       r"cfunction_\w*|do_call_core|slot_tp_\w*)$")
+
+
+def _generic(t: ThreadStack, main_name: str | None) -> bool:
+    """No real name: eu-stack gives none, gdb repeats the process name."""
+    return t.name == "thread" or t.name.startswith("thread-") or (not t.is_main and t.name == main_name)
+
+
+def _role(t: ThreadStack) -> str | None:
+    return next((f.func for f in t.frames if not _PLUMBING.match(f.func)), None)
+
+
 def thread_keys(threads: list[ThreadStack]) -> list[tuple[str, ThreadStack]]:
     """Name threads so the same thread gets the same key on every rank.
 
-    The main thread is always MainThread; a name used twice in one process
-    gets ``#2``, ``#3`` in thread-id order, so no rank counts twice in a thread.
+    The main thread is always MainThread. A thread without a real name is
+    named by its role, the first frame below the thread plumbing (e.g.
+    ``thread[c10d::ProcessGroupGloo::runLoop]``), so threads line up across
+    ranks even when one rank has an extra thread. A key used twice in one
+    process gets ``#2``, ``#3`` in thread-id order: no rank counts twice.
     """
     ordered = sorted(threads, key=lambda t: (not t.is_main, t.tid))
+    main_name = next((t.name for t in ordered if t.is_main), None)
     seen: dict[str, int] = defaultdict(int)
     out = []
     for t in ordered:
         name = MAIN if t.is_main else t.name
+        if not t.is_main and _generic(t, main_name):
+            role = _role(t)
+            name = f"thread[{role}]" if role else "thread"
         seen[name] += 1
         out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", t))
     return out

@@ -1,7 +1,8 @@
 """Test helper: a real 4-rank gloo job with rank 2 stalled, dumped by real py-spy.
 
-Each rank is dumped with ``py-spy dump --native --json`` into an event
-directory named as the collector names it (docs/event-dir.md).
+Each rank is dumped with ``py-spy dump --native --json`` (and ``eu-stack -p``
+where elfutils is installed) into an event directory named as the collector
+names it (docs/event-dir.md).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def make_event(event_dir: Path, ready_dir: Path, timeout: float = 120.0) -> None
             out = subprocess.run([py_spy(), "dump", "--native", "--json", "--pid", str(p.pid)],
                                  capture_output=True, timeout=120, check=True)
             (event_dir / f"rank{r:05d}-of-{WORLD:05d}.py.json").write_bytes(out.stdout)
+            if shutil.which("eu-stack"):  # the native view then comes from eu-stack, all threads
+                eu = subprocess.run(["eu-stack", "-p", str(p.pid)], capture_output=True, timeout=120, check=True)
+                (event_dir / f"rank{r:05d}-of-{WORLD:05d}.eu-stack.txt").write_bytes(eu.stdout)
     finally:
         for p in procs:
             p.kill()

@@ -19,7 +19,7 @@ def svgs(gloo_timeline, tmp_path_factory):
 
 
 def test_click_zooms_and_search_highlights(svgs, tmp_path):
-    seen, shot = drive(svgs / "cpp_stack.svg", "stall_before_all_reduce", "all_reduce", tmp_path)
+    seen, shot = drive(svgs / "py_stack.svg", "stall_before_all_reduce", "all_reduce", tmp_path)
     assert "error" not in seen, seen
     assert seen["hit"].startswith("stall_before_all_reduce@stalled_gloo.py:9@2|0-1,3")
     assert seen["details"].endswith("(1 of 4 ranks (25.0%), python)")
@@ -28,12 +28,14 @@ def test_click_zooms_and_search_highlights(svgs, tmp_path):
     assert seen["visible_after"] < seen["visible_before"]  # the other ranks' frames are hidden
     assert seen["matches"] == seen["highlighted"] == 2  # all_reduce, stall_before_all_reduce
     assert seen["matched_text"] == "Matched: 2 frames, 100.0% of rank-threads"
-    assert seen["odd_link"] == "▶ rank 2 (MainThread) stuck in clock_nanosleep@libc.so.6"
+    assert seen["odd_link"] == "▶ rank 2 (MainThread) stuck in stall_before_all_reduce@stalled_gloo.py:9"
     assert seen["unzoomed"] is True and seen["odd_zoomed"] is True  # the header link zooms to rank 2
     assert shot.stat().st_size > 10_000  # a real picture; reviewed by eye in docs/viewer.md
 
 
-def test_python_view_zoom(svgs, tmp_path):
-    seen, _ = drive(svgs / "py_stack.svg", "all_reduce@", "no-such-frame", tmp_path)
+def test_native_view_zoom(svgs, tmp_path):
+    seen, _ = drive(svgs / "cpp_stack.svg", "clock_nanosleep", "no-such-frame", tmp_path)
+    assert "error" not in seen, seen
     assert seen["zoomed"] is True and seen["width_after"] == 1180
+    assert "@2|0-1,3" in seen["hit"]  # only the stalled rank sleeps
     assert seen["matches"] == 0 and seen["matched_text"] == "no match"

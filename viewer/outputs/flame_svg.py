@@ -14,6 +14,7 @@ from typing import Sequence
 from viewer.api import ROOT, THREAD, Frame
 from viewer.atomic import write_text
 from viewer.kinds import COLOURS, LEGEND, colour, is_hot, kind_of
+from viewer.load import MAIN
 from viewer.merge import Node, RankLabels, Tree
 from viewer.outputs.flame_js import SCRIPT
 
@@ -150,11 +151,11 @@ class FlameSvg:
                     out.append((target if target is not None and target.ranks == own else node, node, thread))
                 for c in reversed(node.sorted_children()):
                     todo.append((c, target if target is not None and target.ranks == c.ranks else c))
-        out.sort(key=lambda t: t[0].width)
+        out.sort(key=lambda t: (t[2] != MAIN, t[0].width))  # the main thread's groups first
         return out[:MAX_ODD]
 
     def _odd_links(self, labels: RankLabels) -> list[str]:
-        """Header links to the minority groups, few ranks first (click: zoom there)."""
+        """Header links to the minority groups: main thread first, then fewest ranks (click: zoom)."""
         out = []
         for i, (target, leaf, thread) in enumerate(self.odd):
             n = target.width

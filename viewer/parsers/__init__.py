@@ -29,6 +29,38 @@ def frame(func: str, file: str, line: int, kind: str) -> Frame:
     return _frames.setdefault(f, f)
 
 
+def native_name(name: str) -> str:
+    """Shorten a demangled C++ name: template arguments and inner parameter
+    lists fold to ``<…>`` / ``(…)``, the trailing parameter list goes:
+    ``c10d::Work::wait(std::chrono::duration<long, …>)`` -> ``c10d::Work::wait``.
+    Labels get short, and overloads that differ only in their arguments merge
+    (gdb, which prints no parameter types, behaves the same way).
+    """
+    if "operator" in name or not any(c in name for c in "(<"):
+        return name
+    out, depth, inner, opener = [], 0, [], ""
+    for ch in name:
+        if depth == 0 and ch in "(<":
+            depth, opener, inner = 1, ch, []
+            continue
+        if depth:
+            if ch == opener:
+                depth += 1
+            elif ch == {"(": ")", "<": ">"}[opener]:
+                depth -= 1
+                if depth == 0:
+                    kept = "".join(inner) == "anonymous namespace"
+                    out.append(f"({''.join(inner)})" if kept else ("(…)" if opener == "(" else "<…>"))
+                    continue
+            inner.append(ch)
+            continue
+        out.append(ch)
+    if depth:
+        return name
+    short = "".join(out)
+    return short[:-3] if short.endswith("(…)") and len(short) > 3 else short
+
+
 def basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 
 from viewer.api import NATIVE, ParseResult, ThreadStack
-from viewer.parsers import basename, frame
+from viewer.parsers import basename, frame, native_name
 
 _PID = re.compile(r"^PID (\d+)")
 _TID = re.compile(r"^TID (\d+):\s*$")
-_FRAME = re.compile(r"^#\d+\s+0x[0-9a-fA-F]+\s*(\S*)(?:\s+-\s+(\S+))?\s*$")
+# The name may hold spaces (demangled C++); with -m the module follows " - ".
+_FRAME = re.compile(r"^#\d+\s+0x[0-9a-fA-F]+\s*(.*?)(?:\s+-\s+(/\S*|\[\S+\]))?\s*$")
 _SOURCE = re.compile(r"^\s+(\S+?):(\d+)(?::\d+)?\s*$")
 _VERSION = re.compile(r"@@?[A-Z_]+[0-9._]*$")
 
@@ -36,7 +37,7 @@ def parse(text: str) -> ParseResult:
             continue
         m = _FRAME.match(line) if threads else None
         if m:
-            func = _VERSION.sub("", m.group(1)) or "??"
+            func = native_name(_VERSION.sub("", m.group(1))) or "??"
             threads[-1][1].append(frame(func, basename(m.group(2) or ""), 0, NATIVE))
             continue
         s = _SOURCE.match(line) if threads and threads[-1][1] else None

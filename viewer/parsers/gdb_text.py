@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from viewer.api import NATIVE, ParseResult, ThreadStack
-from viewer.parsers import basename, frame
+from viewer.parsers import basename, frame, native_name
 
 _THREAD = re.compile(r'^Thread (\d+) \((?:Thread 0x[0-9a-fA-F]+ )?\(?LWP (\d+)\)?(?: "(.*)")?\)?:?\s*$')
 _FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(.+?)(?: \(.*?\))?(?: (?:at|from) (\S+))?\s*$")
@@ -23,7 +23,7 @@ _IGNORE = re.compile(r"^(\s*$|\[Inferior|\[Thread debugging|\[New |Using host|wa
 
 
 def _frame(m: re.Match):
-    func, where = m.group(1).strip(), m.group(2) or ""
+    func, where = native_name(m.group(1).strip()), m.group(2) or ""
     at = _AT_LINE.match(where)
     if at:
         return frame(func, basename(at.group(1)), int(at.group(2)), NATIVE)

@@ -11,7 +11,7 @@ import json
 import re
 
 from viewer.api import NATIVE, PYTHON, Frame, ParseResult, ThreadStack
-from viewer.parsers import basename, frame
+from viewer.parsers import basename, frame, native_name
 
 _decoder = json.JSONDecoder()
 
@@ -43,7 +43,7 @@ def _frame(f: dict) -> Frame:
     if fr is None:
         module = f.get("module")
         if module:
-            fr = frame(str(f["name"]), basename(module), 0, NATIVE)
+            fr = frame(native_name(str(f["name"])), basename(module), 0, NATIVE)
         else:
             short = f.get("short_filename") or basename(str(f.get("filename") or "?"))
             fr = frame(str(f["name"]), short, int(f.get("line") or 0), PYTHON)

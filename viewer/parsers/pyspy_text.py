@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from viewer.api import NATIVE, PYTHON, ParseResult, ThreadStack
-from viewer.parsers import frame
+from viewer.parsers import frame, native_name
 
 _THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+) \([^)]*\)(?:: "(.*)")?\s*$')
 _PROCESS = re.compile(r"^Process (\d+):")
@@ -47,7 +47,7 @@ def parse(text: str) -> ParseResult:
             continue
         fm = _NATIVE.match(line)
         if fm and cur is not None:
-            cur[2].append(frame(fm.group(1), fm.group(2), 0, NATIVE))
+            cur[2].append(frame(native_name(fm.group(1)), fm.group(2), 0, NATIVE))
             continue
         if not _SKIP.match(line):
             result.bad_lines += 1
