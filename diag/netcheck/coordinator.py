@@ -55,7 +55,8 @@ class Coordinator:
         self._gather_compute(units)
         while (pairs := pp.plan()) is not None:
             rnd = pp.rounds
-            self.session.set_json(f"plan/{rnd}", {"done": False, "round": rnd, "pairs": pairs})
+            self.session.set_json(f"plan/{rnd}", {"done": False, "round": rnd, "pairs": pairs,
+                                                  "warmup": self._warmup(rnd)})
             self.reporter.start(f"round {rnd}: {len(pairs)} pair(s)", len(pairs))
             round_start = time.monotonic()
             results = self._collect(rnd, pairs)
@@ -77,6 +78,11 @@ class Coordinator:
                 if self.session.has(f"done/{u}") or self.session.heartbeat_age(u) > self.cfg.timeout:
                     pending.discard(u)
             time.sleep(POLL_S)
+
+    def _warmup(self, rnd: int) -> int:
+        """Later rounds confirm a verdict: with >= 3 timed iterations the median
+        already drops the first one's set-up cost, so they skip the warm-up."""
+        return self.cfg.warmup if rnd == 1 or self.cfg.iters < 3 else 0
 
     def _gather_joins(self) -> None:
         deadline = time.monotonic() + self.cfg.join_timeout

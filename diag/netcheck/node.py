@@ -67,7 +67,8 @@ class Node:
                 return plan["doc"]
             for index, (a, b) in enumerate(plan["pairs"]):
                 if rank in (a, b):
-                    self._run_pair(rnd, index, 0 if rank == a else 1, b if rank == a else a)
+                    self._run_pair(rnd, index, 0 if rank == a else 1, b if rank == a else a,
+                                   plan.get("warmup", self.cfg.warmup))
             if self.abandoned:
                 raise NetcheckError(f"node rank {rank}: pair job stuck past every deadline; "
                                     "exiting so the device is not reused")
@@ -80,13 +81,13 @@ class Node:
         except Exception as exc:  # noqa: BLE001 - a failing GPU is a verdict
             return {"error": f"GEMM failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"}
 
-    def _run_pair(self, rnd: int, index: int, pos: int, peer: int) -> None:
+    def _run_pair(self, rnd: int, index: int, pos: int, peer: int, warmup: int) -> None:
         cfg = self.cfg
 
         def job() -> dict[str, Any]:
             group = make_group(cfg.master_addr, cfg.master_port, f"netcheck/pg/{rnd}/{index}/", pos,
                                cfg.timeout, self.backend, cfg.iface)
-            return run_pair_tests(group, pos, self.device, self.size, cfg.warmup, cfg.iters, cfg.timeout)
+            return run_pair_tests(group, pos, self.device, self.size, warmup, cfg.iters, cfg.timeout)
 
         what = f"round {rnd} with node rank {peer}"
         result, abandoned = guarded(job, pair_job_budget(cfg.timeout, cfg.warmup, cfg.iters), what)

@@ -23,18 +23,32 @@ class SendRecv(BandwidthTest):
         self.out = torch.full((count,), float(ctx.rank + 1), dtype=torch.float32, device=ctx.device)
         self.inp = torch.zeros(count, dtype=torch.float32, device=ctx.device)
         self.nccl = ctx.device.type == "cuda"
+        self.coalesce = True
 
     def bytes_moved(self, ctx: TestContext) -> int:
         return self.out.numel() * 4
 
     def run_once(self) -> None:
         group, peer, what = self.ctx.group, self.ctx.peer, f"sendrecv of {self.out.numel() * 4} bytes"
-        if self.nccl:
+        if self.nccl and self.coalesce:
             # NCCL needs send+recv in one group call, or both sides block in send.
-            group._start_coalescing(self.ctx.device)
-            group.send([self.out], peer, 0)
-            group.recv([self.inp], peer, 0)
-            works = [group._end_coalescing(self.ctx.device)]
+            try:
+                group._start_coalescing(self.ctx.device)
+                group.send([self.out], peer, 0)
+                group.recv([self.inp], peer, 0)
+                works = [group._end_coalescing(self.ctx.device)]
+            except (AttributeError, RuntimeError, TypeError):
+                self.coalesce = False      # this torch cannot coalesce on a bare backend
+                return self.run_once()
+        elif self.nccl:
+            # Half duplex fallback, ordered by rank so neither side blocks in send.
+            first, second = ((group.send, self.out), (group.recv, self.inp))
+            if self.ctx.rank == 1:
+                first, second = second, first
+            works = []
+            for op, buf in (first, second):
+                work = op([buf], peer, 0)
+                wait_work(work, self.ctx.timeout_s, what)
         else:
             works = [group.send([self.out], peer, 0), group.recv([self.inp], peer, 0)]
         for work in works:
