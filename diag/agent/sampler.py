@@ -25,12 +25,15 @@ class Sampler:
         self._is_descendant = is_descendant
         self._readers: dict[str, reader.RegionReader] = {}
         self._refused: set[str] = set()
+        self.busiest = 0.0   # fraction of a ring drained by the last pass
 
-    def sample(self) -> None:
-        """One pass: new regions, new records, exited workers. Never raises
-        for one bad region; the caller's loop catches the rest."""
+    def sample(self) -> float:
+        """One pass: new regions, new records, exited workers; returns the
+        fullest ring's backlog, as a fraction of its capacity. Never raises for one bad region; the
+        caller's loop catches the rest."""
+        self.busiest = 0.0
         if not os.path.isdir(self.shm_dir):
-            return
+            return 0.0
         found = reader.scan(self.shm_dir, {**self._readers,
                                            **{p: None for p in self._refused}})
         for path, err in found.errors.items():
@@ -42,6 +45,7 @@ class Sampler:
             self._adopt(path, rdr)
         for path, rdr in list(self._readers.items()):
             self._drain(path, rdr)
+        return self.busiest
 
     def _adopt(self, path: str, rdr: reader.RegionReader) -> None:
         pid = rdr.header.pid
@@ -56,7 +60,9 @@ class Sampler:
     def _drain(self, path: str, rdr: reader.RegionReader) -> None:
         alive = self._is_alive(rdr.header.pid)
         try:
-            self.state.apply(path, rdr.poll())
+            records = rdr.poll()
+            self.busiest = max(self.busiest, len(records) / rdr.header.capacity)
+            self.state.apply(path, records)
             self.state.set_dropped(path, rdr.dropped)
         except (OSError, ValueError) as exc:
             self.log(f"reading region {path} failed: {exc}")

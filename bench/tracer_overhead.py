@@ -1,0 +1,130 @@
+"""Python tracer overhead per traced collective, side by side in one run.
+
+For each world size (default 1 and 2) it runs that many gloo ranks on this
+machine (real processes; world 1 shows the tracer's cost against the
+cheapest real collective, world 2 against loopback TCP). Each
+rank runs the same all_reduce loop in alternating blocks, untraced and traced
+(the tracer is patched in and out between blocks, in step on every rank),
+while this process runs the real node agent draining the rings, as the
+launcher would. Prints ns per op both ways, the difference (the tracer's cost
+per traced collective) and the ratio, plus records dropped (should be 0).
+
+    .venv/bin/python bench/tracer_overhead.py [--worlds 1,2] [--ops 500] [--rounds 20]
+
+The rings get 65536 slots (XPU_TIMER_RING_CAPACITY) so that no record is
+dropped even at this rate of tiny collectives: a dropped record is cheaper
+than a written one and would flatter the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def worker(ops: int, rounds: int, numel: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from diag.records import format as fmt
+    from diag.records.writer import RecordWriter
+    from diag.tracer import collectives
+    from diag.tracer.core import Tracer
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    writer = RecordWriter(os.environ["XPU_TIMER_SHM_DIR"], producer=fmt.PRODUCER_PYTHON,
+                          rank=rank, local_rank=rank, world_size=dist.get_world_size(),
+                          capacity=int(os.environ["XPU_TIMER_RING_CAPACITY"]))
+    tracer = Tracer(writer, rank)
+    tensor = torch.ones(numel)
+    timings = {"off": [], "on": []}
+    for _ in range(ops // 4):                  # warm-up
+        dist.all_reduce(tensor)
+    for i in range(rounds):
+        # Alternate the order, so that neither mode always runs second.
+        for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+            if mode == "on":
+                collectives.patch(tracer)
+            dist.barrier()
+            start = time.perf_counter_ns()
+            for _ in range(ops):
+                dist.all_reduce(tensor)
+            timings[mode].append((time.perf_counter_ns() - start) / ops)
+            collectives.unpatch()
+    if rank == 0:
+        print(json.dumps({"timings": timings, "dropped": writer.dropped,
+                          "enabled": tracer.enabled}), flush=True)
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args, world: int) -> dict:
+    from diag.agent.agent import Agent
+    from diag.agent.config import AgentConfig
+
+    shm = tempfile.mkdtemp(prefix="xpu_diag-bench-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    agent = Agent(AgentConfig(shm_dir=shm, collector=None, token="bench", job_id="bench"))
+    agent.start()
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world), LOCAL_RANK=str(rank), XPU_TIMER_SHM_DIR=shm,
+                   PYTHONWARNINGS="ignore", XPU_TIMER_RING_CAPACITY=str(1 << 16))
+        procs.append(subprocess.Popen(
+            [sys.executable, __file__, "--worker", "--ops", str(args.ops), "--rounds",
+             str(args.rounds), "--numel", str(args.numel)], env=env, stdout=subprocess.PIPE,
+            text=True))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    agent.stop()
+    if any(p.returncode for p in procs):
+        sys.exit("bench: a worker failed")
+    return json.loads(outputs[0].strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--worlds", default="1,2", help="comma list of world sizes")
+    p.add_argument("--ops", type=int, default=500, help="all_reduce calls per block")
+    p.add_argument("--rounds", type=int, default=20, help="off/on block pairs (short blocks, "
+                   "many of them: load drifting on a shared machine hits both modes alike)")
+    p.add_argument("--numel", type=int, default=1, help="float32 elements per all_reduce")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args.ops, args.rounds, args.numel)
+        return
+    for world in (int(w) for w in args.worlds.split(",")):
+        report(args, world, run(args, world))
+
+
+def report(args, world: int, result: dict) -> None:
+    off = statistics.median(result["timings"]["off"])
+    on = statistics.median(result["timings"]["on"])
+    print(f"tracer overhead: gloo all_reduce of {args.numel} float32, {world} rank(s), "
+          f"{args.rounds} x {args.ops} ops per mode (median of blocks, rank 0)")
+    print(f"  untraced        {off:10.0f} ns/op")
+    print(f"  traced          {on:10.0f} ns/op")
+    print(f"  tracer cost     {on - off:10.0f} ns per traced collective")
+    print(f"  ratio           {on / off:10.3f} (traced / untraced)")
+    print(f"  records dropped {result['dropped']:10d}; tracer still on: {result['enabled']}")
+
+
+if __name__ == "__main__":
+    main()
