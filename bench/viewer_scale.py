@@ -109,8 +109,9 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def one(world: int, keep: Path | None) -> dict:
+def one(world: int, keep: Path | None, fast: bool = True) -> dict:
     """Measure one rank count in this process; returns the figures."""
+    from viewer.parsers import pyspy_json
     from viewer.discover import scan
     from viewer.load import load
     from viewer.render import FORMATS, render
@@ -118,6 +119,7 @@ def one(world: int, keep: Path | None) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"viewer-bench-{world}-"))
     try:
         size = make_dumps(tmp, world)
+        pyspy_json.FAST_PATH = fast
         c0 = _cpu()
         t0 = time.perf_counter()
         event = scan(tmp)
@@ -141,25 +143,41 @@ def one(world: int, keep: Path | None) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _run(world: int, keep: Path | None, slow: bool) -> dict:
+    """One rank count in a fresh process (its own peak RSS); prints its row."""
+    cmd = [sys.executable, __file__, "--one", str(world)] + (["--keep", str(keep)] if keep else [])
+    r = json.loads(subprocess.run(cmd + (["--slow"] if slow else []), capture_output=True, text=True,
+                                  check=True).stdout)
+    if not slow:
+        per = " ".join(f"{k}={v:.2f}" for k, v in r["per_format_s"].items())
+        print(f"{r['ranks']:>6} {r['input_mb']:>9.1f} {r['parse_group_s']:>14.2f} {r['render_s']:>9.2f} "
+              f"{r['total_s']:>8.2f} {r['cpu_s']:>6.1f} {r['peak_rss_mb']:>12.0f} {r['worker_rss_mb']:>10.0f}  {per}",
+              flush=True)
+    return r
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", default="64,1024,16384")
     p.add_argument("--keep", type=Path, help="keep the rendered outputs under this directory")
+    p.add_argument("--baseline", action="store_true",
+                   help="also run each rank count with the py-spy JSON template fast path off")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--slow", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one:
-        print(json.dumps(one(a.one, a.keep)))
+        print(json.dumps(one(a.one, a.keep, fast=not a.slow)))
         return 0
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     print(f"{'ranks':>6} {'input MB':>9} {'parse+group s':>14} {'render s':>9} {'total s':>8} {'CPU s':>6} "
           f"{'peak RSS MB':>12} {'child RSS':>10}  per format (s)")
     for world in map(int, a.ranks.split(",")):
-        cmd = [sys.executable, __file__, "--one", str(world)] + (["--keep", str(a.keep)] if a.keep else [])
-        r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-        per = " ".join(f"{k}={v:.2f}" for k, v in r["per_format_s"].items())
-        print(f"{r['ranks']:>6} {r['input_mb']:>9.1f} {r['parse_group_s']:>14.2f} {r['render_s']:>9.2f} "
-              f"{r['total_s']:>8.2f} {r['cpu_s']:>6.1f} {r['peak_rss_mb']:>12.0f} {r['worker_rss_mb']:>10.0f}  {per}",
-              flush=True)
+        r = _run(world, a.keep, slow=False)
+        if a.baseline:
+            b = _run(world, None, slow=True)
+            print(f"{'':>6} json only (fast path off): parse+group {b['parse_group_s']:.2f} s, "
+                  f"CPU {b['cpu_s']:.1f} s -> fast path {b['cpu_s'] / max(r['cpu_s'], 1e-9):.1f}x less CPU",
+                  flush=True)
         if world >= 16384:
             verdict = "meets" if r["render_s"] < 10 else "MISSES"
             print(f"16,384 ranks: merge+render {r['render_s']:.1f} s ({verdict} the 10 s target); "

@@ -116,11 +116,9 @@ def _parse_rank(rank: int, files: list[DumpFile], out: Loaded) -> dict[str, tupl
 
 
 def _group(rank: int, kinds: dict[str, tuple[str, ParseResult]], out: Loaded) -> None:
-    if "py" in kinds:
+    if "py" in kinds:  # whole stacks here; _python_only drops the native frames once per group
         for key, t in thread_keys(kinds["py"][1].threads):
-            frames = tuple(f for f in t.frames if f.kind == PYTHON)
-            if frames:
-                out.views["py"][(key, frames)].append(rank)
+            out.views["py"][(key, t.frames)].append(rank)
     for kind in _NATIVE_ORDER:
         res = kinds.get(kind, (None, None))[1]
         if res is None or (kind == "py" and all(f.kind == PYTHON for t in res.threads for f in t.frames)):
@@ -188,5 +186,18 @@ def load(event: Event, jobs: int = 1) -> Loaded:
         with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
             for part in pool.map(load_ranks, shards):
                 _absorb(out, part)
+    out.views["py"] = _python_only(out.views["py"])
     out.world = _world(event, set(by_rank), out.notes)
+    return out
+
+
+def _python_only(groups: dict[tuple, list[int]]) -> dict[tuple, list[int]]:
+    """The py view keeps Python frames only; stacks equal after that merge."""
+    out: dict[tuple, list[int]] = defaultdict(list)
+    for (thread, frames), ranks in groups.items():
+        py = tuple(f for f in frames if f.kind == PYTHON)
+        if py:
+            out[(thread, py)].extend(ranks)
+    for ranks in out.values():
+        ranks.sort()
     return out
