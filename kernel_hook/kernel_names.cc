@@ -28,6 +28,9 @@ std::string shorten(const char* symbol) {
   char* dem = abi::__cxa_demangle(symbol, nullptr, nullptr, &status);
   if (status == 0 && dem) s = dem;
   free(dem);
+  // "(anonymous namespace)::" would otherwise end the name at its "(".
+  const std::string anon = "(anonymous namespace)::";
+  for (size_t at; (at = s.find(anon)) != std::string::npos;) s.erase(at, anon.size());
   size_t cut = s.find_first_of("<(");
   if (cut != std::string::npos) s.resize(cut);
   size_t space = s.rfind(' ');  // a return type before the name
