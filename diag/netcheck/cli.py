@@ -100,13 +100,17 @@ def run(cfg: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        cfg = parse_args(sys.argv[1:] if argv is None else argv)
+        cfg = parse_args(argv)
     except ConfigError as exc:
         print(f"netcheck: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     try:
-        if cfg.mode == "preflight":
+        if cfg.nproc_per_node > 1:
+            from diag.netcheck.spawn import spawn
+            code = spawn(cfg, argv)
+        elif cfg.mode == "preflight":
             from diag.netcheck.preflight import run_preflight
             code = run_preflight(cfg)
         else:

@@ -59,6 +59,7 @@ class Config:
     min_channels: int = 2
     switchbox_size: int = 256 << 20
     nvml_replay: str | None = None
+    nproc_per_node: int = 1                 # >1: start that many local processes (one per GPU) via torchrun
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -74,11 +75,14 @@ class Config:
             (self.min_bandwidth > 0, "--min-bandwidth", f"{self.min_bandwidth} must be > 0 MB/s"),
             (self.min_channels >= 0, "--min-channels", f"{self.min_channels} must be >= 0"),
             (self.max_rounds >= 1, "--max-rounds", f"{self.max_rounds} must be >= 1"),
+            (self.nproc_per_node >= 1, "--nproc-per-node", f"{self.nproc_per_node} must be >= 1"),
         ]
         for ok, option, why in checks:
             if not ok:
                 raise ConfigError(f"{option}: {why}")
-        if self.mode == "check" and self.pairwise and self.nnodes < 2:
+        if self.nproc_per_node > 1 and (self.mode != "check" or not self.pairwise):
+            raise ConfigError("--nproc-per-node: only for the pairwise check (give --nnodes ...)")
+        if self.mode == "check" and self.pairwise and self.nnodes * self.nproc_per_node < 2:
             raise ConfigError("--nnodes: the pairwise check needs at least 2 nodes "
                               "(give --nnodes/--node-rank/--master-addr, run under torchrun, or use --switchbox-check)")
 
@@ -107,6 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--node-rank", type=int)
     r.add_argument("--master-addr")
     r.add_argument("--master-port", type=int)
+    r.add_argument("--nproc-per-node", type=int, default=1,
+                   help="start this many local processes (one per GPU), each one 'node', as torchrun would")
     r.add_argument("--node-name", help="this node's name in the fault list (env XPU_TIMER_NODE_NAME; default hostname)")
     r.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
     r.add_argument("--iface", default="", help="gloo: network interface to use (env GLOO_SOCKET_IFNAME)")
@@ -170,7 +176,8 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
                  profile=ns.profile, rel_ratio=ns.rel_ratio, mad_z=ns.mad_z, output=ns.output,
                  format=ns.format, taint_key=ns.taint_key, progress=not ns.no_progress,
                  switchbox=ns.switchbox_check or ns.mode == "preflight",
-                 min_bandwidth=ns.min_bandwidth, min_channels=ns.min_channels, nvml_replay=ns.nvml_replay)
+                 min_bandwidth=ns.min_bandwidth, min_channels=ns.min_channels, nvml_replay=ns.nvml_replay,
+                 nproc_per_node=ns.nproc_per_node)
     try:
         cfg.size = parse_size(ns.size, "--size") if ns.size else None
         cfg.timeout = parse_duration(ns.timeout, "--timeout")

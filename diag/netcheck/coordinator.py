@@ -36,7 +36,8 @@ class Coordinator:
     def label(self, unit: int) -> str:
         info = self.infos.get(unit)
         if info and info.get("local_world_size", 1) > 1:
-            return f"{info['name']}:gpu{info['local_rank']}"
+            kind = "gpu" if info.get("device") == "cuda" else "proc"
+            return f"{info['name']}:{kind}{info['local_rank']}"
         return self.host(unit)
 
     def gpu(self, unit: int) -> int | None:

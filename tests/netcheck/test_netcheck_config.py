@@ -53,6 +53,8 @@ def test_preflight_pairwise_only_with_peers():
     (RDV + ["--min-busbw", "-1"], "--min-busbw: -1.0 must be > 0 GB/s"),
     (RDV + ["--format", "xml"], "argument --format: invalid choice: 'xml'"),
     (RDV + ["--bogus"], "unrecognized arguments: --bogus"),
+    (["--switchbox-check", "--nproc-per-node", "2"], "--nproc-per-node: only for the pairwise check"),
+    (["--nnodes", "1", "--nproc-per-node", "0"], "--nproc-per-node: 0 must be >= 1"),
 ])
 def test_bad_input_is_one_line_naming_the_option(argv, start):
     with pytest.raises(ConfigError) as info:
@@ -64,3 +66,8 @@ def test_bad_input_is_one_line_naming_the_option(argv, start):
 def test_bad_env_names_the_variable():
     with pytest.raises(ConfigError, match="^WORLD_SIZE='four' in the environment is not valid"):
         parse_args([], env={"WORLD_SIZE": "four"})
+
+
+def test_one_node_many_processes_is_a_fleet():
+    cfg = parse_args(["--nnodes", "1", "--nproc-per-node", "8"], env={})
+    assert cfg.nproc_per_node == 8 and cfg.pairwise

@@ -50,3 +50,23 @@ def test_two_healthy_nodes_with_compute_check(tmp_path):
     assert ar["algbw"] == pytest.approx(ar["bytes"] / ar["seconds"] / 1e9)
     assert busbw[0]["value"] == pytest.approx(ar["algbw"])
     assert doc["faulty"] == [] and doc["summary"]["rounds"] == 1
+
+
+def test_nproc_per_node_starts_units_through_torchrun(tmp_path):
+    """netcheck --nproc-per-node runs torchrun in-process; children find the agent's store."""
+    out = tmp_path / "faults.json"
+    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "1", "--nproc-per-node", "2",
+                          "--master-port", str(_free_port()), "--iface", "lo", "--size", "128K", "--iters", "2",
+                          "--node-name", "hostA", "--output", str(out), "--no-progress", "--rel-ratio", "0.01"],
+                         cwd=REPO, capture_output=True, text=True, timeout=100)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["joined"] == 2 and doc["faulty"] == []
+    assert {r["link"] for r in doc["records"] if r["metric"] == "all_reduce.busbw"} == {"hostA:proc0<->hostA:proc1"}
+
+
+def test_child_argv_drops_rendezvous_options():
+    from diag.netcheck.spawn import child_argv
+    argv = ["--nnodes", "2", "--node-rank=1", "--master-addr", "h0", "--master-port=29500", "--nproc-per-node",
+            "8", "--size", "1G", "--output", "f.json"]
+    assert child_argv(argv) == ["--size", "1G", "--output", "f.json"]
