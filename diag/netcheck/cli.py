@@ -18,8 +18,12 @@ from diag.netcheck.config import Config, ConfigError, parse_args
 from diag.netcheck.report import Reporter, render_table, slurm_hostlist, taint_commands
 
 
-def run_pairwise(cfg: Config) -> dict[str, Any]:
-    """Join the job, take part in every round; rank 0 also coordinates. Returns the final document."""
+def run_pairwise(cfg: Config, local_doc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Join the job, take part in every round; rank 0 also coordinates. Returns the final document.
+
+    ``local_doc`` (this host's switchbox result) travels to the coordinator
+    with the join, so the final fault list covers every host's switchbox too.
+    """
     from diag.netcheck.coordinator import Coordinator
     from diag.netcheck.node import Node
     from diag.netcheck.session import Session
@@ -27,7 +31,7 @@ def run_pairwise(cfg: Config) -> dict[str, Any]:
     serve = cfg.node_rank == 0 and not cfg.agent_store
     session = Session(cfg.master_addr, cfg.master_port, cfg.node_rank, serve, cfg.join_timeout)
     try:
-        node = Node(cfg, session)
+        node = Node(cfg, session, local_doc)
         if cfg.node_rank != 0:
             return node.run()
         box: dict[str, Any] = {}
@@ -88,13 +92,11 @@ def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
 
 
 def run(cfg: Config) -> int:
-    docs = []
-    if cfg.switchbox:
+    local = None
+    if cfg.switchbox and cfg.local_rank == 0:    # one switchbox check per host, not per GPU process
         from diag.netcheck.switchbox import run_switchbox
-        docs.append(run_switchbox(cfg, Reporter(cfg.progress)))
-    if cfg.pairwise:
-        docs.append(run_pairwise(cfg))
-    doc = merge(docs)
+        local = run_switchbox(cfg, Reporter(cfg.progress))
+    doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local] if local else [])
     emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
     return EXIT_FAULTY if doc["faulty"] else EXIT_HEALTHY
 

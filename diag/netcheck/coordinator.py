@@ -214,6 +214,8 @@ class Coordinator:
 
     def _finish(self, pp: Pinpointer) -> dict[str, Any]:
         faulty: dict[str, list[str]] = {}
+        extra_records: list[dict[str, Any]] = []
+        switchbox: dict[str, Any] = {}
         for unit, reason in sorted(pp.faulty.items()):
             rule = self.node_faults.get(unit, (None,))[0] or self._pinned_rule(unit, pp)
             faulty.setdefault(self.host(unit), []).append(f"{self.label(unit)}: {reason}")
@@ -229,13 +231,20 @@ class Coordinator:
             if pp.status[unit] == HEALTHY and unit not in self.node_faults:
                 self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=PASS,
                                                 reason="passed with a healthy partner"))
+        for unit in sorted(self.infos):        # each host's switchbox result, sent with its join
+            local = self.infos[unit].get("local") or {}
+            for f in local.get("faulty", []):
+                faulty.setdefault(f["node"], []).append(f["reason"])
+            extra_records.extend(local.get("records", []))
+            if local.get("switchbox"):
+                switchbox[self.host(unit)] = local["switchbox"]
         summary = {"rounds": pp.rounds, "nodes": self.cfg.nnodes, "joined": len(self.infos),
                    "size": self.infos.get(0, {}).get("size"), "backend": self.infos.get(0, {}).get("backend"),
-                   "timing": self.timing}
+                   "timing": self.timing, "switchbox": switchbox}
         self.records.append(Measurement("*", "rounds", float(pp.rounds), "", verdict=INFO,
                                         reason=f"{pp.rounds} round(s) for {self.cfg.nnodes} node(s)"))
         return faultlist.to_document({n: " | ".join(r) for n, r in faulty.items()},
-                                     [m.to_dict() for m in self.records], summary=summary)
+                                     [m.to_dict() for m in self.records] + extra_records, summary=summary)
 
     def _pinned_rule(self, unit: int, pp: Pinpointer) -> str:
         rules_seen = [self.pair_rule[frozenset((o.a, o.b))] for o in pp.bad_pairs

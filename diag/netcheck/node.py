@@ -37,8 +37,8 @@ def pick_device(backend: str, cfg: Config) -> torch.device:
 
 
 class Node:
-    def __init__(self, cfg: Config, session: Session):
-        self.cfg, self.session = cfg, session
+    def __init__(self, cfg: Config, session: Session, local_doc: dict[str, Any] | None = None):
+        self.cfg, self.session, self.local_doc = cfg, session, local_doc
         self.backend = pick_backend(cfg)
         self.device = pick_device(self.backend, cfg)
         self.size = cfg.size or (GPU_DEFAULT_SIZE if self.device.type == "cuda" else CPU_DEFAULT_SIZE)
@@ -50,7 +50,8 @@ class Node:
                 "local_rank": self.cfg.local_rank, "local_world_size": self.cfg.local_world_size,
                 "device": self.device.type, "backend": self.backend, "size": self.size,
                 "device_name": torch.cuda.get_device_name(self.device) if gpu else "cpu",
-                "compute": self.cfg.compute == "on" or (self.cfg.compute == "auto" and gpu)}
+                "compute": self.cfg.compute == "on" or (self.cfg.compute == "auto" and gpu),
+                "local": self.local_doc}
 
     def run(self) -> dict[str, Any]:
         """Take part until the coordinator posts the final document; return it."""

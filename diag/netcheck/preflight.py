@@ -22,19 +22,18 @@ def run_preflight(cfg: Config) -> int:
     from diag.netcheck.switchbox import run_switchbox
 
     me = cfg.node_name or socket.gethostname()
-    docs = []
+    local = None
     try:
-        docs.append(run_switchbox(cfg, Reporter(cfg.progress)))
+        if cfg.local_rank == 0:
+            local = run_switchbox(cfg, Reporter(cfg.progress))
     except NetcheckError as exc:
         if cfg.nvml_replay:
             raise
         print(f"netcheck preflight: switchbox skipped: {exc}", file=sys.stderr)
-    if cfg.pairwise:
-        docs.append(run_pairwise(cfg))
-    if not docs:
+    if not cfg.pairwise and local is None:
         print(f"netcheck preflight: {me}: nothing to check here (no NVML, no peers); passing", file=sys.stderr)
         return EXIT_HEALTHY
-    doc = merge(docs)
+    doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local])
     emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
     faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
     if me in faulty:

@@ -70,3 +70,22 @@ def test_child_argv_drops_rendezvous_options():
     argv = ["--nnodes", "2", "--node-rank=1", "--master-addr", "h0", "--master-port=29500", "--nproc-per-node",
             "8", "--size", "1G", "--output", "f.json"]
     assert child_argv(argv) == ["--size", "1G", "--output", "f.json"]
+
+
+def test_switchbox_results_of_every_host_reach_the_job_wide_list(tmp_path):
+    fixtures = Path(__file__).parent / "fixtures"
+    port = _free_port()
+    boxes = {0: "nvml_synthetic_h200x4_healthy.json", 1: "nvml_synthetic_h200x4_faulty.json"}
+    procs = [subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay",
+                               str(fixtures / boxes[r]), "--nnodes", "2", "--node-rank", str(r), "--master-addr",
+                               "127.0.0.1", "--master-port", str(port), "--iface", "lo", "--size", "128K",
+                               "--iters", "2", "--node-name", f"box{r}", "--rel-ratio", "0.01", "--no-progress",
+                               "--output", str(tmp_path / f"f{r}.json")],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=100) for p in procs]
+    assert [p.returncode for p in procs] == [1, 1], outs
+    doc = json.loads((tmp_path / "f0.json").read_text())
+    assert [f["node"] for f in doc["faulty"]] == ["box1"] and "NVLINK_DOWN" in doc["faulty"][0]["reason"]
+    assert {r["node"] for r in doc["records"] if r["metric"].startswith("nvml.")} == {"box1"}
+    assert set(doc["summary"]["switchbox"]) == {"box0", "box1"}
