@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from viewer.atomic import write_text
 from viewer.discover import Event
 from viewer.load import Loaded
 from viewer.merge import bits_of
@@ -12,7 +13,6 @@ from viewer.outputs.dot import Dot
 from viewer.outputs.flame_svg import FlameSvg, error_svg
 from viewer.outputs.folded import Folded
 from viewer.outputs.summary import Context, Summary
-from viewer.atomic import write_text
 
 FORMATS = ("svg", "html", "folded", "dot", "text")
 _VIEW_NAMES = {"py": ("py_stack", "Python"), "native": ("cpp_stack", "native")}
