@@ -4,7 +4,8 @@ Cases (tests/viewer/data/cases/): gloo4 = real py-spy --native --json dumps of
 a 4-rank gloo job with rank 2 stalled, plus hang.json; formats = gdb, eu-stack,
 py-spy text and json in one event, with a rank behind in seq; plain = a bare
 directory of py-spy text dumps named without the rank-of-world pattern;
-corrupt = truncated JSON, junk lines, binary junk. Re-record: see goldens.py.
+corrupt = truncated JSON, junk lines, binary junk; gloo4_allformats = py-spy, gdb and
+eu-stack dumps of one real stalled gloo job (gdb then gives the native view). Re-record: see goldens.py.
 """
 
 import pytest
@@ -39,3 +40,14 @@ def test_corrupt_inputs_are_counted_not_fatal():
     assert "rank 3: <CASE>/rank00003-of-00004.py.json: binary data" in summary
     # The truncated JSON still gave its complete first thread.
     assert "worker-1@1-2|0,3" in (EXPECTED / "corrupt" / "py_stack.folded").read_text()
+
+
+def test_real_gdb_dumps_drive_the_native_view():
+    """gloo4_allformats: py-spy, gdb and eu-stack of one real stalled gloo job; gdb wins the native view."""
+    folded = (EXPECTED / "gloo4_allformats" / "cpp_stack.folded").read_text()
+    threads = {line.split(";")[0].split("@")[0] for line in folded.splitlines()}
+    assert threads == {"MainThread", "gloo_tcp_loop", "pt_gloo_runloop", "pt_gloo_runloop#2", "pt_tcpstore_uv"}
+    main = [line for line in folded.splitlines() if line.startswith("MainThread")]
+    assert any("c10d::Work::wait@libtorch_cpu.so@0-1,3|2" in line and line.endswith(" 3") for line in main)
+    assert any("__GI___clock_nanosleep@clock_nanosleep.c:48@2|0-1,3 1" in line for line in main)
+    assert "pt_tcpstore_uv@0|1-3" in folded  # the TCPStore server thread lives on rank 0 only
