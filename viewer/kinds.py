@@ -17,9 +17,10 @@ _RUNTIME = re.compile(r"(^|[^a-z]|lib)(torch|c10|at::|aten|nccl|cuda|cublas|cudn
                       re.I)
 _LIBC_FILE = re.compile(r"^(libc[.-]|libpthread|ld-linux|libm[.-]|libdl|libstdc\+\+|libgcc|"
                         r"\[kernel|\[vdso|vmlinux)|\.S$|^(sysdeps|nptl)")
-_LIBC_FUNC = re.compile(r"^(__GI_|__libc|_start$|start_thread|clone3?$|__clone|syscall|"
-                        r"epoll_wait|poll|futex|pthread_|nanosleep|clock_nanosleep|__futex|sem_wait|"
-                        r"read$|write$|recv|send|accept|select)")
+# glibc's internal names carry any number of leading underscores (___pthread_cond_wait).
+_LIBC_FUNC = re.compile(r"^_*(GI_|libc|start_thread$|clone3?$|syscall|epoll|poll|futex|pthread|nanosleep|"
+                        r"clock_nanosleep|sem_|read$|write$|recv|send|accept|select|sched_yield|"
+                        r"condvar|lll_|do_futex|_start$)")
 
 # (pale, saturated) per kind.
 COLOURS = {
