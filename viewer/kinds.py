@@ -19,7 +19,7 @@ _LIBC_FILE = re.compile(r"^(libc[.-]|libpthread|ld-linux|libm[.-]|libdl|libstdc\
                         r"\[kernel|\[vdso|vmlinux)|\.S$|^(sysdeps|nptl)")
 # glibc's internal names carry any number of leading underscores (___pthread_cond_wait).
 _LIBC_FUNC = re.compile(r"^_*(GI_|libc|start_thread$|clone3?$|syscall|epoll|poll|futex|pthread|nanosleep|"
-                        r"clock_nanosleep|sem_|read$|write$|recv|send|accept|select|sched_yield|"
+                        r"clock_nanosleep|sem_|read$|write$|recv(msg|from)?$|send(msg|to)?$|accept4?$|select$|sched_yield|"
                         r"condvar|lll_|do_futex|_start$)")
 
 # (pale, saturated) per kind.
