@@ -23,7 +23,10 @@ class Launch:
     """One launcher process; its output lines are kept with arrival times."""
 
     def __init__(self, args: list[str], env: dict | None = None):
-        full_env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+        # Not PYTHONUNBUFFERED: unbuffered print() writes text and newline apart, and
+        # the four workers share one pipe.
+        full_env = dict(os.environ, PYTHONWARNINGS="ignore")
+        full_env.pop("PYTHONUNBUFFERED", None)
         full_env.pop("XPU_TIMER_JOB_TOKEN", None)
         full_env.update(env or {})
         self.lines: list[tuple[float, str, str]] = []   # (time, stream, line)

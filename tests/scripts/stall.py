@@ -8,7 +8,7 @@ dist.init_process_group("gloo", store=store, rank=int(e["RANK"]), world_size=int
 rank, t = dist.get_rank(), torch.ones(8)
 for step in range(steps):
     if rank == 2 and step == 3 and stall_s > 0 and e["TORCHELASTIC_RESTART_COUNT"] == "0":
-        print(f"STALL {time.time()}", flush=True); wait_for_data(stall_s)
+        os.write(1, f"STALL {time.time()}\n".encode()); wait_for_data(stall_s)
     dist.all_reduce(t); t /= dist.get_world_size(); time.sleep(0.05)
-print(f"DONE rank={rank} restart={e['TORCHELASTIC_RESTART_COUNT']} value={t[0].item():.0f}", flush=True)
+os.write(1, f"DONE rank={rank} restart={e['TORCHELASTIC_RESTART_COUNT']} value={t[0].item():.0f}\n".encode())  # one write: ranks share stdout
 dist.destroy_process_group()
