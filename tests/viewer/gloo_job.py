@@ -48,10 +48,12 @@ def make_event(event_dir: Path, ready_dir: Path, timeout: float = 120.0) -> None
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
     logs = [ready_dir / f"rank{r}.log" for r in range(WORLD)]  # a file: a full pipe would block a rank
-    procs = [subprocess.Popen([sys.executable, str(TARGET), str(ready_dir)],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.DEVNULL, stderr=logs[r].open("wb"))
-             for r in range(WORLD)]
+    procs = []
+    for r in range(WORLD):
+        with logs[r].open("wb") as log:
+            procs.append(subprocess.Popen([sys.executable, str(TARGET), str(ready_dir)],
+                                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                                          stdout=subprocess.DEVNULL, stderr=log))
     try:
         deadline = time.monotonic() + timeout
         while len(list(ready_dir.glob("ready-*"))) < WORLD:
