@@ -46,7 +46,7 @@ def run_pairwise(cfg: Config, local_doc: dict[str, Any] | None = None) -> dict[s
         thread.start()
         reporter = Reporter(cfg.progress)
         try:
-            doc = Coordinator(cfg, session, reporter).run()
+            doc = Coordinator(cfg, session, reporter, own_node_alive=thread.is_alive).run()
         finally:
             reporter.close()
         thread.join(cfg.timeout)

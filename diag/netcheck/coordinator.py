@@ -8,20 +8,23 @@ counted failed after --timeout instead of stalling the run.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from diag import faultlist
 from diag.netcheck import rules
 from diag.netcheck.api import FAIL, INFO, PASS, RULE_PAIRING, RULE_TIMEOUT, Measurement
 from diag.netcheck.config import Config
 from diag.netcheck.pairing import HEALTHY, PairOutcome, Pinpointer
+from diag.netcheck.pairjob import pair_job_budget
 from diag.netcheck.report import Reporter
 from diag.netcheck.session import POLL_S, Session
 
 
 class Coordinator:
-    def __init__(self, cfg: Config, session: Session, reporter: Reporter):
+    def __init__(self, cfg: Config, session: Session, reporter: Reporter,
+                 own_node_alive: Callable[[], bool] = lambda: True):
         self.cfg, self.session, self.reporter = cfg, session, reporter
+        self.own_node_alive = own_node_alive       # rank 0's own node runs in a thread of this process
         self.infos: dict[int, dict[str, Any]] = {}
         self.records: list[Measurement] = []
         self.fleet: dict[str, list[float]] = {}
@@ -73,10 +76,11 @@ class Coordinator:
     def _await_acks(self, pp: Pinpointer) -> None:
         # The store lives in this process: keep it up until every live node
         # has read the final plan (or its heartbeat stopped).
-        pending = {u for u in self.infos if u not in self.node_faults or pp.status.get(u) == HEALTHY}
+        pending = set(self.infos)
         while pending:
             for u in sorted(pending):
-                if self.session.has(f"done/{u}") or self.session.heartbeat_age(u) > self.cfg.timeout:
+                if (self.session.has(f"done/{u}") or self.session.heartbeat_age(u) > self.cfg.timeout
+                        or (u == self.cfg.node_rank and not self.own_node_alive())):
                     pending.discard(u)
             time.sleep(POLL_S)
 
@@ -130,14 +134,21 @@ class Coordinator:
             self.node_faults[unit] = (v.rule, f"compute check: {v.reason}")
 
     def _collect(self, rnd: int, pairs: list[tuple[int, int]]) -> dict[int, dict | None]:
-        """Every paired node's result, or None for a node whose heartbeat stopped."""
+        """Every paired node's result, or None for a node that is gone.
+
+        Gone: its heartbeat stopped for --timeout, it is this process's own
+        node and that thread died, or the round outlived every deadline a pair
+        job can have (a live node whose loop is stuck).
+        """
         pending = {u for p in pairs for u in p}
         results: dict[int, dict | None] = {}
+        cap = time.monotonic() + pair_job_budget(self.cfg.timeout, self.cfg.warmup, self.cfg.iters) + 30.0
         while pending:
             for u in sorted(pending):
                 if self.session.has(f"result/{rnd}/{u}"):
                     results[u] = self.session.get_json(f"result/{rnd}/{u}")
-                elif self.session.heartbeat_age(u) > self.cfg.timeout:
+                elif (self.session.heartbeat_age(u) > self.cfg.timeout or time.monotonic() > cap
+                      or (u == self.cfg.node_rank and not self.own_node_alive())):
                     results[u] = None
                 else:
                     continue
