@@ -38,6 +38,7 @@ class Agent:
 
     # -- lifecycle --------------------------------------------------------
     def start(self) -> None:
+        self.sample_once()   # so the first report already lists the ranks
         loops = [("sampler", self._sample_loop), ("commands", self._command_loop)]
         if self.connection is not None:
             loops.append(("connection", self.connection.run))
@@ -50,10 +51,13 @@ class Agent:
         """Send a last report (best effort) and stop every thread."""
         self.sample_once()
         self._stop.set()
-        if self.connection is not None:
-            self.connection.close()
         self._commands.put(None)
         deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.name.endswith("connection"):
+                thread.join(min(2.0, timeout))   # the stream ends after the last report
+        if self.connection is not None:
+            self.connection.close()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.sampler.close()

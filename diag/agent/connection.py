@@ -28,7 +28,6 @@ class Connection:
         self._stub = pb_grpc.CollectorStub(self._channel)
         self._call = None
         self._call_lock = threading.Lock()
-        self.connected = threading.Event()
 
     def run(self) -> None:
         """Connection thread body: stream, and on failure back off and retry."""
@@ -42,8 +41,6 @@ class Connection:
                 self._say_why(exc)
             except Exception as exc:
                 self.agent.log(f"collector stream failed: {exc!r}")
-            finally:
-                self.connected.clear()
             if time.monotonic() - began > HEALTHY_AFTER:
                 backoff = self.config.backoff_min
             if stop.wait(backoff):
@@ -57,7 +54,6 @@ class Connection:
             self._call = call
         try:
             for command in call:
-                self.connected.set()
                 self.agent.submit(command)
         finally:
             ended.set()
@@ -75,6 +71,10 @@ class Connection:
             if report is not None:
                 yield report
             stop.wait(self.config.report_interval)
+        if stop.is_set() and not ended.is_set():
+            # A last report on the way out, so the collector sees the workers'
+            # final state (exited: alive=false) rather than a silent agent.
+            yield self.agent.build_report()
 
     def _say_why(self, exc: grpc.RpcError) -> None:
         code = exc.code() if hasattr(exc, "code") else None

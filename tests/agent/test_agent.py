@@ -168,3 +168,28 @@ def test_agent_with_the_wrong_token_is_refused_and_says_so(tmp_path, capfd):
     finally:
         agent.stop()
         server.stop(0)
+
+
+def test_stop_sends_a_last_report_with_the_workers_final_state(tmp_path, children):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    child = children()
+    writer_for(shm, child.pid).start(fmt.KIND_COLLECTIVE, "all_reduce", seq=1)
+    port = free_port()
+    server = collector(port, tmp_path / "timeline", timeout_s=300)
+    agent = Agent(AgentConfig(shm_dir=str(shm), collector=f"127.0.0.1:{port}", token="secret",
+                              job_id="agenttest", report_interval=60))   # one report, then the last
+    agent.start()
+    try:
+        wait_until(lambda: 0 in server.state.snapshot(time.monotonic()).ranks, 15, "a report")
+        assert server.state.snapshot(time.monotonic()).ranks[0].progress.alive
+        child.kill()
+        child.wait()
+        began = time.monotonic()
+        agent.stop()
+        assert time.monotonic() - began < 5
+        last = server.state.snapshot(time.monotonic()).ranks[0].progress
+        assert not last.alive and not last.HasField("oldest_in_flight")
+        assert server.state.reports == 2
+    finally:
+        server.stop(0)
