@@ -52,7 +52,8 @@ def run_job(args) -> int:
         "--stall-seconds", str(args.stall_seconds)]
     say("running " + " ".join(argv[len(launcher_argv()):]))
     say("rank 2 will stall in load_next_batch(); the others wait in all_reduce")
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    # OMP_NUM_THREADS set: torchrun then skips its banner about setting it.
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     return subprocess.run(argv, cwd=ROOT, env=env, timeout=args.stall_seconds + 240).returncode
 
 

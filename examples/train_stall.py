@@ -22,6 +22,8 @@ import torch.distributed as dist
 
 def load_next_batch(rank: int, step: int, stall: bool, seconds: float) -> torch.Tensor:
     if stall:
+        print(f"train_stall: rank {rank} stuck in load_next_batch at step {step} "
+              f"for {seconds:.0f} s ({time.strftime('%H:%M:%S')})", flush=True)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:  # stuck, as a hung reader would be
             time.sleep(0.1)
