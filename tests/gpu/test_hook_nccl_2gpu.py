@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.gpu.conftest import ROOT, SCRIPTS, launch
+from tests.kernel_hook.output import wait_for_line
 
 pytestmark = pytest.mark.gpus(2)
 HANG_TIMEOUT_S = 10
@@ -46,23 +47,6 @@ def test_collectives_line_up_across_ranks(hook_built, tmp_path):
         assert max(med) < 3 * min(med)  # one collective: both ranks see about the same time
 
 
-def _read_until(proc, predicate, deadline):
-    """Lines of proc's output until predicate(line) or the deadline; returns (line, time)."""
-    os.set_blocking(proc.stdout.fileno(), False)
-    buf = ""
-    while time.time() < deadline:
-        chunk = proc.stdout.read() or ""
-        buf += chunk
-        *lines, buf = buf.split("\n")
-        for line in lines:
-            sys.stdout.write(line + "\n")
-            if predicate(line):
-                return line, time.time()
-        if not chunk:
-            time.sleep(0.05)
-    return None, time.time()
-
-
 def test_real_nccl_hang_is_flagged_and_stacks_dumped(hook_built, tmp_path):
     tl = tmp_path / "timeline"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
@@ -71,14 +55,15 @@ def test_real_nccl_hang_is_flagged_and_stacks_dumped(hook_built, tmp_path):
         [sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--hang-timeout",
          f"{HANG_TIMEOUT_S}s", "--timeline-path", str(tl),
          os.path.join(SCRIPTS, "hook_nccl_hang.py")],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True)
     try:
-        skip, _ = _read_until(proc, lambda l: l.startswith("SKIP ") or " SKIP " in l,
-                              time.time() + 300)
+        skip, _ = wait_for_line(proc, lambda l: "SKIP " in l, time.time() + 300, echo=True)
         assert skip, "rank 1 never reached the skipped all-reduce"
         t_skip = float(skip.split("SKIP ")[1].split()[0])
-        hang, t_hang = _read_until(proc, lambda l: "HANG: " in l, t_skip + HANG_TIMEOUT_S + 30)
+        hang, _ = wait_for_line(proc, lambda l: "HANG: " in l, t_skip + HANG_TIMEOUT_S + 30,
+                                echo=True)
+        t_hang = time.time()
         assert hang, "no HANG verdict"
         print(f"flagged {t_hang - t_skip:.1f} s after the skip (timeout {HANG_TIMEOUT_S} s)")
         assert t_hang - t_skip <= HANG_TIMEOUT_S + 2

@@ -166,8 +166,10 @@ int scenario_capture(int, char**) {
 }
 
 // hang SECONDS: all-reduces where FAKE_HANG makes one never finish; then waits
-// like a training step blocked on it.
+// like a training step blocked on it. With HANG_RANK set, only that RANK hangs.
 int scenario_hang(int argc, char** argv) {
+  const char* only = getenv("HANG_RANK");
+  if (only && getenv("RANK") && strcmp(only, getenv("RANK")) != 0) fake_set_hang("ncclAllReduce", 0);
   Ctx c;
   ncclComm_t comm = comm_from(getenv("HANG_ID") ? getenv("HANG_ID") : "abcd", 1, 0);
   for (int i = 0; i < 3; ++i) ncclAllReduce(nullptr, nullptr, 1024, 7, 0, comm, c.s);
