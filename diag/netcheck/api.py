@@ -70,6 +70,8 @@ class TestContext:
     ``size`` ranks; ``peer`` is the other rank for point-to-point tests.
     """
 
+    __test__ = False                 # not a pytest test class, despite its name
+
     size_bytes: int
     device: Any                      # torch.device
     timeout_s: float
