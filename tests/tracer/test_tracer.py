@@ -127,3 +127,12 @@ def test_bootstrap_chains_to_the_users_sitecustomize(tmp_path):
                          timeout=60)
     assert out.stdout.split() == ["True", "True", "True"], out.stderr
     assert [os.path.basename(p)[:5] for p in glob.glob(str(shm / "*.ring"))] == ["py-r5"]
+
+
+def test_full_ring_drops_and_counts_and_training_goes_on(tmp_path):
+    # Nobody drains the 4-slot rings: most records are dropped, none blocks.
+    outputs = run_ranks("collectives.py", tmp_path, {"XPU_TIMER_RING_CAPACITY": "4"})
+    expected = run_ranks("collectives.py", tmp_path / "big")
+    assert result_lines(outputs) == result_lines(expected)
+    for header, records, dropped in records_by_rank(tmp_path).values():
+        assert header.capacity == 4 and len(records) == 4 and dropped > 10
