@@ -6,6 +6,7 @@
 // Environment (read once): FAKE_DELAY_US="api=us,api=us", FAKE_HANG="api:nth",
 // FAKE_CUDA_INLINE=1 (run work at once on the calling thread: the benches).
 #include <dlfcn.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "fake_api.h"
@@ -154,8 +156,26 @@ Stream* g_streams[64];
 int g_nstreams = 0;
 thread_local int tl_device = 0;
 
+// In a forked child the streams' device threads are gone, and a lock one of
+// them held stays held: start every stream afresh (real CUDA does not work
+// after fork at all; the fake only has to let the hook's fork test run).
+void after_fork_child() {
+  new (&g_streams_lock) std::mutex();
+  auto reset = [](Stream* st) {
+    new (&st->m) std::mutex();
+    new (&st->cv) std::condition_variable();
+    st->q.clear();
+    st->started = false;
+  };
+  reset(&g_default_stream);
+  for (int i = 0; i < g_nstreams; ++i) reset(g_streams[i]);
+}
+
 struct Init {
-  Init() { parse_env(); }
+  Init() {
+    parse_env();
+    pthread_atfork(nullptr, nullptr, after_fork_child);
+  }
 } g_init;
 
 }  // namespace
