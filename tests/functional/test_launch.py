@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import time
 
 import pytest
@@ -126,3 +127,23 @@ def test_bad_options_give_one_line_errors(launches, tmp_path, args, option):
     assert job.wait(120) == 2
     err = [line for _, stream, line in job.lines if stream == "err" and line.strip()]
     assert len(err) == 1 and option in err[0] and err[0].startswith("xpu_timer_launch: "), err
+
+
+def test_two_nodes_share_node_zeros_collector(launches, tmp_path):
+    """Two launchers on this host play nodes 0 and 1 (static rendezvous); node
+    1's agent dials the collector that node 0 started at master port + 1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"XPU_TIMER_JOB_TOKEN": "shared-by-the-scheduler", "XPU_TIMER_DUMP_TOOLS": "py-spy"}
+    common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+              "--master-port", str(port), "--hang-timeout", "4s", "--rdzv-id", "twonodes",
+              "--timeline-path", str(tmp_path), STALL, "15", "8"]
+    node1 = launches(["--node-rank", "1"] + common, env=env)
+    node0 = launches(["--node-rank", "0"] + common, env=env)
+    assert node0.wait(180) == 0 and node1.wait(60) == 0, node0.output() + node1.output()
+    assert node0.matching(r"serving job twonodes on 127\.0\.0\.1:%d" % (port + 1))
+    assert len(node0.matching(r"agent connected: node [01]")) == 2, node0.output()
+    assert node0.matching(r"^HANG: ranks 0-1,3 in all_reduce"), node0.output()
+    event = _wait_for_stacks(tmp_path, 4, 10)
+    assert "wait_for_data" in frame_names(os.path.join(event, "rank00002-of-00004.py.json"))
