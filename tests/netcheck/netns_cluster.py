@@ -40,7 +40,11 @@ class Cluster:
         self.procs: list[subprocess.Popen] = []
 
     def up(self) -> None:
-        _ip("link", "add", self.bridge, "type", "bridge")
+        # Bridged frames skip iptables: a host firewall (e.g. Docker's FORWARD
+        # DROP) must not decide whether the namespaces can talk.
+        if _ip("link", "add", self.bridge, "type", "bridge", "nf_call_iptables", "0", "nf_call_ip6tables", "0",
+               check=False).returncode != 0:
+            _ip("link", "add", self.bridge, "type", "bridge")
         _ip("link", "set", self.bridge, "up")
         for k in range(self.n):
             _ip("netns", "add", self.ns[k])
