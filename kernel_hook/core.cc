@@ -1,6 +1,7 @@
 // The hot path of the core: per-thread slots, launch counting and the queue of
 // timed ops. See core.h for the contract; drainer.cc is the consumer side.
 #include <signal.h>
+#include <time.h>
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -211,13 +212,19 @@ int xt_core_start(const xt_config* cfg, const xt_device_ops* ops, char* err, siz
 
 void xt_core_stop(void) {
   Core& c = g_core;
+  bool joined = true;
   if (c.drainer_started) {
     c.stop.store(1, std::memory_order_release);
-    pthread_join(c.drainer, nullptr);
+    // Bounded: at exit a wedged driver must not hang the process. If the
+    // drainer does not come back, skip the final pass (it would call CUDA too).
+    timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 2;
+    joined = pthread_timedjoin_np(c.drainer, nullptr, &deadline) == 0;
     c.drainer_started = false;
   }
   if (c.state.load() == kStateOn) {
-    xt_core_flush();
+    if (joined) xt_core_flush();
     c.state.store(kStateStopped, std::memory_order_release);
   }
 }

@@ -77,7 +77,8 @@ typedef int64_t xt_ticket;
 // Starts the core: creates the region and the drainer. 0 on success; otherwise
 // writes a one-line reason into err and leaves the core off.
 int xt_core_start(const xt_config* cfg, const xt_device_ops* ops, char* err, size_t err_len);
-// Final drain pass (bounded wait) and joins the drainer. Idempotent.
+// Joins the drainer (waiting at most 2 s) and, if it came back, writes what
+// has completed in a final pass. Idempotent.
 void xt_core_stop(void);
 // 1 while the core is started and not switched off.
 int xt_core_active(void);
