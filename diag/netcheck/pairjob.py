@@ -25,6 +25,7 @@ def make_group(addr: str, port: int, prefix: str, rank: int, timeout_s: float, b
                iface: str = "") -> Any:
     """A 2-rank group over a fresh store client whose waits also end at ``timeout_s``."""
     timeout = timedelta(seconds=timeout_s)
+    name = prefix.strip("/").replace("/", "-")     # unique per pair: logs and NCCL's flight recorder
     store = PrefixStore(prefix, TCPStore(addr, port, None, False, timeout, wait_for_workers=False))
     if backend == "nccl":
         # Abort the communicator and raise on timeout instead of killing the process.
@@ -33,9 +34,11 @@ def make_group(addr: str, port: int, prefix: str, rank: int, timeout_s: float, b
         opts = ProcessGroupNCCL.Options()
         opts._timeout = timeout
         opts.is_high_priority_stream = False
+        opts.group_name = name
         return ProcessGroupNCCL(store, rank, 2, opts)
     opts = ProcessGroupGloo._Options()
     opts._timeout = timeout
+    opts.group_name = name
     opts._devices = [ProcessGroupGloo.create_device(interface=iface) if iface
                      else ProcessGroupGloo.create_default_device()]
     return ProcessGroupGloo(store, rank, 2, opts)
