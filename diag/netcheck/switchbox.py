@@ -19,7 +19,8 @@ from typing import Any
 
 from diag import faultlist
 from diag.netcheck import rules
-from diag.netcheck.api import FAIL, INFO, PASS, RULE_ABSOLUTE, RULE_CHANNELS, RULE_HEALTH, Measurement
+from diag.netcheck.api import (FAIL, INFO, PASS, RULE_ABSOLUTE, RULE_CHANNELS, RULE_HEALTH, Measurement,
+                               NetcheckError)
 from diag.netcheck.config import Config
 from diag.netcheck.health import Finding, link_health
 from diag.netcheck.nvml import Nvml, RealNvml, ReplayNvml
@@ -51,7 +52,6 @@ def plan_box(nvml: Nvml, box_pairs: list[tuple[int, int]] | None) -> BoxPlan:
         known = {g.index for g in gpus}
         bad = [f"{a}:{b}" for a, b in box_pairs if a not in known or b not in known]
         if bad:
-            from diag.netcheck.api import NetcheckError
             raise NetcheckError(f"--box-pairs: {' '.join(bad)} name GPUs this host does not have "
                                 f"(it has {len(gpus)})")
         pairs, note = [BoxPair(a, b, "given") for a, b in box_pairs], "from --box-pairs"

@@ -4,7 +4,6 @@ The fixtures named nvml_synthetic_* are hand-built (make_synthetic_nvml.py);
 recordings from real machines (nvml_record) are picked up by name too.
 """
 
-import copy
 import json
 import subprocess
 import sys
