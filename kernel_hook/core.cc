@@ -143,6 +143,18 @@ bool ensure_events(Core& c, PendingOp& e) {
   return true;
 }
 
+// Records the start event. A failure with events in hand may mean they went
+// stale (cudaDeviceReset): replace them once and retry. (Destroying a stale
+// handle only returns an error; replacing rather than dropping never leaks.)
+bool record_start(Core& c, PendingOp& e, void* stream) {
+  if (!ensure_events(c, e)) return false;
+  if (c.ops.event_record(e.ev0, stream) == 0) return true;
+  c.ops.event_destroy(e.ev0);
+  c.ops.event_destroy(e.ev1);
+  e.ev0 = e.ev1 = nullptr;
+  return ensure_events(c, e) && c.ops.event_record(e.ev0, stream) == 0;
+}
+
 void fill_comm(PendingOp& e, const xt_op_desc* d) {
   e.comm_id = 0;
   e.seq = 0;
@@ -319,7 +331,7 @@ xt_ticket xt_op_begin(const xt_op_desc* d, void* stream) {
     if (s->group_n++ == 0) s->group_first = idx;
     return int64_t(idx);
   }
-  if (ensure_events(c, e) && c.ops.event_record(e.ev0, stream) == 0) e.timed = true;
+  e.timed = record_start(c, e, stream);
   return int64_t(idx);
 }
 
@@ -358,7 +370,7 @@ void xt_group_end_before(void) {
   for (int i = 0; i < s->group_n; ++i) {
     PendingOp& e = s->ops[(s->group_first + i) & (kOpQueue - 1)];
     if (maybe_capturing(c) && c.ops.stream_capturing(e.stream)) continue;  // untimed
-    if (ensure_events(c, e) && c.ops.event_record(e.ev0, e.stream) == 0) e.timed = true;
+    e.timed = record_start(c, e, e.stream);
   }
 }
 
