@@ -30,18 +30,28 @@ struct FakeStream {
   uint64_t clock_ns = 0, step_ns = 1000;
   bool hang = false, capturing = false;
 };
+// Bumping g_event_gen makes every existing event stale, as a device reset
+// would: recording one fails.
+std::atomic<int> g_event_gen{0};
+std::atomic<int> g_destroyed{0};
 struct FakeEvent {
   std::atomic<int> done{0};
   uint64_t t_ns = 0;
+  int gen = g_event_gen.load();
 };
 
 int get_device(int* d) { *d = 0; return 0; }
 int set_device(int) { return 0; }
 int ev_create(void** e) { *e = new FakeEvent(); return 0; }
-int ev_destroy(void* e) { delete static_cast<FakeEvent*>(e); return 0; }
+int ev_destroy(void* e) {
+  ++g_destroyed;
+  delete static_cast<FakeEvent*>(e);
+  return 0;
+}
 int ev_record(void* e, void* s) {
   FakeStream* fs = static_cast<FakeStream*>(s);
   FakeEvent* ev = static_cast<FakeEvent*>(e);
+  if (ev->gen != g_event_gen.load()) return 1;
   fs->clock_ns += fs->step_ns;
   ev->t_ns = fs->clock_ns;
   ev->done.store(fs->hang ? 0 : 1, std::memory_order_release);
@@ -119,6 +129,19 @@ void group_capture_hang() {
   xt_op_end(begin(XT_OP_ALL_REDUCE, &g_comm_obj[2], &hung, 0), 0);
 }
 
+// Stale events (a device reset) are replaced once, and the op is still timed.
+void stale_events() {
+  std::thread([] {
+    FakeStream s;
+    for (int i = 0; i < 300; ++i) xt_op_end(begin(XT_OP_HGEMM, nullptr, &s, 2), 0);
+    usleep(20000);  // drained: every queue entry holds completed events
+    g_event_gen.fetch_add(1);
+    int before = g_destroyed.load();
+    xt_op_end(begin(XT_OP_HGEMM, nullptr, &s, 2), 0);
+    EXPECT(g_destroyed.load() == before + 2);
+  }).join();
+}
+
 void comm_ids() {
   unsigned char id[128] = {1, 2, 3};
   uint64_t a = xt_comm_id_from_bytes(id, sizeof(id), 0);
@@ -151,11 +174,12 @@ int main(int argc, char** argv) {
   many_threads(nthreads, iters);
   thread_churn(600);
   group_capture_hang();
+  stale_events();
   usleep(50000);
   xt_core_stop();
   xt_stats st;
   xt_core_stats(&st);
-  uint64_t timed = uint64_t(nthreads) * iters * 2 + 600 + 3;
+  uint64_t timed = uint64_t(nthreads) * iters * 2 + 600 + 3 + 301;
   printf("launches %llu queued %llu completed %llu captured %llu dropped %llu rdropped %llu\n",
          (unsigned long long)st.launches_counted, (unsigned long long)st.ops_queued,
          (unsigned long long)st.ops_completed, (unsigned long long)st.ops_captured,
