@@ -79,10 +79,17 @@ class Coordinator:
         pending = set(self.infos)
         while pending:
             for u in sorted(pending):
-                if (self.session.has(f"done/{u}") or self.session.heartbeat_age(u) > self.cfg.timeout
-                        or (u == self.cfg.node_rank and not self.own_node_alive())):
+                if self.session.has(f"done/{u}") or self._gone(u):
                     pending.discard(u)
             time.sleep(POLL_S)
+
+    def _gone(self, unit: int) -> bool:
+        """A node is gone when its heartbeat stopped for --timeout. This process's
+        own node is judged by its thread instead: a starved heartbeat thread on a
+        loaded host must not make the coordinator drop itself."""
+        if unit == self.cfg.node_rank:
+            return not self.own_node_alive()
+        return self.session.heartbeat_age(unit) > self.cfg.timeout
 
     def _warmup(self, rnd: int) -> int:
         """Later rounds confirm a verdict: with >= 3 timed iterations the median
@@ -147,8 +154,7 @@ class Coordinator:
             for u in sorted(pending):
                 if self.session.has(f"result/{rnd}/{u}"):
                     results[u] = self.session.get_json(f"result/{rnd}/{u}")
-                elif (self.session.heartbeat_age(u) > self.cfg.timeout or time.monotonic() > cap
-                      or (u == self.cfg.node_rank and not self.own_node_alive())):
+                elif self._gone(u) or time.monotonic() > cap:
                     results[u] = None
                 else:
                     continue

@@ -76,10 +76,12 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def run_all(self, args_for, port: int = 29500, timeout: float = 90.0, on_line=None) -> list[tuple[int, str, str]]:
+    def run_all(self, args_for, port: int = 29500, timeout: float = 90.0, on_line=None,
+                hung: frozenset = frozenset()) -> list[tuple[int, str, str]]:
         """Start every node (node 0 first), wait for all; returns [(rc, stdout, stderr)].
 
         ``on_line(line, procs)`` sees node 0's stderr lines as they come.
+        Nodes in ``hung`` are not waited for: they are killed once the others end.
         """
         procs = [self.start(k, args_for(k), port) for k in range(self.n)]
         streams: dict[tuple[int, str], list[str]] = {}
@@ -96,11 +98,16 @@ class Cluster:
             r.start()
         deadline = time.monotonic() + timeout
         for k, proc in enumerate(procs):
+            if k in hung:
+                continue
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 1))
             except subprocess.TimeoutExpired:
                 self.kill_all()
                 raise AssertionError(f"netcheck node{k} did not finish within {timeout}s")
+        for k in hung:
+            procs[k].send_signal(signal.SIGKILL)
+            procs[k].wait(10)
         for r in readers:
             r.join(5)
         return [(p.returncode, "".join(streams.get((k, "out"), [])), "".join(streams.get((k, "err"), [])))

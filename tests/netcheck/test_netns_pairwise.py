@@ -70,7 +70,7 @@ def test_node_dropping_out_mid_test_times_out_and_is_named(netns_cluster, tmp_pa
             procs[2].send_signal(signal.SIGKILL)   # node2 dies inside its round-1 pair
             killed.append(2)
 
-    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "5s", "--join-timeout", "60s"]
+    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s"]
     results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=29623, on_line=on_line)
     rc0, _, err0 = results[0]
     assert killed and results[2][0] == -signal.SIGKILL
@@ -79,3 +79,27 @@ def test_node_dropping_out_mid_test_times_out_and_is_named(netns_cluster, tmp_pa
     assert set(fl.faulty) == {"node2"}
     assert "dropped out or hung" in fl.faulty["node2"]
     assert results[1][0] == 1 and results[3][0] == 1   # survivors finish too, with the verdict
+
+
+def test_hung_node_is_aborted_and_named(netns_cluster, tmp_path):
+    """SIGSTOP: the node's sockets stay open but nothing moves; its partner's collective
+    must time out (not get a reset), and the run must end without it."""
+    c = netns_cluster(4)
+    out = tmp_path / "faults.json"
+    stopped = []
+
+    def on_line(line, procs):
+        if "round 1" in line and not stopped:
+            procs[1].send_signal(signal.SIGSTOP)
+            stopped.append(1)
+
+    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s"]
+    results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=29624, on_line=on_line,
+                        hung=frozenset({1}))
+    assert stopped and results[0][0] == 1, results[0][2]
+    fl = faultlist.load(out)
+    doc = json.loads(out.read_text())
+    assert set(fl.faulty) == {"node1"} and "dropped out or hung" in fl.faulty["node1"], json.dumps(doc, indent=1)
+    partner = [r for r in doc["records"] if r["metric"] == "pair" and r["node"] == "node0" and r["round"] == 1]
+    assert partner and partner[0]["rule"] in ("timeout", "error")
+    assert results[2][0] == 1 and results[3][0] == 1
