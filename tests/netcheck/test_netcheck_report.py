@@ -43,3 +43,27 @@ def test_cli_unreachable_store_is_one_line_exit_3():
     assert res.returncode == 3, res.stderr
     lines = [l for l in res.stderr.splitlines() if l.startswith("netcheck:")]
     assert len(lines) == 1 and "cannot reach the store at 127.0.0.1:9" in lines[0]
+
+
+def test_table_lists_failures_first_with_rule_and_faulty_hostlist():
+    import io
+
+    from rich.console import Console
+
+    from diag import faultlist
+    from diag.netcheck.api import Measurement
+    from diag.netcheck.report import render_table
+    recs = [Measurement("n1", "all_reduce.busbw", 40.0, "GB/s", link="n1<->n2", expected=41.0),
+            Measurement("n3", "all_reduce.busbw", 2.0, "GB/s", link="n3<->n4", expected=41.0, threshold=20.5,
+                        verdict="fail", rule="relative-ratio", reason="busbw 2 GB/s < 0.5 x fleet median 41"),
+            Measurement("n3", "nvml.NVLINK_DOWN", 0, "", gpu=2, link="nvlink5", verdict="fail", rule="nvml-health",
+                        reason="NVLink 5 is inactive")]
+    doc = faultlist.to_document({"n3": "slow"}, [r.to_dict() for r in recs])
+    buf = io.StringIO()
+    render_table(doc, Console(file=buf, width=200))
+    lines = buf.getvalue().splitlines()
+    body = [l for l in lines if l.startswith("│")]
+    assert "n3" in body[0] and "fail" in body[0] and "n1" in body[-1]
+    assert any("relative-ratio: busbw 2 GB/s" in l for l in body)
+    assert any("gpu2 nvlink5" in l for l in body)
+    assert lines[-1] == "faulty: n3"
