@@ -87,3 +87,27 @@ def test_prefers_partners_on_another_host():
     pp.record([PairOutcome(0, 1, False, "x"), PairOutcome(2, 3, True), PairOutcome(4, 5, True)])
     for a, b in pp.plan():
         assert pp.hosts[a] != pp.hosts[b]
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@st.composite
+def fleets(draw):
+    n = draw(st.integers(min_value=3, max_value=40))
+    k = draw(st.integers(min_value=0, max_value=max(n // 4, 0)))
+    faulty = draw(st.sets(st.integers(min_value=0, max_value=n - 1), min_size=k, max_size=k))
+    return n, faulty
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleets())
+def test_property_faults_are_found_exactly_and_fast(fleet):
+    """n >= 4k: every fault is pinned, no healthy unit is blamed, in <= 3 rounds."""
+    n, faulty = fleet
+    pp = simulate(n, faulty)
+    assert set(pp.faulty) == faulty
+    assert pp.rounds <= 3
+    if n % 2 == 0 and faulty:
+        assert pp.rounds == 2
