@@ -72,11 +72,11 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
-    """Write --output (every node: each gets the list locally) and print in --format (lead only)."""
-    if cfg.output:
-        faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
-        extra = {k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")}
-        faultlist.write(cfg.output, faulty, doc["records"], doc["created_unix"], **extra)
+    """Print in --format (lead only; others one line), then write --output (every node).
+
+    Printing comes first so that a fault list that cannot be written still
+    leaves its verdict in the log.
+    """
     names = [f["node"] for f in doc["faulty"]]
     if not lead:
         print(f"netcheck: node rank {cfg.node_rank}: {len(names)} faulty node(s)"
@@ -89,6 +89,15 @@ def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
         print("\n".join(taint_commands({f["node"]: f["reason"] for f in doc["faulty"]}, cfg.taint_key)))
     else:
         render_table(doc)
+    sys.stdout.flush()
+    if cfg.output:
+        faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
+        extra = {k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")}
+        try:
+            faultlist.write(cfg.output, faulty, doc["records"], doc["created_unix"], **extra)
+        except OSError as exc:
+            raise NetcheckError(f"--output: cannot write {cfg.output} ({exc.strerror or exc}); "
+                                "give a path in a writable directory") from None
 
 
 def run(cfg: Config) -> int:

@@ -67,3 +67,15 @@ def test_table_lists_failures_first_with_rule_and_faulty_hostlist():
     assert any("relative-ratio: busbw 2 GB/s" in l for l in body)
     assert any("gpu2 nvlink5" in l for l in body)
     assert lines[-1] == "faulty: n3"
+
+
+def test_unwritable_output_is_one_line_after_the_verdict(tmp_path):
+    fixture = Path(__file__).parent / "fixtures" / "nvml_synthetic_h200x4_faulty.json"
+    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay",
+                          str(fixture), "--node-name", "boxA", "--format", "slurm", "--no-progress",
+                          "--output", str(tmp_path / "missing-dir" / "faults.json")],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3
+    assert res.stdout.strip() == "boxA"
+    err = [l for l in res.stderr.splitlines() if l.startswith("netcheck: --output")]
+    assert len(err) == 1 and "cannot write" in err[0] and "writable directory" in err[0]
