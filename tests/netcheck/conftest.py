@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netns_cluster import Cluster, namespaces_unavailable
+from tests.netcheck.netns_cluster import Cluster, namespaces_unavailable
 
 
 @pytest.fixture
