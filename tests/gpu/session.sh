@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every GPU check for one machine, in one go, through the device tool:
+#   bash tests/gpu/session.sh x2|x4|x1     (outputs in $OUT/gpu-<label>.tgz)
+# Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
+# (nccl-tests all_reduce_perf, built outside the repo and never committed).
+set -uo pipefail
+label=${1:?machine label}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+LD_LIBRARY_PATH=$(python3 -c 'import nvidia.nccl;print(list(nvidia.nccl.__path__)[0]+"/lib")'):${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH NCCL_TESTS_BIN=$PWD/.carry/nccl-tests/build/all_reduce_perf
+R=/tmp/gpu-$label; rm -rf $R; mkdir -p $R
+finish() { tar czf "$OUT/gpu-$label.tgz" -C "$R" . ; }
+trap finish EXIT
+{ nvidia-smi; nvidia-smi topo -m
+  python3 -c "import torch,grpc,google.protobuf as p;print('torch',torch.__version__,'nccl',torch.cuda.nccl.version(),'grpc',grpc.__version__,'protobuf',p.__version__)"
+} > $R/machine.txt 2>&1
+make -s -C kernel_hook > $R/build.log 2>&1 || { echo "hook build failed"; cat $R/build.log; }
+run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "exit $?" | tee -a "$R/$name.log"; tail -n 5 "$R/$name.log"; }
+case $label in
+  x1) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
+      run hook_launch_bench 200 python3 bench/hook_launch_bench.py ;;
+  x2) run hook_nccl_2gpu 220 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
+      run hook_step 170 python3 bench/hook_step_overhead.py --rounds 2 --steps 30 --out $R/hook_step.json
+      run netcheck 170 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
+  x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
+esac
