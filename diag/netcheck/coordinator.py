@@ -209,7 +209,8 @@ class Coordinator:
                 self.records.append(Measurement(
                     self.host(u), f"{test}.busbw", f["busbw"], "GB/s", gpu=self.gpu(u), link=link,
                     expected=v.expected, threshold=v.threshold, verdict=v.verdict, reason=v.reason, rule=v.rule,
-                    round=rnd, extra={"algbw": f["algbw"], "seconds": f["seconds"], "bytes": f["bytes"],
+                    round=rnd, extra={"algbw": f["algbw"], "seconds": f["seconds"],
+                                      "mean_seconds": f.get("mean_seconds", f["seconds"]), "bytes": f["bytes"],
                                       "pair_busbw": busbw}))
         return PairOutcome(a, b, ok, "; ".join(reasons))
 

@@ -27,7 +27,7 @@ class AllReduce(BandwidthTest):
 
     def run_once(self) -> None:
         work = self.ctx.group.allreduce([self.buf])
-        wait_work(work, self.ctx.timeout_s, f"all_reduce of {self.count * 4} bytes")
+        wait_work(work, self.ctx.timeout_s, f"all_reduce of {self.count * 4} bytes", self.ctx.device)
         self.runs += 1
 
     def finish(self) -> None:

@@ -48,11 +48,11 @@ class SendRecv(BandwidthTest):
             works = []
             for op, buf in (first, second):
                 work = op([buf], peer, 0)
-                wait_work(work, self.ctx.timeout_s, what)
+                wait_work(work, self.ctx.timeout_s, what, self.ctx.device)
         else:
             works = [group.send([self.out], peer, 0), group.recv([self.inp], peer, 0)]
         for work in works:
-            wait_work(work, self.ctx.timeout_s, what)
+            wait_work(work, self.ctx.timeout_s, what, self.ctx.device)
 
     def finish(self) -> None:
         expect = float(self.ctx.peer + 1)
