@@ -28,7 +28,6 @@ import time
 import grpc
 
 from diag.pb import collector_pb2 as pb
-from diag.pb import collector_pb2_grpc as pb_grpc
 
 RANKS_PER_AGENT = 8
 TARGET_REPORTS_PER_S = 2000.0

@@ -65,7 +65,7 @@ def _stack(thread: str, variant: str) -> list[dict]:
     }
     leaf = leaves[variant if thread == "MainThread" else ("queue" if hash(thread) % 2 else "idle")]
     trunk = [_py(f"{thread.replace('-', '_')}_layer{i}", f"train/model_{i % 7}.py", 10 + i)
-             if i % 3 else _native(f"_PyEval_EvalFrameDefault", LIBS[3]) for i in range(DEPTH)]
+             if i % 3 else _native("_PyEval_EvalFrameDefault", LIBS[3]) for i in range(DEPTH)]
     # The trunk is cut on the leaf side, so every variant shares the root-side frames.
     return leaf + trunk[len(leaf) + 2:] + [_native("0xADDR1", LIBS[0]), _native("0xADDR2", LIBS[0])]
 

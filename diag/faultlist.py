@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from diag.common.atomic import write_atomic
 
 EXIT_FAULTY_NODE = 75  # EX_TEMPFAIL: "try again elsewhere"; the launcher's exit code
 VERSION = 1
@@ -139,18 +140,4 @@ def write(path: str | os.PathLike, faulty: dict[str, str], records: list[dict[st
     """Write a fault list atomically: temp file in the same directory, fsync, rename."""
     path = os.fspath(path)
     doc = to_document(faulty, records, created_unix, **extra)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".faults-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, (json.dumps(doc, indent=1) + "\n").encode("utf-8"), fsync=True)

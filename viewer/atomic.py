@@ -1,11 +1,10 @@
-"""Write output files whole or not at all: temp file in the same dir, then rename."""
+"""Write output files whole or not at all, with the viewer's error wording."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from diag.common.atomic import write_atomic
 from viewer.api import ViewerError
 
 
@@ -13,14 +12,6 @@ def write_text(path: Path, text: str) -> None:
     """Atomically replace ``path`` with ``text`` (UTF-8). Raises ViewerError."""
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        write_atomic(path, text.encode("utf-8"))
     except OSError as e:
-        raise ViewerError(f"--out {path.parent}: cannot write ({e.strerror}); choose a writable --out") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
         raise ViewerError(f"{path}: cannot write ({e.strerror}); choose a writable --out") from None

@@ -16,8 +16,7 @@ import time
 
 import grpc
 
-from diag.collector.api import Findings
-from diag.collector.atomic import write_atomic
+from diag.common.atomic import write_atomic
 from diag.collector.config import Config
 from diag.pb import collector_pb2 as pb
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import sys
-import tempfile
 import time
 
 from diag.netcheck.api import NetcheckError
 from diag.netcheck.health import link_health
 from diag.netcheck.nvml import FORMAT_VERSION, RealNvml, RecordingNvml, try_query
 from diag.netcheck.switchbox import busy_links, plan_box
+from diag.common.atomic import write_atomic
 
 
 def record(nvml: RecordingNvml, under_load: bool) -> dict:
@@ -59,12 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             pass
     doc = record(nvml, under_load)
-    directory = os.path.dirname(os.path.abspath(args.out))
-    fd, tmp = tempfile.mkstemp(prefix=".nvml-", suffix=".tmp", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, args.out)
+    write_atomic(args.out, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
     print(f"nvml_record: {len(doc['answers'])} answers from {len(doc['gpus'])} GPU(s) -> {args.out}; "
           f"pairs {' '.join(doc['discovered_pairs']) or 'none'}")
     return 0

@@ -6,14 +6,18 @@ import os
 import tempfile
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str | os.PathLike, data: bytes, mode: int = 0o644, fsync: bool = False) -> None:
     """Replace ``path`` with ``data``; a reader sees the old file or the new
-    one, never half of one. The temp file is removed on any failure."""
-    directory, name = os.path.split(path)
+    one, never half of one. The temp file is removed on any failure.
+    ``fsync`` also survives a power cut (fault lists a scheduler acts on)."""
+    directory, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or ".")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
