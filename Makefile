@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 # The CPU wheel first: an unpinned torch would pull gigabytes of CUDA packages.
+# numpy beside it: without it torch warns on import, into our one-line errors.
 TORCH  ?= torch==2.13.0
 
 .PHONY: setup system-deps hook proto demo test test-gpu bench clean
@@ -13,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q $(TORCH) numpy
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
@@ -22,6 +23,7 @@ $(STAMP): pyproject.toml
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
+	  command -v g++ >/dev/null || missing="$$missing g++ make"; \
 	  command -v ip >/dev/null || missing="$$missing iproute2"; \
 	  command -v dot >/dev/null || missing="$$missing graphviz"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
@@ -39,10 +41,10 @@ hook: setup
 proto: setup
 	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. protos/diag/pb/*.proto
 
-demo: setup hook
+demo: system-deps setup hook
 	$(BIN)/python examples/demo.py
 
-test: setup system-deps hook
+test: system-deps setup hook
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 bench: setup hook
