@@ -31,7 +31,9 @@ class RecordWriter:
         self._lock = threading.Lock()
         self._next_op_id = 1
         self._write_idx = 0
+        self._read_idx_seen = 0
         self._dropped = 0
+        self._names: dict[str, bytes] = {}
         pid = os.getpid() if pid is None else pid
         header = fmt.Header(capacity, pid, rank, local_rank, world_size, producer, 0,
                             time.time_ns(), time.monotonic_ns())
@@ -77,19 +79,26 @@ class RecordWriter:
     def _put(self, event, kind, flags, comm_rank, op_id, comm_id, seq, t_ns, dur, nbytes,
              flops, count, comm_size, name) -> None:
         mm = self._mm
-        read_idx = fmt.U64.unpack_from(mm, fmt.OFF_READ_IDX)[0]
-        if self._write_idx - read_idx >= self.capacity:
-            self._dropped += 1
-            fmt.U64.pack_into(mm, fmt.OFF_DROPPED, self._dropped)
-            return
+        if self._write_idx - self._read_idx_seen >= self.capacity:
+            # Only look at the agent's index when our last view says full:
+            # one shared-memory read saved per record on the common path.
+            self._read_idx_seen = fmt.U64.unpack_from(mm, fmt.OFF_READ_IDX)[0]
+            if self._write_idx - self._read_idx_seen >= self.capacity:
+                self._dropped += 1
+                fmt.U64.pack_into(mm, fmt.OFF_DROPPED, self._dropped)
+                return
+        encoded = self._names.get(name)
+        if encoded is None:
+            encoded = fmt.encode_name(name)
+            if len(self._names) < 4096:  # op names are few; bound the cache anyway
+                self._names[name] = encoded
         offset = fmt.HEADER_SIZE + (self._write_idx & self._mask) * fmt.RECORD_SIZE
         fmt.RECORD_STRUCT.pack_into(mm, offset, event, kind, flags, comm_rank, op_id, comm_id,
-                                    seq, t_ns, dur, nbytes, flops, count, comm_size,
-                                    fmt.encode_name(name))
-        fmt.U64.pack_into(mm, fmt.OFF_HEARTBEAT, t_ns)
+                                    seq, t_ns, dur, nbytes, flops, count, comm_size, encoded)
         # Publish last: on x86 (TSO) and under the GIL the slot is visible first.
         self._write_idx += 1
         fmt.U64.pack_into(mm, fmt.OFF_WRITE_IDX, self._write_idx)
+        fmt.U64.pack_into(mm, fmt.OFF_HEARTBEAT, t_ns)
 
 
 def _create_region(directory: str, path: str, header: fmt.Header) -> mmap.mmap:
