@@ -74,6 +74,7 @@ Slot* claim_slot() {
     tl.no_slot = true;
     return nullptr;
   }
+  if (found->rng == 0) found->rng = 0x9E3779B97F4A7C15ull * uint64_t(found->index + 1);
   pthread_setspecific(g_slot_key, found);
   tl.slot = found;
   return found;
@@ -146,13 +147,61 @@ bool ensure_events(Core& c, PendingOp& e) {
 // Records the start event. A failure with events in hand may mean they went
 // stale (cudaDeviceReset): replace them once and retry. (Destroying a stale
 // handle only returns an error; replacing rather than dropping never leaks.)
-bool record_start(Core& c, PendingOp& e, void* stream) {
+// ev: 0 for the start event, 1 for the end event of an op with no start.
+bool record_first(Core& c, PendingOp& e, int ev, void* stream) {
   if (!ensure_events(c, e)) return false;
-  if (c.ops.event_record(e.ev0, stream) == 0) return true;
+  if (c.ops.event_record(ev ? e.ev1 : e.ev0, stream) == 0) return true;
   c.ops.event_destroy(e.ev0);
   c.ops.event_destroy(e.ev1);
   e.ev0 = e.ev1 = nullptr;
-  return ensure_events(c, e) && c.ops.event_record(e.ev0, stream) == 0;
+  return ensure_events(c, e) && c.ops.event_record(ev ? e.ev1 : e.ev0, stream) == 0;
+}
+
+// Records the op's first event when its kernels are launched: the start event
+// of a sampled op, or the end event of an unsampled collective (right after
+// the launch: the only event it gets). Unsampled GEMMs get none.
+void record_launch(Core& c, PendingOp& e, void* stream, bool before_launch) {
+  if (e.sampled) {
+    if (before_launch) e.timed = record_first(c, e, 0, stream);
+  } else if (!before_launch && op_kind(e.op) != kKindGemm) {
+    e.has_end = record_first(c, e, 1, stream);
+  }
+}
+
+// After the launch: the end event of a sampled op, then the op's flags.
+void finish_launch(Core& c, PendingOp& e) {
+  if (e.no_events) return;
+  if (e.timed && c.ops.event_record(e.ev1, e.stream) != 0) e.timed = false;
+  if (e.timed) {
+    e.has_end = true;
+    e.flags |= kFlagDeviceTimed;
+  } else {
+    record_launch(c, e, e.stream, false);
+  }
+}
+
+inline uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// 1 in time_every. Collectives by (comm id, seq): the same on every rank and
+// not in step with a training step's period. GEMMs by a per-thread xorshift.
+bool choose_sample(const Core& c, Slot* s, const PendingOp& e, bool has_comm) {
+  uint32_t n = c.cfg.time_every;
+  if (n <= 1) return true;
+  uint64_t r;
+  if (has_comm) {
+    r = mix64(e.comm_id ^ (e.seq * 0x9E3779B97F4A7C15ull) ^ (uint64_t(op_kind(e.op)) << 56));
+  } else {
+    r = s->rng;
+    r ^= r << 13;
+    r ^= r >> 7;
+    r ^= r << 17;
+    s->rng = r;
+  }
+  return (r >> 32) % n == 0;
 }
 
 void fill_comm(PendingOp& e, const xt_op_desc* d) {
@@ -324,14 +373,15 @@ xt_ticket xt_op_begin(const xt_op_desc* d, void* stream) {
   e.flops = d->flops;
   e.stream = stream;
   e.t_start_ns = mono_ns();
-  e.timed = false;
+  e.timed = e.has_end = e.no_events = false;
   fill_comm(e, d);
   if (d->comm) e.seq = comm_next_seq(d->comm, op_kind(d->op) == kKindP2P);
+  e.sampled = choose_sample(c, s, e, d->comm != nullptr);
   if (deferred) {
     if (s->group_n++ == 0) s->group_first = idx;
     return int64_t(idx);
   }
-  e.timed = record_start(c, e, stream);
+  record_launch(c, e, stream, true);
   return int64_t(idx);
 }
 
@@ -343,8 +393,7 @@ void xt_op_end(xt_ticket t, int failed) {
   PendingOp& e = s->ops[uint64_t(t) & (kOpQueue - 1)];
   if (failed) e.flags |= kFlagFailed;
   if (s->group_depth > 0) return;  // published at the outermost group end
-  if (e.timed && c.ops.event_record(e.ev1, e.stream) != 0) e.timed = false;
-  if (e.timed) e.flags |= kFlagDeviceTimed;
+  finish_launch(c, e);
   s->head.store(uint64_t(t) + 1, std::memory_order_release);
 }
 
@@ -369,8 +418,12 @@ void xt_group_end_before(void) {
   Core& c = g_core;
   for (int i = 0; i < s->group_n; ++i) {
     PendingOp& e = s->ops[(s->group_first + i) & (kOpQueue - 1)];
-    if (maybe_capturing(c) && c.ops.stream_capturing(e.stream)) continue;  // untimed
-    e.timed = record_start(c, e, e.stream);
+    if (maybe_capturing(c) && c.ops.stream_capturing(e.stream)) {
+      e.sampled = false;  // captured: no event at all, it ends when drained
+      e.no_events = true;
+      continue;
+    }
+    record_launch(c, e, e.stream, true);
   }
 }
 
@@ -382,8 +435,7 @@ void xt_group_end_after(int failed) {
   for (int i = 0; i < s->group_n; ++i) {
     PendingOp& e = s->ops[(s->group_first + i) & (kOpQueue - 1)];
     if (failed) e.flags |= kFlagFailed;
-    if (e.timed && c.ops.event_record(e.ev1, e.stream) != 0) e.timed = false;
-    if (e.timed) e.flags |= kFlagDeviceTimed;
+    finish_launch(c, e);
   }
   s->head.store(s->group_first + s->group_n, std::memory_order_release);
   s->group_n = 0;

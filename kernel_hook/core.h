@@ -43,6 +43,8 @@ typedef struct xt_config {
   uint32_t count_every_ms; // how often launch counts become COUNT records
   int capture_check_always;  // ask stream_capturing on every timed op, not only
                              // while xt_capture_begin says a capture is on
+  uint32_t time_every;     // device-time 1 in N GEMMs/collectives (0 or 1: all).
+                           // Collectives always get an end event (completion).
 } xt_config;
 
 // Operation types the hook times. Names and kinds live in core.cc.
@@ -92,8 +94,13 @@ void xt_core_after_fork_child(void);
 // Hot path. Counts one kernel launch of func on the calling thread; is_handle
 // as in xt_device_ops.kernel_name.
 void xt_count_launch(const void* func, int is_handle);
-// Hot path. Records the start event of a timed op on stream (or defers it
-// inside an NCCL group, or only counts it under graph capture).
+// Hot path. Queues an op. Sampled ops (1 in cfg.time_every; collectives by a
+// hash of (comm id, seq), so every rank samples the same ones) get a start and
+// an end event: their END carries the device duration (flag bit 0). The other
+// collectives and p2p get only an end event, so their END still waits for the
+// device (the hang rule sees them in flight); other GEMMs get no event and end
+// when drained (counted, FLOPs recorded, no duration). Inside an NCCL group
+// events are deferred; under graph capture the op is only counted.
 xt_ticket xt_op_begin(const xt_op_desc* desc, void* stream);
 // Hot path. Records the end event and queues the op for the drainer.
 void xt_op_end(xt_ticket ticket, int failed);

@@ -30,7 +30,10 @@ struct PendingOp {
   void* ev0;
   void* ev1;
   int ev_device;
-  bool timed;          // both events recorded
+  bool sampled;        // chosen for device timing (1 in time_every)
+  bool timed;          // sampled and both events recorded: duration known
+  bool has_end;        // end event recorded: completion is tracked on the device
+  bool no_events;      // a group member under graph capture: record no event
 };
 
 struct CountEntry {
@@ -45,6 +48,7 @@ struct alignas(64) Slot {
   int group_depth;
   int group_n;
   uint64_t group_first;        // queue index of the first deferred op
+  uint64_t rng;                // xorshift state for sampling GEMMs
   std::atomic<uint64_t> dropped_ops;
   std::atomic<uint64_t> captured[XT_OP_COUNT_];
   std::atomic<uint64_t> count_overflow;  // kernels beyond kCountEntries

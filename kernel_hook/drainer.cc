@@ -61,19 +61,23 @@ void put_count(Core& c, uint8_t kind, uint16_t flags, const char* name, uint64_t
   }
 }
 
-// The END of one op: device time when both events completed, else flagged.
-// Returns false while the op is still running on the device.
+// The END of one op once its end event (if it has one) completed: with the
+// device time when it was sampled (both events), else without (flag bit 0
+// clear). An op without any event ends when drained. Returns false while the
+// op is still running on the device.
 bool try_end(Core& c, PendingOp& e, uint64_t now, bool* unloading) {
   uint64_t dur = 0;
   uint16_t flags = e.flags;
-  if (e.timed) {
+  if (e.has_end) {
     int q = c.ops.event_query(e.ev1);
     if (q == XT_EV_NOT_READY) return false;
     if (q == XT_EV_UNLOADING) {
       *unloading = true;
       return false;
     }
-    if (q != XT_EV_READY || c.ops.event_elapsed_ns(e.ev0, e.ev1, &dur) != 0) {
+    if (q != XT_EV_READY) {
+      flags = uint16_t((flags | kFlagFailed) & ~kFlagDeviceTimed);
+    } else if (e.timed && c.ops.event_elapsed_ns(e.ev0, e.ev1, &dur) != 0) {
       flags = uint16_t((flags | kFlagFailed) & ~kFlagDeviceTimed);
       dur = 0;
     }

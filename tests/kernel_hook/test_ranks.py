@@ -12,14 +12,14 @@ from tests.kernel_hook.conftest import HOOK, HOOKPROG, read_regions
 NRANKS, N_ALLREDUCE = 4, 5
 
 
-def _run_ranks(shm, unique_id):
+def _run_ranks(shm, unique_id, n_allreduce=N_ALLREDUCE, extra_env=None):
     shm.mkdir(exist_ok=True)
     procs = []
     for rank in range(NRANKS):
         env = {"LD_PRELOAD": HOOK, "XPU_TIMER_SHM_DIR": str(shm), "RANK": str(rank),
-               "WORLD_SIZE": str(NRANKS)}
+               "WORLD_SIZE": str(NRANKS), **(extra_env or {})}
         procs.append(subprocess.Popen(
-            [HOOKPROG, "ranks", str(rank), str(NRANKS), unique_id, str(N_ALLREDUCE)],
+            [HOOKPROG, "ranks", str(rank), str(NRANKS), unique_id, str(n_allreduce)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         _, err = p.communicate(timeout=60)
@@ -70,3 +70,17 @@ def test_another_job_gets_other_ids(built, tmp_path):
     again = _run_ranks(tmp_path / "c", "11" * 128)
     ids = [{r.comm_id for r in _ops(x[0], "ncclAllReduce")} for x in (a, b, again)]
     assert ids[0] != ids[1] and ids[0] == ids[2]
+
+
+def test_every_rank_samples_the_same_collectives(built, tmp_path):
+    # Sampling hashes (comm id, seq): all ranks device-time the same ones, so
+    # their durations can be compared op by op.
+    regions = _run_ranks(tmp_path, secrets.token_hex(128), n_allreduce=48,
+                         extra_env={"XPU_TIMER_HOOK_TIME_EVERY": "4"})
+    sampled = set()
+    for region in regions.values():
+        ars = _ops(region, "ncclAllReduce")
+        assert len(ars) == 48
+        sampled.add(tuple(r.seq for r in ars if r.flags & fmt.FLAG_DEVICE_TIMED))
+    [seqs] = sampled
+    assert 3 <= len(seqs) <= 24, seqs

@@ -1,5 +1,7 @@
 """Durations, FLOPs, bytes and counts recorded through LD_PRELOAD against the
-fake device, whose kernels take the delays set in FAKE_DELAY_US."""
+fake device, whose kernels take the delays set in FAKE_DELAY_US. Every op is
+device-timed here (XPU_TIMER_HOOK_TIME_EVERY=1); test_sampling.py covers the
+default, sampled timing."""
 
 import collections
 
@@ -17,7 +19,7 @@ SLACK_NS = 60_000_000
 def timed_region(built, tmp_path_factory):
     shm = tmp_path_factory.mktemp("shm")
     out = run_prog("timed", shm_dir=str(shm), env={
-        "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
+        "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "XPU_TIMER_HOOK_TIME_EVERY": "1",
         "FAKE_DELAY_US": ",".join(f"{k}={v}" for k, v in DELAYS_US.items())})
     assert out.returncode == 0 and out.stderr == "", out.stderr
     [region] = read_regions(str(shm))
@@ -83,7 +85,7 @@ def test_plain_launches_are_counted_per_kernel(timed_region):
 
 
 def test_graph_capture_counts_without_timing(built, tmp_path):
-    out = run_prog("capture", shm_dir=str(tmp_path))
+    out = run_prog("capture", shm_dir=str(tmp_path), env={"XPU_TIMER_HOOK_TIME_EVERY": "1"})
     assert out.returncode == 0, out.stderr
     [region] = read_regions(str(tmp_path))
     captured = collections.Counter()

@@ -94,6 +94,21 @@ int scenario_timed(int, char**) {
   return 0;
 }
 
+// sampled N: N rounds of one GEMM and one all-reduce on one stream (the
+// sampling contract: which ones are device-timed, and that all complete).
+int scenario_sampled(int argc, char** argv) {
+  int n = argc > 0 ? atoi(argv[0]) : 64;
+  Ctx c;
+  ncclComm_t comm = comm_from("5a3b", 2, 0);
+  for (int i = 0; i < n; ++i) {
+    c.gemm(64, 32, 16);
+    ncclAllReduce(nullptr, nullptr, 256, 7, 0, comm, c.s);
+  }
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  return 0;
+}
+
 // ranks RANK NRANKS IDHEX N: N all-reduces on the world comm, then a split
 // and 2 all-gathers on the child, and a send.
 int scenario_ranks(int argc, char** argv) {
