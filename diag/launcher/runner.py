@@ -96,7 +96,7 @@ def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConf
 
 def check_fault_list(config: Config) -> int | None:
     """Exit status if this node must not run (faulty: 75; unreadable list: 2)."""
-    from diag import faultlist  # written by the netcheck engineer; only needed here
+    from diag import faultlist  # only jobs that pass --fault-list pay for the import
     try:
         faults = faultlist.load(config.fault_list)
     except faultlist.FaultListError as exc:
