@@ -77,11 +77,18 @@ def silent_line(agent) -> str:
             f"({agent.hostname or '?'}): agent sent no report for {agent.silent_for_s:.1f} s")
 
 
+def dropped_line(dropping: dict[int, int]) -> str:
+    """``dropping``: rank -> cumulative records dropped (non-zero only)."""
+    return (f"DROPPED: {ranks_phrase(sorted(dropping))} dropped {sum(dropping.values())} progress records "
+            f"(ring full; the op counts under-report); raise XPU_TIMER_RING_CAPACITY")
+
+
 def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_id: int) -> dict[str, Any]:
     p = entry.progress
     row: dict[str, Any] = {"rank": rank, "node_rank": entry.node_rank, "hostname": hostnames.get(entry.node_rank, ""),
                            "pid": p.pid, "op": None, "kind": None, "comm_id": None, "seq": None,
-                           "in_flight_s": None, "last_op": p.last_op or None}
+                           "in_flight_s": None, "last_op": p.last_op or None,
+                           "dropped_records": p.dropped_records}
     age = in_flight_age(entry, snap.now)
     if age is not None:
         op = p.oldest_in_flight

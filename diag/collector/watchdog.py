@@ -38,6 +38,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._stats_at: float | None = None
         self._stats_reports = 0
+        self._drops_said = 0  # job-wide dropped-record total at the last DROPPED line
 
     def start(self) -> None:
         if self._thread is None:
@@ -75,6 +76,7 @@ class Watchdog:
         if fire:
             self._declare(findings, snap, time.time() if now_unix is None else now_unix)
         self._log_stats(snap, now)
+        self._report_drops(snap)
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", now)
             if self._config.hang_action == "kill" and not event.killed:
@@ -91,6 +93,15 @@ class Watchdog:
         log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks",
                  total, rate, now - self._stats_at, len(snap.agents), len(snap.ranks))
         self._stats_at, self._stats_reports = now, total
+
+    def _report_drops(self, snap: Snapshot) -> None:
+        """Say when ranks drop progress records (full rings), first at any drop
+        and then each time the job-wide total doubles, so the line stays rare."""
+        dropping = {r: e.progress.dropped_records for r, e in snap.ranks.items() if e.progress.dropped_records}
+        total = sum(dropping.values())
+        if total and total >= 2 * self._drops_said:
+            self._say(verdict.dropped_line(dropping))
+            self._drops_said = total
 
     def _declare(self, findings, snap: Snapshot, now_unix: float) -> None:
         event_id, path = self._events.reserve_dir(now_unix)

@@ -278,3 +278,26 @@ def test_watchdog_logs_the_ingest_rate_every_stats_interval(tmp_path, caplog):
     assert "ingest:" not in caplog.text
     watchdog.tick(now=T0 + 10)
     assert "ingest: 40 reports total, 4.0/s over the last 10.000 s; 2 agents, 2 ranks" in caplog.text
+
+
+def test_dropped_records_are_reported_when_they_start_and_when_they_double(tmp_path):
+    watchdog, state, _, out = make_watchdog(tmp_path)
+
+    def report(drops):
+        ranks = [rank_progress(r, 4) for r in range(4)]
+        for rank, n in drops.items():
+            ranks[rank].dropped_records = n
+        state.ingest(node_report(0, ranks), T0)
+
+    watchdog.tick(now=T0)
+    report({1: 5, 2: 5})
+    watchdog.tick(now=T0 + 0.5)
+    report({1: 8, 2: 5})            # 13 < 2 x 10: no new line
+    watchdog.tick(now=T0 + 1.0)
+    report({1: 15, 2: 5, 3: 1})     # 21 >= 20
+    watchdog.tick(now=T0 + 1.5)
+    assert out.getvalue().splitlines() == [
+        "DROPPED: ranks 1-2 dropped 10 progress records (ring full; the op counts under-report); "
+        "raise XPU_TIMER_RING_CAPACITY",
+        "DROPPED: ranks 1-3 dropped 21 progress records (ring full; the op counts under-report); "
+        "raise XPU_TIMER_RING_CAPACITY"]
