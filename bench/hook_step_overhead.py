@@ -1,48 +1,63 @@
 """Step-time overhead of the kernel hook on a real model, side by side.
 
-    python3 bench/hook_step_overhead.py [--nproc 2] [--rounds 3] [--steps 40] [--out FILE.json]
+    python3 bench/hook_step_overhead.py [--nproc 2] [--rounds 20] [--steps 20]
+                                        [--warmup 15] [--out FILE.json]
 
 Trains GPT-2 small (12 layers, 768 wide, random weights from a transformers
-config) with DDP over NCCL on --nproc GPUs (bench/hook_step_worker.py), via
-torch.distributed.run, in three variants interleaved round by round: without
-the hook, with it (LD_PRELOAD + XPU_TIMER_SHM_DIR, a reader thread draining the
-regions every second as the node agent would), and with it switched off
-(XPU_TIMER_HOOK_DISABLE=1). Prints the median step time of each, its spread
-(min..max over all timed steps of all rounds) and the overhead against the
-unhooked run. Target: within 0.5 %.
+config, batch 8 x 1024 tokens, bf16 autocast) with DDP over NCCL on --nproc
+GPUs (bench/hook_step_worker.py). Three torchrun jobs are started once and
+stay alive at the same time, on the same GPUs: without the hook, with it
+(LD_PRELOAD + XPU_TIMER_SHM_DIR, a reader thread draining the regions every
+second as the node agent would), and with it switched off
+(XPU_TIMER_HOOK_DISABLE=1). They take turns through a TCPStore baton held
+here, so only one job runs steps at a time: after a warm-up turn each, --rounds
+rounds of --steps steps per job, the order rotated every round. Slow drifts
+(clocks, temperature, the VM's neighbours) then hit all three alike.
+
+Prints, per variant, the median step time and its spread (IQR and min..max over
+all timed steps), and the overhead against the unhooked job two ways: from the
+overall medians, and paired per round (median over rounds of the ratio of the
+round medians) with a bootstrap 95 % interval over rounds. Target: within 0.5 %.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import os
+import random
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 WORKER = os.path.join(ROOT, "bench", "hook_step_worker.py")
 VARIANTS = ("off", "hook", "disabled")
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                "NVSHMEM_DISABLE_NVLS": "1"}
+TARGET_PCT = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     nproc: int = 2
-    rounds: int = 3
-    steps: int = 40
-    warmup: int = 10
+    rounds: int = 20
+    steps: int = 20
+    warmup: int = 15
     batch: int = 8
     seq: int = 1024
     out: str | None = None
 
     def __post_init__(self):
-        for f in ("nproc", "rounds", "steps", "batch", "seq"):
+        for f in ("nproc", "rounds", "steps", "warmup", "batch", "seq"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"--{f} must be positive, got {getattr(self, f)}")
 
@@ -76,29 +91,125 @@ class RegionDrainer(threading.Thread):
                 self.records += len(r.poll())
 
 
-def run_variant(cfg: Config, variant: str) -> list[float]:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_job(cfg: Config, variant: str, port: int, shm: str, log) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XPU_TIMER_")}
     env.pop("LD_PRELOAD", None)
+    env.update(NO_MULTICAST)
+    if variant != "off":
+        env.update(LD_PRELOAD=HOOK, XPU_TIMER_SHM_DIR=shm)
+    if variant == "disabled":
+        env["XPU_TIMER_HOOK_DISABLE"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={cfg.nproc}", WORKER, variant, str(port), str(cfg.rounds),
+           str(cfg.steps), str(cfg.warmup), str(cfg.batch), str(cfg.seq)]
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_keys(store, keys: list[str], jobs: dict, timeout_s: float) -> None:
+    """Waits for every key, failing fast (one line) if a job died."""
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        for v, p in jobs.items():
+            if p.poll() is not None:
+                raise RuntimeError(f"job {v!r} exited with rc {p.returncode} (see its log)")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {keys}")
+        time.sleep(0.005)
+
+
+def take_turns(cfg: Config, store, jobs: dict) -> dict:
+    """Runs the rounds; returns {variant: [per-round list of rank-0 step times]}."""
+    wait_keys(store, [f"ready/{v}/{r}" for v in VARIANTS for r in range(cfg.nproc)], jobs, 900)
+    rounds = {v: [] for v in VARIANTS}
+    for rnd in range(-1, cfg.rounds):
+        k = max(rnd, 0) % len(VARIANTS)
+        for v in VARIANTS[k:] + VARIANTS[:k]:
+            store.set(f"go/{v}/{rnd}", "1")
+            done = [f"done/{v}/{rnd}/{r}" for r in range(cfg.nproc)]
+            wait_keys(store, done, jobs, 600)
+            times = json.loads(store.get(done[0]))
+            if rnd >= 0:
+                rounds[v].append(times)
+                print(f"round {rnd:2} {v:9} median {statistics.median(times) * 1e3:8.2f} ms",
+                      flush=True)
+    return rounds
+
+
+def bootstrap_ci(xs: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % interval of the median of xs, resampling xs with replacement."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def summarize(rounds: dict) -> dict:
+    """Per variant: median, IQR, min/max, overhead (overall and paired per round)."""
+    flat = {v: [t for r in rs for t in r] for v, rs in rounds.items()}
+    round_meds = {v: [statistics.median(r) for r in rs] for v, rs in rounds.items()}
+    base = statistics.median(flat["off"])
+    out = {}
+    for v in VARIANTS:
+        q1, _, q3 = statistics.quantiles(flat[v], n=4)
+        ratios = [100 * (m / o - 1) for m, o in zip(round_meds[v], round_meds["off"])]
+        lo, hi = bootstrap_ci(ratios)
+        out[v] = {"median_ms": 1e3 * statistics.median(flat[v]), "iqr_ms": 1e3 * (q3 - q1),
+                  "min_ms": 1e3 * min(flat[v]), "max_ms": 1e3 * max(flat[v]),
+                  "overhead_pct": 100 * (statistics.median(flat[v]) / base - 1),
+                  "paired_pct": statistics.median(ratios), "paired_ci95": [lo, hi],
+                  "round_medians_ms": [1e3 * m for m in round_meds[v]]}
+    return out
+
+
+def print_summary(s: dict) -> None:
+    print(f"\n{'variant':9} {'median ms':>10} {'IQR':>6} {'min':>8} {'max':>8} "
+          f"{'vs off':>8}  paired per round (95% CI)")
+    for v in VARIANTS:
+        r = s[v]
+        lo, hi = r["paired_ci95"]
+        print(f"{v:9} {r['median_ms']:10.2f} {r['iqr_ms']:6.2f} {r['min_ms']:8.2f} "
+              f"{r['max_ms']:8.2f} {r['overhead_pct']:+7.2f}%  {r['paired_pct']:+6.2f}% "
+              f"[{lo:+.2f}, {hi:+.2f}]")
+    hook = s["hook"]
+    verdict = "within" if hook["paired_ci95"][1] <= TARGET_PCT else "NOT shown within"
+    print(f"hook overhead {hook['paired_pct']:+.2f}% (95% CI upper bound "
+          f"{hook['paired_ci95'][1]:+.2f}%): {verdict} the {TARGET_PCT}% target")
+
+
+def run(cfg: Config) -> dict:
+    import torch.distributed as dist
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=1800))
     with tempfile.TemporaryDirectory(prefix="hook-step-") as shm:
         drainer = RegionDrainer(shm)
-        if variant != "off":
-            env.update(LD_PRELOAD=HOOK, XPU_TIMER_SHM_DIR=shm)
-        if variant == "disabled":
-            env["XPU_TIMER_HOOK_DISABLE"] = "1"
         drainer.start()
-        out = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             f"--nproc-per-node={cfg.nproc}", WORKER, str(cfg.steps), str(cfg.warmup),
-             str(cfg.batch), str(cfg.seq)], env=env, capture_output=True, text=True,
-            timeout=900)
-        drainer.stop.set()
-        drainer.join()
-    if out.returncode != 0:
-        raise RuntimeError(f"{variant}: rc {out.returncode}: {out.stderr.strip()[-2000:]}")
-    line = next(l for l in out.stdout.splitlines() if l.startswith("STEP_TIMES "))
-    if variant == "hook" and drainer.records == 0:
+        logs = {v: open(os.path.join(shm, f"job-{v}.log"), "w+") for v in VARIANTS}
+        jobs = {v: start_job(cfg, v, port, shm, logs[v]) for v in VARIANTS}
+        try:
+            rounds = take_turns(cfg, store, jobs)
+            for v, p in jobs.items():
+                if p.wait(timeout=120) != 0:
+                    raise RuntimeError(f"job {v!r} exited with rc {p.returncode}")
+        except Exception:
+            for v, f in logs.items():
+                f.seek(0)
+                print(f"--- job {v} log (tail):\n{f.read()[-3000:]}", file=sys.stderr)
+            raise
+        finally:
+            for p in jobs.values():
+                if p.poll() is None:
+                    p.kill()
+            drainer.stop.set()
+            drainer.join()
+    if drainer.records == 0:
         raise RuntimeError("hook variant: the hook wrote no records; is it loaded?")
-    return json.loads(line.split(" ", 1)[1])
+    return rounds
 
 
 def main(argv=None) -> int:
@@ -108,23 +219,13 @@ def main(argv=None) -> int:
         print(f"hook_step_overhead: skipped: needs {cfg.nproc} CUDA GPUs, "
               f"found {torch.cuda.device_count()}")
         return 0
-    samples = {v: [] for v in VARIANTS}
-    for rnd in range(cfg.rounds):
-        for v in VARIANTS:
-            times = run_variant(cfg, v)
-            samples[v] += times
-            print(f"round {rnd} {v:9} median {statistics.median(times) * 1e3:8.2f} ms", flush=True)
-    base = statistics.median(samples["off"])
-    print(f"\n{'variant':9} {'median ms':>10} {'min':>8} {'max':>8} {'overhead':>9}")
-    result = {}
-    for v in VARIANTS:
-        med = statistics.median(samples[v])
-        print(f"{v:9} {med * 1e3:10.2f} {min(samples[v]) * 1e3:8.2f} "
-              f"{max(samples[v]) * 1e3:8.2f} {100 * (med / base - 1):+8.2f}%")
-        result[v] = {"median_s": med, "steps": samples[v], "overhead_pct": 100 * (med / base - 1)}
+    rounds = run(cfg)
+    summary = summarize(rounds)
+    print_summary(summary)
     if cfg.out:
         with open(cfg.out + ".tmp", "w") as f:
-            json.dump({"config": dataclasses.asdict(cfg), "result": result}, f, indent=1)
+            json.dump({"config": dataclasses.asdict(cfg), "summary": summary,
+                       "rounds_s": rounds}, f, indent=1)
         os.replace(cfg.out + ".tmp", cfg.out)
     return 0
 

@@ -1,26 +1,49 @@
 """One DDP rank of bench/hook_step_overhead.py: GPT-2 (random weights from a
-transformers config) trained on random tokens; rank 0 prints the step times."""
-import json, os, sys, time
-import torch, torch.distributed as dist
+transformers config) trained on random tokens, in turns.
+
+    hook_step_worker.py VARIANT BATON_PORT ROUNDS STEPS WARMUP BATCH SEQ
+
+The job is started once and stays alive; it takes its turns through the
+driver's TCPStore (the baton): for round r (-1 is the warm-up) it waits for key
+go/VARIANT/r, runs its steps (cuda synchronize around each, so a step's time is
+its device time too), and answers done/VARIANT/r/RANK with the step times.
+Only one job runs steps at a time, so the variants share the GPUs fairly."""
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
 from transformers import GPT2Config, GPT2LMHeadModel
 
-steps, warmup, batch, seq = (int(a) for a in sys.argv[1:5])
+variant, port = sys.argv[1], int(sys.argv[2])
+rounds, steps, warmup, batch, seq = (int(a) for a in sys.argv[3:8])
 local = int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+rank = dist.get_rank()
+baton = dist.TCPStore("127.0.0.1", port, is_master=False,
+                      timeout=datetime.timedelta(seconds=1800))
 torch.manual_seed(0)
 model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=seq)).cuda()
 ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
 tokens = torch.randint(0, 50257, (batch, seq), device="cuda")
-times = []
-for step in range(warmup + steps):
-    torch.cuda.synchronize(); t0 = time.perf_counter()
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = ddp(tokens, labels=tokens).loss
-    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    if step >= warmup: times.append(time.perf_counter() - t0)
-if dist.get_rank() == 0:
-    print("STEP_TIMES " + json.dumps(times), flush=True)
+baton.set(f"ready/{variant}/{rank}", "1")
+for rnd in range(-1, rounds):
+    baton.wait([f"go/{variant}/{rnd}"])
+    times = []
+    for _ in range(warmup if rnd < 0 else steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = ddp(tokens, labels=tokens).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    baton.set(f"done/{variant}/{rnd}/{rank}", json.dumps(times))
 dist.destroy_process_group()

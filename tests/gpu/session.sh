@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x2|x4|x1     (outputs in $OUT/gpu-<label>.tgz)
+#   bash tests/gpu/session.sh x2|x4|x1|x2hook   (outputs in $OUT/gpu-<label>.tgz)
+# x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
 # (nccl-tests all_reduce_perf, built outside the repo and never committed).
 set -uo pipefail
@@ -22,7 +23,10 @@ case $label in
   x1) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
       run hook_launch_bench 200 python3 bench/hook_launch_bench.py ;;
   x2) run hook_nccl_2gpu 220 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
-      run hook_step 170 python3 bench/hook_step_overhead.py --rounds 2 --steps 30 --out $R/hook_step.json
+      run hook_step 170 python3 bench/hook_step_overhead.py --rounds 8 --steps 20 --out $R/hook_step.json
       run netcheck 170 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
+  x2hook) run hook_nccl_2gpu 100 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
+      run hook_step 190 python3 bench/hook_step_overhead.py --rounds 16 --steps 20 --out $R/hook_step.json
+      run hook_launch_bench 100 python3 bench/hook_launch_bench.py --launches 300000 --timed 30000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac
