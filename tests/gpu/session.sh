@@ -25,8 +25,8 @@ case $label in
   x2) run hook_nccl_2gpu 220 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_step 170 python3 bench/hook_step_overhead.py --rounds 8 --steps 20 --out $R/hook_step.json
       run netcheck 170 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
-  x2hook) run hook_nccl_2gpu 100 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
-      run hook_step 190 python3 bench/hook_step_overhead.py --rounds 16 --steps 20 --out $R/hook_step.json
-      run hook_launch_bench 100 python3 bench/hook_launch_bench.py --launches 300000 --timed 30000 --rounds 3 --out $R/hook_launch_bench.json ;;
+  x2hook) run hook_nccl_2gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
+      run hook_step 165 python3 bench/hook_step_overhead.py --rounds 16 --steps 20 --out $R/hook_step.json
+      run hook_launch_bench 85 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac
