@@ -6,7 +6,7 @@ transformers config) trained on random tokens, in turns.
 The job is started once and stays alive; it takes its turns through the
 driver's TCPStore (the baton): for round r (-1 is the warm-up) it waits for key
 go/VARIANT/r, runs its steps (cuda synchronize around each, so a step's time is
-its device time too), and answers done/VARIANT/r/RANK with the step times.
+its device time too; one untimed step first), and answers done/VARIANT/r/RANK with the step times.
 Only one job runs steps at a time, so the variants share the GPUs fairly."""
 import datetime
 import json
@@ -35,7 +35,8 @@ baton.set(f"ready/{variant}/{rank}", "1")
 for rnd in range(-1, rounds):
     baton.wait([f"go/{variant}/{rnd}"])
     times = []
-    for _ in range(warmup if rnd < 0 else steps):
+    # One untimed step first: the turn's first step pays for the switch.
+    for i in range(warmup if rnd < 0 else steps + 1):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -44,6 +45,7 @@ for rnd in range(-1, rounds):
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+        if i > 0:
+            times.append(time.perf_counter() - t0)
     baton.set(f"done/{variant}/{rnd}/{rank}", json.dumps(times))
 dist.destroy_process_group()
