@@ -6,6 +6,8 @@ import dataclasses
 import os
 import socket
 
+from diag.agent import dumps
+
 ENV_REPORT_INTERVAL = "XPU_TIMER_REPORT_INTERVAL"
 
 
@@ -24,7 +26,7 @@ class AgentConfig:
     dump_timeout: float = 30.0
     backoff_min: float = 0.5
     backoff_max: float = 10.0
-    dump_tools: tuple = ("py-spy", "gdb", "eu-stack")   # XPU_TIMER_DUMP_TOOLS
+    dump_tools: tuple = dataclasses.field(default_factory=lambda: dumps.default_tools())  # XPU_TIMER_DUMP_TOOLS
     tool_env: dict | None = None  # env for py-spy/gdb: the launcher's, without LD_PRELOAD etc.
 
     def __post_init__(self):

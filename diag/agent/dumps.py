@@ -32,12 +32,20 @@ ENV_TOOLS = "XPU_TIMER_DUMP_TOOLS"
 ALL_TOOLS = ("py-spy", "gdb", "eu-stack")
 
 
+def default_tools() -> tuple[str, ...]:
+    """py-spy plus one all-threads native dumper: eu-stack where installed,
+    else gdb. gdb loads every library's symbols, which takes seconds per torch
+    rank (it timed out at 30 s with 4 ranks on 2 cores); eu-stack takes well
+    under one."""
+    return ("py-spy", "eu-stack" if shutil.which("eu-stack") else "gdb")
+
+
 def tools_from_env(env=os.environ) -> tuple[str, ...]:
-    """XPU_TIMER_DUMP_TOOLS=py-spy,gdb,eu-stack (the default) picks the dumpers;
-    gdb loads every library's symbols, which takes seconds per rank."""
+    """XPU_TIMER_DUMP_TOOLS=py-spy,gdb,eu-stack picks the dumpers; unset (or
+    naming none of them) means :func:`default_tools`."""
     raw = env.get(ENV_TOOLS, "")
     chosen = tuple(t for t in (p.strip() for p in raw.split(",")) if t in ALL_TOOLS)
-    return chosen or ALL_TOOLS
+    return chosen or default_tools()
 
 
 def commands(pid: int, tools=ALL_TOOLS) -> list[tuple[int, list[str]]]:

@@ -71,9 +71,12 @@ def test_stalled_rank_is_flagged_with_stacks_of_all_ranks(launches, tmp_path):
     with open(os.path.join(event, "hang.json")) as f:
         summary = json.load(f)
     assert summary["hung_ranks"] == [0, 1, 3] and summary["world_size"] == 4
-    if shutil.which("gdb"):
-        with open(os.path.join(event, "rank00002-of-00004.gdb.txt")) as f:
-            assert "Thread" in f.read()
+    # The default native dumper: eu-stack where installed, else gdb.
+    native = next(((t, marker) for t, marker in (("eu-stack", "TID "), ("gdb", "Thread ")) if shutil.which(t)),
+                  None)
+    if native is not None:
+        with open(os.path.join(event, f"rank00002-of-00004.{native[0]}.txt")) as f:
+            assert native[1] in f.read()
     # A hang report never ends the job by itself: it is still running.
     assert job.proc.poll() is None
     job.proc.send_signal(signal.SIGTERM)
