@@ -160,10 +160,12 @@ bool record_first(Core& c, PendingOp& e, int ev, void* stream) {
 // Records the op's first event when its kernels are launched: the start event
 // of a sampled op, or the end event of an unsampled collective (right after
 // the launch: the only event it gets). Unsampled GEMMs get none.
+// After the launch (before_launch false) this is the fallback of a sampled
+// collective whose start event failed, too: it keeps its completion tracking.
 void record_launch(Core& c, PendingOp& e, void* stream, bool before_launch) {
-  if (e.sampled) {
-    if (before_launch) e.timed = record_first(c, e, 0, stream);
-  } else if (!before_launch && op_kind(e.op) != kKindGemm) {
+  if (before_launch) {
+    if (e.sampled) e.timed = record_first(c, e, 0, stream);
+  } else if (op_kind(e.op) != kKindGemm) {
     e.has_end = record_first(c, e, 1, stream);
   }
 }
