@@ -1,0 +1,56 @@
+"""bench/hook_step_overhead.py's statistics and argument checks (its GPU run
+is in docs/kernel_hook.md); these need no GPU."""
+
+import importlib.util
+import os
+import random
+import sys
+
+import pytest
+
+from tests.kernel_hook.conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "hook_step_overhead", os.path.join(ROOT, "bench", "hook_step_overhead.py"))
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench  # dataclasses look their module up there
+_spec.loader.exec_module(bench)
+
+
+def _rounds(scale: float, seed: int, n_rounds: int = 12, steps: int = 10):
+    rng = random.Random(seed)
+    # A drift shared by all variants (round r is slow or fast for everyone).
+    drift = [1 + 0.04 * rng.random() for _ in range(n_rounds)]
+    return [[0.065 * d * scale * (1 + 0.001 * rng.random()) for _ in range(steps)] for d in drift]
+
+
+def test_paired_overhead_cancels_a_shared_drift():
+    base = _rounds(1.0, seed=1)
+    rounds = {"off": base,
+              "hook": [[t * 1.01 for t in r] for r in base],  # exactly +1 % per step
+              "disabled": [list(r) for r in base]}
+    s = bench.summarize(rounds)
+    assert s["hook"]["paired_pct"] == pytest.approx(1.0, abs=1e-9)
+    lo, hi = s["hook"]["paired_ci95"]
+    assert lo == pytest.approx(1.0, abs=1e-9) and hi == pytest.approx(1.0, abs=1e-9)
+    assert s["hook"]["overhead_pct"] == pytest.approx(1.0, abs=1e-9)
+    assert s["disabled"]["paired_pct"] == 0 and s["off"]["p10_pct"] == 0
+    assert s["hook"]["min_round_median_pct"] == pytest.approx(1.0, abs=1e-9)
+    assert s["hook"]["iqr_ms"] > 0 and len(s["hook"]["round_medians_ms"]) == 12
+
+
+def test_bootstrap_interval_contains_the_median_of_noisy_ratios():
+    rng = random.Random(3)
+    xs = [0.3 + rng.gauss(0, 0.5) for _ in range(40)]
+    lo, hi = bench.bootstrap_ci(xs)
+    med = sorted(xs)[20]
+    assert lo < med < hi and hi - lo < 1.0
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--steps", "-1"]])
+def test_bad_arguments_are_one_line_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "must be positive" in err[-1] and "Traceback" not in "".join(err)
