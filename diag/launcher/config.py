@@ -29,10 +29,11 @@ OWN_OPTIONS = {
     "--no-hook": ("no_hook", "XPU_TIMER_NO_HOOK", False),
     "--fault-list": ("fault_list", "XPU_TIMER_FAULT_LIST", True),
     "--fault-list-max-age": ("fault_list_max_age", "XPU_TIMER_FAULT_LIST_MAX_AGE", True),
+    "--hook-time-every": ("hook_time_every", "XPU_TIMER_HOOK_TIME_EVERY", True),
 }
 DEFAULTS = {"hang_timeout": "300s", "timeline_path": "/root/timeline", "collector": None,
             "hang_action": "report", "no_hook": False, "fault_list": None,
-            "fault_list_max_age": "24h"}
+            "fault_list_max_age": "24h", "hook_time_every": None}
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -56,6 +57,7 @@ class Config:
     fault_list: str | None = None
     fault_list_max_age: float = 24 * 3600.0
     unbuffered: bool = False          # `python -u train.py`
+    hook_time_every: int | None = None  # the hook device-times 1 call in N (its default: 8)
 
     @property
     def starts_collector(self) -> bool:
@@ -83,6 +85,7 @@ def torchrun_parser() -> argparse.ArgumentParser:
         "--no-hook": "do not LD_PRELOAD the C++ hook [%s]",
         "--fault-list": "netcheck fault list; exit 75 if this node is in it [%s]",
         "--fault-list-max-age": "warn when the fault list is older (24h) [%s]",
+        "--hook-time-every": "the hook device-times 1 GEMM/collective in N (8; 1 = all) [%s]",
     }
     for option, (dest, env, takes_value) in OWN_OPTIONS.items():
         kwargs = {"dest": "xpu_" + dest, "default": None, "help": helps[option] % env}
@@ -174,6 +177,7 @@ def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
     check_writable_dir(own["timeline_path"], "--timeline-path")
     if own["fault_list"] is not None and not own["fault_list"]:
         raise ConfigError("--fault-list: empty path; give the faults.json netcheck wrote")
+    time_every = _positive_int(own["hook_time_every"], "--hook-time-every")
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
     return Config(
@@ -181,7 +185,20 @@ def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
         node_rank=int(ns.node_rank), nnodes_max=nnodes_max, rdzv_host=rdzv_host,
         rdzv_port=rdzv_port, hang_timeout=hang_timeout, timeline_path=own["timeline_path"],
         collector=own["collector"], hang_action=own["hang_action"], no_hook=bool(own["no_hook"]),
-        fault_list=own["fault_list"], fault_list_max_age=max_age, unbuffered=unbuffered)
+        fault_list=own["fault_list"], fault_list_max_age=max_age, unbuffered=unbuffered,
+        hook_time_every=time_every)
+
+
+def _positive_int(text: str | None, option: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{option}: {text!r} is not a whole number >= 1; use e.g. 8 (1 times every call)")
+    return value
 
 
 def check_host_port(text: str, option: str) -> tuple[str, int]:

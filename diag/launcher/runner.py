@@ -77,6 +77,8 @@ def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict
            "PYTHONPATH": os.pathsep.join(filter(None, [BOOTSTRAP_DIR, env.get("PYTHONPATH")]))}
     if not config.no_hook and os.path.exists(HOOK_LIB):
         out["LD_PRELOAD"] = " ".join(filter(None, [HOOK_LIB, env.get("LD_PRELOAD")]))
+    if config.hook_time_every is not None:
+        out["XPU_TIMER_HOOK_TIME_EVERY"] = str(config.hook_time_every)
     if config.unbuffered:
         out["PYTHONUNBUFFERED"] = "1"
     return out

@@ -69,6 +69,15 @@ def test_job_id_comes_from_rdzv_id_then_env_and_is_sanitised():
     assert parse(*argv).job_id == parse(*argv).job_id == "job-10.1.1.1-6000"
 
 
+def test_hook_time_every_from_flag_or_env_reaches_the_workers():
+    assert parse("t.py").hook_time_every is None
+    assert parse("--hook-time-every", "1", "t.py").hook_time_every == 1
+    cfg = parse("t.py", env={"XPU_TIMER_HOOK_TIME_EVERY": "16"})
+    assert cfg.hook_time_every == 16
+    from diag.launcher import runner
+    assert runner.worker_env(cfg, "t", "/d", env={})["XPU_TIMER_HOOK_TIME_EVERY"] == "16"
+
+
 def test_multi_node_collector_address():
     cfg = parse("--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.1.1",
                 "--master-port", "6000", "t.py")
@@ -84,6 +93,8 @@ def test_multi_node_collector_address():
     (["--collector", "nohostport", "t.py"], "--collector"),
     (["--collector", "h:99999", "t.py"], "--collector"),
     (["--fault-list-max-age", "old", "t.py"], "--fault-list-max-age"),
+    (["--hook-time-every", "0", "t.py"], "--hook-time-every"),
+    (["--hook-time-every", "often", "t.py"], "--hook-time-every"),
     (["--timeline-path", "", "t.py"], "--timeline-path"),
     (["--nproc-per-node", "2"], "training script"),
     (["--nnodes", "x:y", "t.py"], "--nnodes"),
