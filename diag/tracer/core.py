@@ -83,8 +83,7 @@ class Tracer:
                 seq = self._seq.get(comm_id, 0) + 1
                 self._seq[comm_id] = seq
         t0 = time.monotonic_ns()
-        op_id = self.writer.start(kind, name, comm_id=comm_id, seq=seq, nbytes=nbytes,
-                                  comm_rank=comm_rank, comm_size=comm_size)
+        op_id = self.writer.start(kind, name, comm_id, seq, nbytes, 0, comm_rank, comm_size)
         return Op(op_id, kind, name, comm_id, seq, nbytes, comm_rank, comm_size, t0)
 
     def finish(self, op: Op, failed: bool = False) -> None:
@@ -92,10 +91,9 @@ class Tracer:
         if not self.enabled:
             return
         try:
-            self.writer.end(op.op_id, op.kind, op.name,
-                            duration_ns=time.monotonic_ns() - op.t0, comm_id=op.comm_id,
-                            seq=op.seq, nbytes=op.nbytes, comm_rank=op.comm_rank,
-                            comm_size=op.comm_size, failed=failed)
+            # Positional: this runs on every traced collective.
+            self.writer.end(op.op_id, op.kind, op.name, time.monotonic_ns() - op.t0, op.comm_id,
+                            op.seq, op.nbytes, 0, op.comm_rank, op.comm_size, failed)
         except Exception as exc:
             self.disable(f"writing a record failed: {exc!r}")
 
