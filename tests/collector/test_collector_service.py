@@ -153,9 +153,10 @@ def test_kill_action_kills_after_the_dump_deadline_without_dumps(start_collector
     _, address = start_collector(hang_action="kill", dump_timeout_s=1.0)
     agent = agents(address)
     stop = agent.report_every(0.2, stalled)
-    agent.next_command("dump_stacks")
-    agent.next_command("kill_workers", timeout=WAIT)
+    event_id = agent.next_command("dump_stacks").dump_stacks.event_id
+    kill = agent.next_command("kill_workers", timeout=WAIT)  # no dump was uploaded
     stop.set()
+    assert kill.kill_workers.reason == f"hang {event_id}: --hang-action kill"
 
 
 def test_upload_validation_refuses_bad_rank_world_format_size_and_unknown_event(start_collector, agents, tmp_path):
