@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,11 @@ namespace xt {
 std::atomic<int> g_start_state{0};
 
 namespace {
+
+struct ErrnoKeeper {
+  int saved = errno;
+  ~ErrnoKeeper() { errno = saved; }
+};
 
 Dl_info g_self;  // to refuse resolving a name back to this library
 
@@ -195,6 +201,7 @@ void* find_real(const char* name, const char* sonames) {
 void* RealSym::resolve(bool announce) {
   void* p = fn.load(std::memory_order_acquire);
   if (p || missing.load(std::memory_order_relaxed)) return p;
+  ErrnoKeeper keep;  // dlsym/dlopen may set errno: the caller's must survive
   p = find_real(name, soname);
   if (p) {
     fn.store(p, std::memory_order_release);
@@ -219,6 +226,9 @@ void say(const char* fmt, ...) {
 }
 
 bool hook_start_slow() {
+  // Runs inside the caller's CUDA call: files, mmap, dlopen and a thread may
+  // set errno, and the caller must see the value the real call left.
+  ErrnoKeeper keep;
   int expected = 0;
   if (!g_start_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     // Another thread is starting the core (about a millisecond, once). Wait for

@@ -79,3 +79,15 @@ def test_unusable_shm_dir_is_said_once(built, tmp_path):
     assert (out.returncode, out.stdout) == (0, "hgemm 0 gemm 0 allreduce 0 launch 0\n")
     [line] = out.stderr.splitlines()
     assert f"cannot create {missing_dir}/.tmp-hook-r0-p" in line and "switched off" in line
+
+
+def test_callers_errno_survives_the_hook(built, tmp_path):
+    # The first hooked call starts the hook (files, mmap, dlopen, a thread);
+    # an unusable directory, a missing symbol: none of it may leak into errno.
+    want = "errno 4242 4243 4244 4245 4246\n"
+    assert run_prog("errno", shm_dir=None, preload=False).stdout == want
+    for shm_dir, lib_dir in ((tmp_path, None), (tmp_path / "gone", None),
+                             (tmp_path, os.path.join(BUILD, "fake_no_hgemm")),
+                             (tmp_path, os.path.join(BUILD, "fake_no_query"))):
+        out = run_prog("errno", shm_dir=str(shm_dir), lib_dir=lib_dir)
+        assert (out.returncode, out.stdout) == (0, want), (shm_dir, lib_dir, out.stderr)

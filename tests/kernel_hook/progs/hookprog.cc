@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
       {"ranks", scenario_ranks},       {"threads", scenario_threads},
       {"fork", scenario_fork},         {"capture", scenario_capture},
       {"hang", scenario_hang},         {"missing", scenario_missing},
-      {"bench", scenario_bench},       {"sampled", scenario_sampled},
+      {"bench", scenario_bench},       {"sampled", scenario_sampled},     {"errno", scenario_errno},
   };
   for (const auto& m : modes)
     if (argc > 1 && strcmp(argv[1], m.mode) == 0) return m.fn(argc - 2, argv + 2);

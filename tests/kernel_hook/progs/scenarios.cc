@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <dirent.h>
 #include <thread>
@@ -205,6 +206,35 @@ int scenario_missing(int, char**) {
   cudaDeviceSynchronize();
   sleep_ms(50);
   printf("hgemm %d gemm %d allreduce %d launch %d\n", h, g, a, l);
+  return 0;
+}
+
+// The caller's errno survives every hooked call, the first one (which starts
+// the hook: files, mmap, dlopen, a thread) included. Prints what it saw.
+int scenario_errno(int, char**) {
+  Ctx c;
+  int seen[5];
+  errno = 4242;
+  c.launch();  // the process's first hooked call
+  seen[0] = errno;
+  ncclComm_t comm = comm_from("e77", 1, 0);
+  errno = 4243;
+  c.gemm(8, 8, 8);
+  seen[1] = errno;
+  errno = 4244;
+  ncclAllReduce(nullptr, nullptr, 4, 7, 0, comm, c.s);
+  seen[2] = errno;
+  errno = 4245;
+  cublasHgemm(c.h, 0, 0, 2, 2, 2, nullptr, nullptr, 2, nullptr, 2, nullptr, nullptr, 2);
+  seen[3] = errno;
+  std::thread([&] {  // a new thread's first call claims its slot
+    errno = 4246;
+    c.gemm(8, 8, 8);
+    seen[4] = errno;
+  }).join();
+  cudaDeviceSynchronize();
+  sleep_ms(50);
+  printf("errno %d %d %d %d %d\n", seen[0], seen[1], seen[2], seen[3], seen[4]);
   return 0;
 }
 
