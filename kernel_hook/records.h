@@ -126,13 +126,19 @@ class RegionWriter {
     size_t size = size_t(kHeaderSize) + size_t(id.capacity) * kRecordSize;
     int fd = ::open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return fail(err, err_len, "cannot create", tmp);
+    // Reserve the blocks, not just the size: a sparse file on a full tmpfs
+    // (/dev/shm) maps fine and then SIGBUSes the writer at its first record.
     void* mem = MAP_FAILED;
-    if (ftruncate(fd, off_t(size)) == 0)
+    int rc = posix_fallocate(fd, 0, off_t(size));
+    if (rc == 0) {
       mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    } else {
+      errno = rc;
+    }
     if (mem == MAP_FAILED) {
       ::close(fd);
       unlink(tmp);
-      return fail(err, err_len, "cannot size or map", tmp);
+      return fail(err, err_len, "cannot reserve or map", tmp);
     }
     ::close(fd);
     base_ = static_cast<char*>(mem);

@@ -4,6 +4,8 @@ safe across fork and many threads, and a missing symbol is said once."""
 import os
 import subprocess
 
+import pytest
+
 from diag.records import format as fmt
 from tests.kernel_hook.conftest import BUILD, HOOKPROG, read_regions, run_prog
 
@@ -91,3 +93,25 @@ def test_callers_errno_survives_the_hook(built, tmp_path):
                              (tmp_path, os.path.join(BUILD, "fake_no_query"))):
         out = run_prog("errno", shm_dir=str(shm_dir), lib_dir=lib_dir)
         assert (out.returncode, out.stdout) == (0, want), (shm_dir, lib_dir, out.stderr)
+
+
+def test_full_shm_dir_switches_off_instead_of_sigbus(built, tmp_path):
+    # A region on a tmpfs without room for it: a sparse file would map fine and
+    # then kill the process with SIGBUS at the first record past the free space.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
+                           capture_output=True, text=True, timeout=30)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+    try:
+        out = run_prog("threads", "4", "100", shm_dir=str(small),
+                       env={"XPU_TIMER_HOOK_TIME_EVERY": "1"})
+        assert (out.returncode, out.stdout) == (0, "done 400\n"), out.stderr
+        [line] = out.stderr.splitlines()
+        assert "cannot reserve or map" in line and "switched off" in line
+        assert os.listdir(small) == []
+    finally:
+        subprocess.run(["umount", str(small)], timeout=30)
