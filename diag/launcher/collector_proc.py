@@ -25,17 +25,24 @@ def start(config, token: str, workdir: str, env: dict) -> tuple[subprocess.Popen
     child_env = dict(env, XPU_TIMER_JOB_TOKEN=token)
     proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=_die_with_parent)
+    try:
+        return proc, _wait_for_address(proc, address_file)
+    except BaseException:  # also a stop signal while waiting: no orphan collector
+        stop(proc)
+        raise
+
+
+def _wait_for_address(proc: subprocess.Popen, address_file: str) -> str:
     deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline:
         if os.path.exists(address_file):
             with open(address_file) as f:
                 address = f.read().strip()
             if address:
-                return proc, address
+                return address
         if proc.poll() is not None:
             raise CollectorError(f"the collector exited at start with status {proc.returncode}")
         time.sleep(0.05)
-    stop(proc)
     raise CollectorError("the collector did not start serving within 60 s")
 
 

@@ -87,10 +87,13 @@ def torchrun_parser() -> argparse.ArgumentParser:
         "--fault-list-max-age": "warn when the fault list is older (24h) [%s]",
         "--hook-time-every": "the hook device-times 1 GEMM/collective in N (8; 1 = all) [%s]",
     }
+    metavars = {"--hang-timeout": "D", "--timeline-path": "DIR", "--collector": "HOST:PORT",
+                "--hang-action": "{report,kill}", "--fault-list": "PATH",
+                "--fault-list-max-age": "D", "--hook-time-every": "N"}
     for option, (dest, env, takes_value) in OWN_OPTIONS.items():
         kwargs = {"dest": "xpu_" + dest, "default": None, "help": helps[option] % env}
         if takes_value:
-            group.add_argument(option, **kwargs)
+            group.add_argument(option, metavar=metavars[option], **kwargs)
         else:
             group.add_argument(option, action="store_true", **kwargs)
     parser.error = _raise  # one line, no usage dump, no exit from inside parsing

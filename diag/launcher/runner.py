@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -34,11 +35,40 @@ def say(message: str) -> None:
     sys.stderr.flush()
 
 
+# torchrun turns these into SignalException once its workers start; before
+# that (and after) they would kill us without running the clean-up below.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """A stop signal arrived while torchrun was not handling signals."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum, _frame):
+    raise Stopped(signum)
+
+
 def run(config: Config) -> int:
     if config.fault_list is not None:
         code = check_fault_list(config)
         if code is not None:
             return code
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
+    try:
+        return _run(config)
+    except Stopped as exc:
+        say(f"stopped by signal {exc.signum}")
+        return 128 + exc.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(config: Config) -> int:
     tool_env = dict(os.environ)
     token = os.environ.get(ENV_TOKEN) or secrets.token_urlsafe(32)
     shm_dir = make_shm_dir(config)
@@ -58,6 +88,8 @@ def run(config: Config) -> int:
         try:
             return torchrun.run(config.torchrun_argv)
         finally:
+            for sig in STOP_SIGNALS:  # torchrun left its handlers installed
+                signal.signal(sig, _raise_stopped)
             agent.stop()
     finally:
         if proc is not None:

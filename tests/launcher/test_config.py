@@ -121,3 +121,14 @@ def test_main_prints_one_line_and_exits_2(capsys):
     assert main(["--hang-action", "maybe", "t.py"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("xpu_timer_launch: --hang-action")
+
+
+def test_help_names_own_values_by_kind_not_by_a_made_up_variable(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for shown in ("--hang-timeout D", "--timeline-path DIR", "--collector HOST:PORT",
+                  "--hang-action {report,kill}", "--hook-time-every N"):
+        assert shown in out
+    assert "XPU_HANG_TIMEOUT" not in out and "[XPU_TIMER_HANG_TIMEOUT]" in out
