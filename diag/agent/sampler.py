@@ -52,7 +52,11 @@ class Sampler:
         if not self._is_descendant(pid, self.root_pid):
             self._refused.add(path)
             rdr.close()
-            self.log(f"ignoring region {path}: pid {pid} is not one of this launcher's workers")
+            # A pid that is gone is most likely a worker that exited before this
+            # first look (a fast failure): unverifiable, so unread, but no warning.
+            if self._is_alive(pid):
+                self.log(f"ignoring region {path}: pid {pid} is not one of this launcher's "
+                         f"workers")
             return
         self._readers[path] = rdr
         self.state.add_region(path, rdr.header)

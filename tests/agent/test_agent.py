@@ -60,6 +60,9 @@ def test_sampler_reads_only_descendants_and_cleans_up_after_exit(tmp_path, child
     mine = writer_for(tmp_path, child.pid, rank=0)
     writer_for(tmp_path, 1, rank=1)                       # init: not ours
     (tmp_path / "junk.ring").write_bytes(b"not a region")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()                 # a worker that exited before the sampler's first look
+    writer_for(tmp_path, gone.pid, rank=2)
     logs = []
     state = NodeState()
     sampler = Sampler(str(tmp_path), state, os.getpid(), logs.append)
@@ -69,6 +72,7 @@ def test_sampler_reads_only_descendants_and_cleans_up_after_exit(tmp_path, child
     assert list(state.ranks) == [0]
     assert state.report()[0].oldest_in_flight.name == "all_reduce"
     assert sum("not one of this launcher's workers" in line for line in logs) == 1
+    assert not any(f"pid {gone.pid} " in line for line in logs), logs   # not a stranger
     assert sum("junk.ring" in line for line in logs) == 1   # said once, not every pass
     # The worker writes its last record and exits: read once more, then removed.
     mine.end(1, fmt.KIND_COLLECTIVE, "all_reduce", duration_ns=5, seq=1)
