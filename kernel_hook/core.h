@@ -33,6 +33,10 @@ typedef struct xt_device_ops {
   // NULL when unknown; drainer only. is_handle: func is a cudaKernel_t (from
   // __cudaLaunchKernel), not a host stub.
   const char* (*kernel_name)(const void* func, int is_handle);
+  // NULL or run once on the drainer thread before its first pass: the real
+  // one puts that thread in thread-local capture mode, so its event queries
+  // never invalidate a global-mode graph capture on another thread.
+  void (*drainer_thread_init)(void);
 } xt_device_ops;
 
 typedef struct xt_config {

@@ -205,6 +205,7 @@ void drain_pass(Core& c, bool final_pass) {
 void* drainer_main(void* arg) {
   Core& c = *static_cast<Core*>(arg);
   pthread_setname_np(pthread_self(), "xpu_hook_drain");  // for stack dumps and tests
+  if (c.ops.drainer_thread_init) c.ops.drainer_thread_init();
   timespec ts;
   ts.tv_sec = c.cfg.poll_us / 1000000;
   ts.tv_nsec = long(c.cfg.poll_us % 1000000) * 1000;

@@ -56,6 +56,7 @@ RealSym r_capturing{"cudaStreamIsCapturing", XT_SONAME_CUDART};
 RealSym r_funcname{"cudaFuncGetName", XT_SONAME_CUDART};
 RealSym r_kernelname{"cuKernelGetName", "libcuda.so.1"};  // driver, CUDA >= 12.3
 RealSym r_cu_record{"cuEventRecord", "libcuda.so.1"};  // same handles as the runtime's
+RealSym r_capmode{"cudaThreadExchangeStreamCaptureMode", XT_SONAME_CUDART};
 RealSym* const kRequired[] = {&r_create, &r_destroy, &r_record,  &r_query,
                               &r_elapsed, &r_getdev, &r_setdev, &r_capturing};
 
@@ -119,6 +120,16 @@ const char* op_kernel_name(const void* func, int is_handle) {
   return nullptr;
 }
 
+// cudaEventQuery is an unsafe call during a capture: in the default (global)
+// mode, one from any thread invalidates another thread's capture (the bug
+// PyTorch's NCCL watchdog had, pytorch#104555). Thread-local mode (1) on the
+// drainer ignores other threads' captures; the drainer never captures.
+void op_drainer_thread_init() {
+  void* p = r_capmode.resolve(false);
+  cudaStreamCaptureMode_t mode = 1;  // cudaStreamCaptureModeThreadLocal
+  if (p) reinterpret_cast<decltype(&::cudaThreadExchangeStreamCaptureMode)>(p)(&mode);
+}
+
 void after_fork_child() { xt_core_after_fork_child(); }
 
 // Device-time 1 in N GEMMs/collectives by default: one event record costs
@@ -165,7 +176,8 @@ void start_core() {
   cfg.capture_check_always = check && strcmp(check, "always") == 0;
   xt_device_ops ops = {op_get_device,   op_set_device,       op_event_create,
                        op_event_destroy, op_event_record,    op_event_query,
-                       op_event_elapsed_ns, op_stream_capturing, op_kernel_name};
+                       op_event_elapsed_ns, op_stream_capturing, op_kernel_name,
+                       op_drainer_thread_init};
   const char* api = getenv("XPU_TIMER_HOOK_EVENT_API");
   if (api && strcmp(api, "driver") == 0 && r_cu_record.resolve(false))
     ops.event_record = op_cu_event_record;

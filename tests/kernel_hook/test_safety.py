@@ -115,3 +115,18 @@ def test_full_shm_dir_switches_off_instead_of_sigbus(built, tmp_path):
         assert os.listdir(small) == []
     finally:
         subprocess.run(["umount", str(small)], timeout=30)
+
+
+def test_drainer_never_invalidates_a_graph_capture(built, tmp_path):
+    # The drainer polls a running all-reduce's event while another stream
+    # captures in global mode: in that mode the fake (like the real runtime)
+    # invalidates the capture on any thread's cudaEventQuery, unless that
+    # thread is in thread-local capture mode.
+    env = {"FAKE_DELAY_US": "ncclAllReduce=300000"}
+    plain = run_prog("capture_inflight", shm_dir=None, preload=False, env=env)
+    assert plain.stdout == "capture 0 0\n"
+    out = run_prog("capture_inflight", shm_dir=str(tmp_path), env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
+    [region] = read_regions(str(tmp_path))
+    [end] = region.of(fmt.EVENT_END, "ncclAllReduce")  # tracked to completion
+    assert not end.flags & fmt.FLAG_FAILED

@@ -42,6 +42,12 @@ std::atomic<int> g_next_result{0};
 std::atomic<bool> g_has_next{false};
 bool g_inline = false;
 std::atomic<uint64_t> g_captured{0};
+// Stream-capture modes as the real runtime has them: while a capture begun in
+// global mode (0) is under way, a thread whose own mode is global that makes
+// an unsafe call (cudaEventQuery) invalidates it; EndCapture then fails.
+thread_local int tl_capture_mode = 0;
+std::atomic<int> g_global_captures{0};
+std::atomic<bool> g_capture_broken{false};
 
 ApiControl* control(const char* api, bool create) {
   for (auto& a : g_apis)
@@ -101,6 +107,7 @@ struct Stream {
   std::deque<Work> q;
   int busy = 0;
   bool capturing = false;
+  bool capture_global = false;  // begun in cudaStreamCaptureModeGlobal
   bool started = false;
 
   void run() {
@@ -283,8 +290,20 @@ static cudaError_t query(cudaEvent_t e) {
                                                                              : cudaErrorNotReady;
 }
 #ifndef FAKE_NO_EVENT_QUERY  // the variant that tests a missing symbol
-cudaError_t cudaEventQuery(cudaEvent_t e) { return query(e); }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (tl_capture_mode == 0 && g_global_captures.load() > 0) {
+    g_capture_broken.store(true);
+    return 900;  // cudaErrorStreamCaptureUnsupported
+  }
+  return query(e);
+}
 #endif
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode_t* mode) {
+  int old = tl_capture_mode;
+  tl_capture_mode = *mode;
+  *mode = old;
+  return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   if (query(a) != cudaSuccess || query(b) != cudaSuccess)
     return cudaErrorNotReady;
@@ -334,6 +353,10 @@ static cudaError_t begin_capture(const char* api, cudaStream_t s, int mode) {
   NOTE(api, FAKE_U(s), FAKE_U(mode));
   if (note_result) return note_result;
   as_stream(s)->capturing = true;
+  if (mode == 0) {
+    as_stream(s)->capture_global = true;
+    g_global_captures.fetch_add(1);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode_t mode) {
@@ -366,6 +389,11 @@ static cudaError_t end_capture(const char* api, cudaStream_t s, cudaGraph_t* gra
   if (note_result) return note_result;
   as_stream(s)->capturing = false;
   if (graph) *graph = nullptr;
+  if (as_stream(s)->capture_global) {
+    as_stream(s)->capture_global = false;
+    g_global_captures.fetch_sub(1);
+    if (g_capture_broken.exchange(false)) return 901;  // cudaErrorStreamCaptureInvalidated
+  }
   return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {

@@ -181,6 +181,25 @@ int scenario_capture(int, char**) {
   return 0;
 }
 
+// A global-mode capture on one stream while a collective on another is still
+// running (the hook's drainer polls its event meanwhile): the capture must
+// end as it would without the hook. Prints both results.
+int scenario_capture_inflight(int, char**) {
+  Ctx c;
+  cudaStream_t s2;
+  cudaStreamCreate(&s2);
+  ncclComm_t comm = comm_from("cafe", 1, 0);
+  ncclAllReduce(nullptr, nullptr, 8, 7, 0, comm, c.s);  // runs for FAKE_DELAY_US
+  sleep_ms(20);
+  int b = cudaStreamBeginCapture(s2, 0);  // cudaStreamCaptureModeGlobal
+  sleep_ms(50);
+  int e = cudaStreamEndCapture(s2, nullptr);
+  cudaDeviceSynchronize();
+  sleep_ms(50);
+  printf("capture %d %d\n", b, e);
+  return 0;
+}
+
 // hang SECONDS: all-reduces where FAKE_HANG makes one never finish; then waits
 // like a training step blocked on it. With HANG_RANK set, only that RANK hangs.
 int scenario_hang(int argc, char** argv) {
