@@ -49,12 +49,19 @@ def parse_args(argv: list[str]) -> Config:
     p.add_argument("--format", default=",".join(FORMATS), help=f"comma list of {','.join(FORMATS)} (default all)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes that parse dumps when there are many (default: CPU count)")
+    p.error = _usage_error
     a = p.parse_args(argv)
     try:
         return Config(a.path, a.event, a.out, frozenset(f.strip() for f in a.format.split(",") if f.strip()),
                       a.jobs)
     except ValueError as e:
-        p.error(str(e))
+        _usage_error(str(e))
+
+
+def _usage_error(message: str):
+    """argparse's error, as one line (no usage dump): exit 2."""
+    print(f"stack-viewer: {message} (see stack-viewer --help)", file=sys.stderr)
+    sys.exit(2)
 
 
 def run(cfg: Config) -> int:

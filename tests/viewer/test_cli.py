@@ -34,7 +34,9 @@ def test_parse_args_rejects(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
         parse_args(argv)
     assert e.value.code == 2
-    assert needle in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert needle in err
+    assert err.count("\n") == 1 and err.startswith("stack-viewer: ") and "usage:" not in err
 
 
 def viewer(*args, env=None):
@@ -94,6 +96,20 @@ def test_dot_is_rendered_and_shows_the_fork(tmp_path):
     dot = (tmp_path / "stacks.dot").read_text()
     assert "ranks 0-1,3 (3)" in dot and "ranks 2 (1)" in dot and '"#f4a6a0"' in dot
     assert (tmp_path / "stacks.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_rerun_on_the_event_dir_ignores_its_own_summary(tmp_path):
+    """The default --out is the event dir; a second run must not read summary.txt as a dump."""
+    event = tmp_path / "event"
+    shutil.copytree(CASES / "gloo4", event)
+    first = viewer("--path", event, "--format", "text,folded")
+    assert first.returncode == 0, first.stderr
+    assert (event / "summary.txt").exists()
+    summary = (event / "summary.txt").read_text()
+    again = viewer("--path", event, "--format", "text,folded")
+    assert again.returncode == 0, again.stderr
+    assert "summary.txt" not in again.stderr and "no rank numbers" not in again.stderr, again.stderr
+    assert (event / "summary.txt").read_text() == summary
 
 
 def test_no_temp_files_left_behind(tmp_path):
