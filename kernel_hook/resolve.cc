@@ -44,6 +44,15 @@ int env_int(const char* name, int def) {
   return (*end == '\0') ? int(x) : def;
 }
 
+// A period: 0 would make the drainer spin on a core of the training process,
+// a negative one sleep for hours. Not positive: one line, the default.
+int positive_env(const char* name, int def) {
+  int v = env_int(name, def);
+  if (v > 0) return v;
+  say("%s=%s is not a positive number; using %d", name, getenv(name), def);
+  return def;
+}
+
 // ---- the core's device operations, on the real runtime ----
 RealSym r_create{"cudaEventCreateWithFlags", XT_SONAME_CUDART};
 RealSym r_destroy{"cudaEventDestroy", XT_SONAME_CUDART};
@@ -162,8 +171,8 @@ void start_core() {
   cfg.local_rank = env_int("LOCAL_RANK", 0);
   cfg.world_size = env_int("WORLD_SIZE", 1);
   cfg.capacity = uint32_t(cap);
-  cfg.poll_us = uint32_t(env_int("XPU_TIMER_HOOK_POLL_US", 1000));
-  cfg.count_every_ms = uint32_t(env_int("XPU_TIMER_HOOK_COUNT_MS", 500));
+  cfg.poll_us = uint32_t(positive_env("XPU_TIMER_HOOK_POLL_US", 1000));
+  cfg.count_every_ms = uint32_t(positive_env("XPU_TIMER_HOOK_COUNT_MS", 500));
   const char* every_s = getenv("XPU_TIMER_HOOK_TIME_EVERY");
   int every = every_s && *every_s ? env_int("XPU_TIMER_HOOK_TIME_EVERY", -1) : kDefaultTimeEvery;
   if (every <= 0) {
@@ -181,12 +190,12 @@ void start_core() {
   const char* api = getenv("XPU_TIMER_HOOK_EVENT_API");
   if (api && strcmp(api, "driver") == 0 && r_cu_record.resolve(false))
     ops.event_record = op_cu_event_record;
-  char err[512];
-  if (xt_core_start(&cfg, &ops, err, sizeof(err)) != 0) {
-    say("%s; timing switched off, calls pass through unchanged", err);
-    return;
-  }
+  // Before the drainer exists: a fork on another thread right after it
+  // started must already leave the child inert (and out of the parent's region).
   pthread_atfork(nullptr, nullptr, after_fork_child);
+  char err[512];
+  if (xt_core_start(&cfg, &ops, err, sizeof(err)) != 0)
+    say("%s; timing switched off, calls pass through unchanged", err);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from diag.records import format as fmt
-from tests.kernel_hook.conftest import BUILD, HOOKPROG, read_regions, run_prog
+from tests.kernel_hook.conftest import BUILD, HOOK, HOOKPROG, read_regions, run_prog
 
 
 def test_inert_in_a_process_that_never_touches_cuda(built, tmp_path):
@@ -130,3 +130,27 @@ def test_drainer_never_invalidates_a_graph_capture(built, tmp_path):
     [region] = read_regions(str(tmp_path))
     [end] = region.of(fmt.EVENT_END, "ncclAllReduce")  # tracked to completion
     assert not end.flags & fmt.FLAG_FAILED
+
+
+def test_zero_poll_period_does_not_spin(built, tmp_path):
+    # XPU_TIMER_HOOK_POLL_US=0 would make the drainer spin on a core of the
+    # training process: it is said once and the default used.
+    env = {"XPU_TIMER_HOOK_POLL_US": "0", "XPU_TIMER_HOOK_COUNT_MS": "-5"}
+    e = {**{k: v for k, v in os.environ.items() if not k.startswith(("XPU_TIMER_", "FAKE_"))},
+         **env, "LD_PRELOAD": HOOK, "XPU_TIMER_SHM_DIR": str(tmp_path)}
+    proc = subprocess.Popen([HOOKPROG, "hang", "1"], env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    err = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert os.waitstatus_to_exitcode(status) == 0, err
+    assert sorted(err.splitlines()) == sorted([
+        f"xpu-diag hook (pid {proc.pid}, rank ?): XPU_TIMER_HOOK_POLL_US=0 is not a positive "
+        "number; using 1000",
+        f"xpu-diag hook (pid {proc.pid}, rank ?): XPU_TIMER_HOOK_COUNT_MS=-5 is not a positive "
+        "number; using 500"])
+    # One second asleep: a spinning drainer would burn most of it.
+    assert usage.ru_utime + usage.ru_stime < 0.5
+    [region] = read_regions(str(tmp_path))
+    assert len(region.of(fmt.EVENT_END, "ncclAllReduce")) == 3
