@@ -256,6 +256,10 @@ int xt_core_start(const xt_config* cfg, const xt_device_ops* ops, char* err, siz
   for (int i = 0; i < kMaxSlots; ++i) c.slots[i].index = i;
   static bool key_made = false;
   if (!key_made) key_made = pthread_key_create(&g_slot_key, on_thread_exit) == 0;
+  // Called from the process's first hooked call, which used CUDA: its device
+  // is one this process has a context on (see drainer_main).
+  int dev = -1;
+  c.home_device = c.ops.get_device(&dev) == 0 ? dev : -1;
   c.stop.store(0);
   c.state.store(kStateOn, std::memory_order_release);
   // The drainer starts with every signal blocked, so no handler ever runs on it.

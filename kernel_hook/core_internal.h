@@ -73,6 +73,7 @@ struct Core {
   std::atomic<int> n_slots{0};  // high-water mark of claimed indices
   std::atomic<uint64_t> orphan_dropped{0};  // ops from threads with no slot
   RegionWriter region;
+  int home_device = -1;  // the starting thread's device: the drainer's first
   pthread_t drainer{};
   bool drainer_started = false;
   std::atomic<int> stop{0};

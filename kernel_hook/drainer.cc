@@ -16,6 +16,7 @@ namespace {
 struct DrainerState {
   uint64_t last_count_ns = 0;
   bool atexit_registered = false;
+  int device = -1;  // the drainer thread's current device
   std::unordered_map<const void*, uint64_t> pending;  // func -> launches not yet written
 };
 // Made on first use (the drainer can start before this library's static
@@ -23,6 +24,13 @@ struct DrainerState {
 DrainerState& ds() {
   static DrainerState* p = new DrainerState;
   return *p;
+}
+
+// A runtime call on a thread with no current device binds device 0 and makes
+// its primary context (~0.5 GiB of GPU 0 for every rank of the node): the
+// drainer makes current the device an event was made on before using it.
+void use_device(Core& c, int device) {
+  if (device >= 0 && device != ds().device && c.ops.set_device(device) == 0) ds().device = device;
 }
 
 Record base_record(uint8_t event, const PendingOp& e, uint64_t t_ns) {
@@ -69,6 +77,7 @@ bool try_end(Core& c, PendingOp& e, uint64_t now, bool* unloading) {
   uint64_t dur = 0;
   uint16_t flags = e.flags;
   if (e.has_end) {
+    use_device(c, e.ev_device);
     int q = c.ops.event_query(e.ev1);
     if (q == XT_EV_NOT_READY) return false;
     if (q == XT_EV_UNLOADING) {
@@ -205,6 +214,7 @@ void drain_pass(Core& c, bool final_pass) {
 void* drainer_main(void* arg) {
   Core& c = *static_cast<Core*>(arg);
   pthread_setname_np(pthread_self(), "xpu_hook_drain");  // for stack dumps and tests
+  use_device(c, c.home_device);  // before any other runtime call on this thread
   if (c.ops.drainer_thread_init) c.ops.drainer_thread_init();
   timespec ts;
   ts.tv_sec = c.cfg.poll_us / 1000000;

@@ -154,3 +154,17 @@ def test_zero_poll_period_does_not_spin(built, tmp_path):
     assert usage.ru_utime + usage.ru_stime < 0.5
     [region] = read_regions(str(tmp_path))
     assert len(region.of(fmt.EVENT_END, "ncclAllReduce")) == 3
+
+
+def test_drainer_makes_no_context_on_device_0(built, tmp_path):
+    # A process on device 1 only: a runtime call from a thread with no current
+    # device makes device 0's primary context (the fake, like the real runtime).
+    env = {"XPU_TIMER_HOOK_COUNT_MS": "20", "XPU_TIMER_HOOK_TIME_EVERY": "2"}
+    plain = run_prog("device1", shm_dir=None, preload=False, env=env)
+    assert plain.stdout == "contexts 2\n"  # device 1 only
+    out = run_prog("device1", shm_dir=str(tmp_path), env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
+    [region] = read_regions(str(tmp_path))
+    assert len(region.of(fmt.EVENT_END, "ncclAllReduce")) == 4
+    assert any(r.flags & fmt.FLAG_DEVICE_TIMED for r in region.of(fmt.EVENT_END))
+    assert sum(r.count for r in region.of(fmt.EVENT_COUNT)) == 4  # named by the drainer

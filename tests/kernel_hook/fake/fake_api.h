@@ -55,6 +55,8 @@ void fake_enqueue(cudaStream_t stream, const char* api, void (*fn)(void**), void
 int fake_note(const char* api, int nargs, const uint64_t* args);
 int fake_stream_capturing(cudaStream_t stream);
 uint64_t fake_captured_launches(void);
+// Devices whose primary context some thread made current, one bit each.
+unsigned fake_contexts(void);
 }
 
 #define FAKE_U(x) ((uint64_t)(uintptr_t)(x))

@@ -161,7 +161,16 @@ Stream* as_stream(cudaStream_t s) { return s ? reinterpret_cast<Stream*>(s) : &g
 std::mutex g_streams_lock;
 Stream* g_streams[64];
 int g_nstreams = 0;
-thread_local int tl_device = 0;
+// Primary contexts made, one bit per device. As with the real runtime, a
+// call on a thread that never set a device binds (creates) device 0's.
+thread_local int tl_device = -1;  // none set on this thread
+std::atomic<unsigned> g_contexts{0};
+void touch_context() {
+  if (tl_device < 0) {
+    tl_device = 0;
+    g_contexts.fetch_or(1u);
+  }
+}
 
 // In a forked child the streams' device threads are gone, and a lock one of
 // them held stays held: start every stream afresh (real CUDA does not work
@@ -223,6 +232,7 @@ uint64_t fake_captured_launches(void) { return g_captured.load(); }
 // ---- runtime -----------------------------------------------------------------
 static cudaError_t launch(const char* api, const void* func, dim3 grid, dim3 block, void** args,
                           size_t shmem, cudaStream_t stream) {
+  touch_context();
   NOTE(api, FAKE_U(func), grid.x, grid.y, grid.z, block.x, block.y, block.z, FAKE_U(args), shmem,
        FAKE_U(stream));
   if (note_result) return note_result;
@@ -269,6 +279,7 @@ cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const voi
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned int flags) {
+  touch_context();
   (void)flags;
   *ev = reinterpret_cast<cudaEvent_t>(new Event());
   return cudaSuccess;
@@ -278,6 +289,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
+  touch_context();
   Event* ev = reinterpret_cast<Event*>(e);
   if (as_stream(stream)->capturing) return cudaErrorStreamCaptureImplicit;
   uint64_t gen = ev->recorded.fetch_add(1) + 1;
@@ -291,6 +303,7 @@ static cudaError_t query(cudaEvent_t e) {
 }
 #ifndef FAKE_NO_EVENT_QUERY  // the variant that tests a missing symbol
 cudaError_t cudaEventQuery(cudaEvent_t e) {
+  touch_context();
   if (tl_capture_mode == 0 && g_global_captures.load() > 0) {
     g_capture_broken.store(true);
     return 900;  // cudaErrorStreamCaptureUnsupported
@@ -299,12 +312,14 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 #endif
 cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode_t* mode) {
+  touch_context();
   int old = tl_capture_mode;
   tl_capture_mode = *mode;
   *mode = old;
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  touch_context();
   if (query(a) != cudaSuccess || query(b) != cudaSuccess)
     return cudaErrorNotReady;
   Event* ea = reinterpret_cast<Event*>(a);
@@ -313,19 +328,23 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* d) {
-  *d = tl_device;
+  *d = tl_device < 0 ? 0 : tl_device;  // 0 when none set, making no context
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d > 7) return cudaErrorInvalidValue;
   tl_device = d;
+  g_contexts.fetch_or(1u << d);
   return cudaSuccess;
 }
+unsigned fake_contexts(void) { return g_contexts.load(); }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* st) {
   *st = as_stream(s)->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 #ifndef FAKE_NO_FUNC_NAME
 cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  touch_context();
   Dl_info info;
   if (!dladdr(func, &info) || !info.dli_sname) return cudaErrorInvalidValue;
   *name = info.dli_sname;

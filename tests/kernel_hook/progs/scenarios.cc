@@ -200,6 +200,23 @@ int scenario_capture_inflight(int, char**) {
   return 0;
 }
 
+// A process on device 1 only (like rank 1 of a node): the hook's drainer
+// thread must not make a context on device 0 (half a GiB of GPU 0 per rank).
+int scenario_device1(int, char**) {
+  cudaSetDevice(1);
+  Ctx c;
+  ncclComm_t comm = comm_from("d1", 1, 0);
+  for (int i = 0; i < 4; ++i) {
+    c.gemm(8, 8, 8);
+    ncclAllReduce(nullptr, nullptr, 8, 7, 0, comm, c.s);
+    c.launch();
+  }
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  printf("contexts %u\n", fake_contexts());
+  return 0;
+}
+
 // hang SECONDS: all-reduces where FAKE_HANG makes one never finish; then waits
 // like a training step blocked on it. With HANG_RANK set, only that RANK hangs.
 int scenario_hang(int argc, char** argv) {
