@@ -139,7 +139,14 @@ void op_drainer_thread_init() {
   if (p) reinterpret_cast<decltype(&::cudaThreadExchangeStreamCaptureMode)>(p)(&mode);
 }
 
-void after_fork_child() { xt_core_after_fork_child(); }
+// The child of a fork without exec (DataLoader workers) stays inert: the
+// drainer is not there, the region is the parent's. Settled, too: a fork
+// while another thread was starting the core must not leave every hooked
+// call of the child waiting for a start that never ends.
+void after_fork_child() {
+  xt_core_after_fork_child();
+  g_start_state.store(2, std::memory_order_release);
+}
 
 // Device-time 1 in N GEMMs/collectives by default: one event record costs
 // ~1.45 us of host time on the GPU VMs measured (docs/kernel_hook.md).
@@ -190,9 +197,6 @@ void start_core() {
   const char* api = getenv("XPU_TIMER_HOOK_EVENT_API");
   if (api && strcmp(api, "driver") == 0 && r_cu_record.resolve(false))
     ops.event_record = op_cu_event_record;
-  // Before the drainer exists: a fork on another thread right after it
-  // started must already leave the child inert (and out of the parent's region).
-  pthread_atfork(nullptr, nullptr, after_fork_child);
   char err[512];
   if (xt_core_start(&cfg, &ops, err, sizeof(err)) != 0)
     say("%s; timing switched off, calls pass through unchanged", err);
@@ -260,6 +264,9 @@ bool hook_start_slow() {
       nanosleep(&ts, nullptr);
     return xt_core_active() != 0;
   }
+  // First, before the drainer exists: a fork on another thread during or
+  // right after the start must already leave the child inert and settled.
+  pthread_atfork(nullptr, nullptr, after_fork_child);
   start_core();
   g_start_state.store(2, std::memory_order_release);
   return xt_core_active() != 0;

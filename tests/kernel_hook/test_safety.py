@@ -168,3 +168,15 @@ def test_drainer_makes_no_context_on_device_0(built, tmp_path):
     assert len(region.of(fmt.EVENT_END, "ncclAllReduce")) == 4
     assert any(r.flags & fmt.FLAG_DEVICE_TIMED for r in region.of(fmt.EVENT_END))
     assert sum(r.count for r in region.of(fmt.EVENT_COUNT)) == 4  # named by the drainer
+
+
+def test_fork_while_another_thread_starts_the_hook(built, tmp_path):
+    # The starter is held inside the start (its one line blocks on a full
+    # stderr pipe) when the main thread forks. Each hooked call of the child
+    # would otherwise wait >= 100 ms for a start that never ends in it.
+    out = run_prog("fork_during_start", shm_dir=str(tmp_path),
+                   env={"XPU_TIMER_RING_CAPACITY": "1000"})
+    assert out.returncode == 0, out.stderr
+    child_ms, status = out.stdout.splitlines()
+    assert status == "child status 0"
+    assert int(child_ms.split()[-1]) < 250, child_ms  # 5 calls; >= 500 when waiting

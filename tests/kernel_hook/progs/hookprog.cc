@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
       {"hang", scenario_hang},         {"missing", scenario_missing},
       {"bench", scenario_bench},       {"sampled", scenario_sampled},     {"errno", scenario_errno},
       {"capture_inflight", scenario_capture_inflight}, {"device1", scenario_device1},
+      {"fork_during_start", scenario_fork_during_start},
   };
   for (const auto& m : modes)
     if (argc > 1 && strcmp(argv[1], m.mode) == 0) return m.fn(argc - 2, argv + 2);

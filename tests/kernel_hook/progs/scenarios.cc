@@ -1,5 +1,6 @@
 // The scenarios behind hookprog's modes. Each ends with a short sleep so the
 // hook's drainer (1 ms poll) has written every record before exit.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -214,6 +215,44 @@ int scenario_device1(int, char**) {
   cudaDeviceSynchronize();
   sleep_ms(100);
   printf("contexts %u\n", fake_contexts());
+  return 0;
+}
+
+// A fork while another thread is starting the hook: that thread is held in
+// the start by a full stderr pipe (XPU_TIMER_RING_CAPACITY is bad, so the
+// start says one line). The child's hooked calls must not wait for a start
+// that never ends in it. Prints the child's milliseconds for 5 calls.
+int scenario_fork_during_start(int, char**) {
+  int p[2];
+  if (pipe2(p, O_NONBLOCK) != 0) return 2;
+  char junk[4096];
+  memset(junk, 'x', sizeof(junk));
+  while (write(p[1], junk, sizeof(junk)) > 0) {
+  }
+  fcntl(p[1], F_SETFL, 0);  // the next write to it blocks
+  int saved_err = dup(2);
+  dup2(p[1], 2);
+  Ctx c;
+  std::thread starter([&] { c.launch(); });
+  sleep_ms(100);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(saved_err, 2);
+    timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < 5; ++i) c.gemm(8, 8, 8);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("child ms %ld\n", long((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000));
+    fflush(stdout);
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  while (read(p[0], junk, sizeof(junk)) == sizeof(junk)) {  // unblock the starter
+  }
+  starter.join();
+  dup2(saved_err, 2);
+  printf("child status %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
   return 0;
 }
 
