@@ -113,11 +113,11 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
     # Everything after the script is REMAINDER, verbatim: that fixes the split.
     script_at = len(argv) - len(ns.training_script_args) - 1
     prefix = _strip_own_options(argv[:script_at])
-    own = _own_values(ns, env)
+    own, names = _own_values(ns, env)
     script, rest, unbuffered, module = _script(ns.training_script, list(ns.training_script_args))
     if module and "-m" not in prefix and "--module" not in prefix:
         prefix.append("--module")
-    return _build(ns, prefix + [script] + rest, own, env, unbuffered)
+    return _build(ns, prefix + [script] + rest, own, names, env, unbuffered)
 
 
 def _strip_own_options(prefix: list[str]) -> list[str]:
@@ -133,18 +133,21 @@ def _strip_own_options(prefix: list[str]) -> list[str]:
     return out
 
 
-def _own_values(ns, env) -> dict:
-    values = {}
+def _own_values(ns, env) -> tuple[dict, dict]:
+    """(values, names): each value, and how errors name it: the flag, or the
+    environment variable it came from, so the user is told what they set."""
+    values, names = {}, {}
     for option, (dest, var, takes_value) in OWN_OPTIONS.items():
-        value = getattr(ns, "xpu_" + dest)
+        value, names[dest] = getattr(ns, "xpu_" + dest), option
         if value is None or value is False:
             raw = env.get(var)
             if raw is not None and raw != "":
                 value = raw.strip().lower() in TRUE if not takes_value else raw
+                names[dest] = f"{var} ({option})"
             else:
                 value = DEFAULTS[dest]
         values[dest] = value
-    return values
+    return values, names
 
 
 def _script(script: str, rest: list[str]):
@@ -166,21 +169,21 @@ def _script(script: str, rest: list[str]):
     return rest[0], rest[1:], unbuffered, False
 
 
-def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
+def _build(ns, torchrun_argv, own, names, env, unbuffered) -> Config:
     try:
-        hang_timeout = parse_duration(own["hang_timeout"], "--hang-timeout")
-        max_age = parse_duration(own["fault_list_max_age"], "--fault-list-max-age")
+        hang_timeout = parse_duration(own["hang_timeout"], names["hang_timeout"])
+        max_age = parse_duration(own["fault_list_max_age"], names["fault_list_max_age"])
     except UnitError as exc:
         raise ConfigError(str(exc)) from None
     if own["hang_action"] not in HANG_ACTIONS:
-        raise ConfigError(f"--hang-action: {own['hang_action']!r} is not one of "
+        raise ConfigError(f"{names['hang_action']}: {own['hang_action']!r} is not one of "
                           f"{', '.join(HANG_ACTIONS)}")
     if own["collector"] is not None:
-        check_host_port(own["collector"], "--collector")
-    check_writable_dir(own["timeline_path"], "--timeline-path")
+        check_host_port(own["collector"], names["collector"])
+    check_writable_dir(own["timeline_path"], names["timeline_path"])
     if own["fault_list"] is not None and not own["fault_list"]:
         raise ConfigError("--fault-list: empty path; give the faults.json netcheck wrote")
-    time_every = _positive_int(own["hook_time_every"], "--hook-time-every")
+    time_every = _positive_int(own["hook_time_every"], names["hook_time_every"])
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
     return Config(

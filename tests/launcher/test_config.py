@@ -132,3 +132,20 @@ def test_help_names_own_values_by_kind_not_by_a_made_up_variable(capsys):
                   "--hang-action {report,kill}", "--hook-time-every N"):
         assert shown in out
     assert "XPU_HANG_TIMEOUT" not in out and "[XPU_TIMER_HANG_TIMEOUT]" in out
+
+
+@pytest.mark.parametrize("var, value, option", [
+    ("XPU_TIMER_HANG_TIMEOUT", "soon", "--hang-timeout"),
+    ("XPU_TIMER_HANG_ACTION", "maybe", "--hang-action"),
+    ("XPU_TIMER_COLLECTOR", "nohost", "--collector"),
+    ("XPU_TIMER_FAULT_LIST_MAX_AGE", "old", "--fault-list-max-age"),
+    ("XPU_TIMER_HOOK_TIME_EVERY", "0", "--hook-time-every"),
+])
+def test_a_bad_env_value_is_named_by_its_variable(var, value, option):
+    """The user set the variable, not the flag: the message must say which."""
+    with pytest.raises(ConfigError) as info:
+        parse_args(["t.py"], {var: value})
+    assert str(info.value).startswith(f"{var} ({option}): {value!r}")
+    with pytest.raises(ConfigError) as info:      # the flag still wins, and is named as given
+        parse_args([option, value, "t.py"], {var: "1"})
+    assert str(info.value).startswith(f"{option}: {value!r}")
