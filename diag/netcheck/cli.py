@@ -110,10 +110,32 @@ def run(cfg: Config) -> int:
     return EXIT_FAULTY if doc["faulty"] else EXIT_HEALTHY
 
 
+def check_usage(cfg: Config) -> None:
+    """What parse_args (pure) leaves to be checked before anything runs:
+    the --profile name against the shipped profiles, and that --output's
+    directory is writable. Raises ConfigError, so a typo costs no measurement."""
+    if cfg.profile not in ("auto", "none"):
+        from diag.netcheck.rules import select_profile
+        try:
+            select_profile(cfg.profile, None)
+        except NetcheckError as exc:
+            raise ConfigError(str(exc)) from None
+    if not cfg.output:
+        return
+    if os.path.isdir(cfg.output):
+        raise ConfigError(f"--output: {cfg.output} is a directory; give a file path such as "
+                          f"{os.path.join(cfg.output, 'faults.json')}")
+    where = os.path.dirname(os.path.abspath(cfg.output))
+    if not os.path.isdir(where) or not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output: cannot write {cfg.output} ({where} is not a writable "
+                          "directory); give a path in a writable directory")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         cfg = parse_args(argv)
+        check_usage(cfg)
     except ConfigError as exc:
         print(f"netcheck: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)

@@ -71,3 +71,24 @@ def test_bad_env_names_the_variable():
 def test_one_node_many_processes_is_a_fleet():
     cfg = parse_args(["--nnodes", "1", "--nproc-per-node", "8"], env={})
     assert cfg.nproc_per_node == 8 and cfg.pairwise
+
+
+@pytest.mark.parametrize("extra, start", [
+    (["--profile", "B300"], "netcheck: --profile: unknown SKU 'B300'; known: auto, none, H100"),
+    (["--output", "{tmp}"], "netcheck: --output: {tmp} is a directory"),
+    (["--output", "{tmp}/missing/faults.json"], "netcheck: --output: cannot write {tmp}/missing/faults.json"),
+    (["--output", "{tmp}/file/faults.json"], "netcheck: --output: cannot write {tmp}/file/faults.json"),
+])
+def test_profile_and_output_are_checked_before_joining(tmp_path, extra, start):
+    """Node rank 1 with nobody to join: before the fix it waited out --join-timeout
+    (exit 3, after the whole job had measured); now it is a usage error at once."""
+    import subprocess
+    import sys
+    (tmp_path / "file").write_text("")
+    extra = [a.format(tmp=tmp_path) for a in extra]
+    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "2", "--node-rank", "1",
+                          "--master-addr", "127.0.0.1", "--master-port", "9", "--join-timeout", "60s",
+                          *extra], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(start.format(tmp=tmp_path)) and res.stderr.count("\n") == 1, res.stderr
+    assert not (tmp_path / "missing").exists()

@@ -69,13 +69,15 @@ def test_table_lists_failures_first_with_rule_and_faulty_hostlist():
     assert lines[-1] == "faulty: n3"
 
 
-def test_unwritable_output_is_one_line_after_the_verdict(tmp_path):
+def test_unwritable_output_is_refused_before_anything_is_measured(tmp_path):
     fixture = Path(__file__).parent / "fixtures" / "nvml_synthetic_h200x4_faulty.json"
     res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay",
                           str(fixture), "--node-name", "boxA", "--format", "slurm", "--no-progress",
                           "--output", str(tmp_path / "missing-dir" / "faults.json")],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 3
-    assert res.stdout.strip() == "boxA"
-    err = [l for l in res.stderr.splitlines() if l.startswith("netcheck: --output")]
-    assert len(err) == 1 and "cannot write" in err[0] and "writable directory" in err[0]
+    # A usage error (2) at once, not after an hour of measuring: no verdict yet.
+    assert res.returncode == 2, res.stderr
+    assert res.stdout.strip() == ""
+    err = res.stderr.splitlines()
+    assert len(err) == 1 and err[0].startswith("netcheck: --output: cannot write")
+    assert "writable directory" in err[0]
