@@ -74,6 +74,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode_t* mode);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);
 cudaError_t cudaFuncGetName(const char** name, const void* func);

@@ -66,6 +66,8 @@ RealSym r_funcname{"cudaFuncGetName", XT_SONAME_CUDART};
 RealSym r_kernelname{"cuKernelGetName", "libcuda.so.1"};  // driver, CUDA >= 12.3
 RealSym r_cu_record{"cuEventRecord", "libcuda.so.1"};  // same handles as the runtime's
 RealSym r_capmode{"cudaThreadExchangeStreamCaptureMode", XT_SONAME_CUDART};
+RealSym r_peek_error{"cudaPeekAtLastError", XT_SONAME_CUDART};
+RealSym r_get_error{"cudaGetLastError", XT_SONAME_CUDART};
 RealSym* const kRequired[] = {&r_create, &r_destroy, &r_record,  &r_query,
                               &r_elapsed, &r_getdev, &r_setdev, &r_capturing};
 
@@ -74,18 +76,37 @@ F fn(RealSym& s) {
   return reinterpret_cast<F>(s.fn.load(std::memory_order_relaxed));
 }
 
+// A runtime call of the hook's that fails on the caller's thread leaves its
+// error as that thread's last error, which the caller's next cudaGetLastError
+// (PyTorch checks it after every kernel launch) would take for its own: clear
+// it, unless an error of the caller's was pending before (then leave all be).
+struct LastErrorKeeper {
+  int before = -1;  // unknown without cudaPeekAtLastError: never clear
+  LastErrorKeeper() {
+    auto peek = fn<decltype(&::cudaPeekAtLastError)>(r_peek_error);
+    if (peek && fn<decltype(&::cudaGetLastError)>(r_get_error)) before = peek();
+  }
+  int check(int r) {
+    if (r != cudaSuccess && before == cudaSuccess) fn<decltype(&::cudaGetLastError)>(r_get_error)();
+    return r;
+  }
+};
+
 int op_get_device(int* d) { return fn<decltype(&::cudaGetDevice)>(r_getdev)(d); }
 int op_set_device(int d) { return fn<decltype(&::cudaSetDevice)>(r_setdev)(d); }
 int op_event_create(void** ev) {
-  return fn<decltype(&::cudaEventCreateWithFlags)>(r_create)(
-      reinterpret_cast<cudaEvent_t*>(ev), cudaEventDefault);
+  LastErrorKeeper keep;
+  return keep.check(fn<decltype(&::cudaEventCreateWithFlags)>(r_create)(
+      reinterpret_cast<cudaEvent_t*>(ev), cudaEventDefault));
 }
 int op_event_destroy(void* ev) {
-  return fn<decltype(&::cudaEventDestroy)>(r_destroy)(static_cast<cudaEvent_t>(ev));
+  LastErrorKeeper keep;
+  return keep.check(fn<decltype(&::cudaEventDestroy)>(r_destroy)(static_cast<cudaEvent_t>(ev)));
 }
 int op_event_record(void* ev, void* stream) {
-  return fn<decltype(&::cudaEventRecord)>(r_record)(static_cast<cudaEvent_t>(ev),
-                                                     static_cast<cudaStream_t>(stream));
+  LastErrorKeeper keep;
+  return keep.check(fn<decltype(&::cudaEventRecord)>(r_record)(
+      static_cast<cudaEvent_t>(ev), static_cast<cudaStream_t>(stream)));
 }
 // The driver's record skips the runtime's checks on the hot path. Runtime
 // events and streams are driver events and streams (same handle values, also
@@ -111,8 +132,9 @@ int op_event_elapsed_ns(void* a, void* b, uint64_t* ns) {
 }
 int op_stream_capturing(void* stream) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  cudaError_t r = fn<decltype(&::cudaStreamIsCapturing)>(r_capturing)(
-      static_cast<cudaStream_t>(stream), &st);
+  LastErrorKeeper keep;
+  cudaError_t r = keep.check(fn<decltype(&::cudaStreamIsCapturing)>(r_capturing)(
+      static_cast<cudaStream_t>(stream), &st));
   // An error here (e.g. the legacy stream while another captures) means a
   // capture is under way somewhere: recording an event could break it.
   return (r != cudaSuccess || st != cudaStreamCaptureStatusNone) ? 1 : 0;
@@ -165,6 +187,8 @@ void start_core() {
       return;
     }
   }
+  r_peek_error.resolve(false);  // optional: LastErrorKeeper
+  r_get_error.resolve(false);
   int cap = env_int("XPU_TIMER_RING_CAPACITY", 4096);
   if (cap <= 0 || (cap & (cap - 1))) {
     say("XPU_TIMER_RING_CAPACITY=%s is not a power of two; using 4096",

@@ -180,3 +180,18 @@ def test_fork_while_another_thread_starts_the_hook(built, tmp_path):
     child_ms, status = out.stdout.splitlines()
     assert status == "child status 0"
     assert int(child_ms.split()[-1]) < 250, child_ms  # 5 calls; >= 500 when waiting
+
+
+def test_failed_event_record_leaves_no_last_error(built, tmp_path):
+    # The ops' stream is on device 0, device 1 is current: the hook's event
+    # records fail (as cudaEventRecord does across devices); the caller's
+    # cudaGetLastError must not report the hook's error as its own.
+    env = {"XPU_TIMER_HOOK_TIME_EVERY": "1"}
+    plain = run_prog("two_devices", shm_dir=None, preload=False, env=env)
+    assert plain.stdout == "allreduce 0 gemm 0 last 0\n"
+    out = run_prog("two_devices", shm_dir=str(tmp_path), env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
+    [region] = read_regions(str(tmp_path))
+    ends = region.of(fmt.EVENT_END)
+    assert sorted(r.name for r in ends) == ["cublasGemmEx", "ncclAllReduce"]
+    assert not any(r.flags & fmt.FLAG_DEVICE_TIMED for r in ends)

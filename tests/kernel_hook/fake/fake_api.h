@@ -20,6 +20,8 @@ struct cudaLaunchConfig_st {
 };
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMalloc(void** ptr, size_t size);

@@ -87,6 +87,7 @@ void parse_env() {
 }
 
 struct Event {
+  int device = 0;                      // made on; recorded only on its streams
   std::atomic<uint64_t> recorded{0};   // generation of the last record
   std::atomic<uint64_t> completed{0};  // generation the device has reached
   std::atomic<uint64_t> t_ns{0};
@@ -106,6 +107,7 @@ struct Stream {
   std::condition_variable cv;
   std::deque<Work> q;
   int busy = 0;
+  int device = -1;  // made on (-1: the legacy stream, any device)
   bool capturing = false;
   bool capture_global = false;  // begun in cudaStreamCaptureModeGlobal
   bool started = false;
@@ -165,6 +167,12 @@ int g_nstreams = 0;
 // call on a thread that never set a device binds (creates) device 0's.
 thread_local int tl_device = -1;  // none set on this thread
 std::atomic<unsigned> g_contexts{0};
+// The thread's last error, as cudaGetLastError reports (and clears) it.
+thread_local int tl_last_error = 0;
+int failed(int e) {
+  tl_last_error = e;
+  return e;
+}
 void touch_context() {
   if (tl_device < 0) {
     tl_device = 0;
@@ -281,7 +289,9 @@ cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const voi
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned int flags) {
   touch_context();
   (void)flags;
-  *ev = reinterpret_cast<cudaEvent_t>(new Event());
+  Event* e = new Event();
+  e->device = tl_device;
+  *ev = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {
@@ -291,7 +301,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   touch_context();
   Event* ev = reinterpret_cast<Event*>(e);
-  if (as_stream(stream)->capturing) return cudaErrorStreamCaptureImplicit;
+  if (as_stream(stream)->capturing) return failed(cudaErrorStreamCaptureImplicit);
+  int sdev = as_stream(stream)->device;
+  if (sdev >= 0 && sdev != ev->device) return failed(400);  // cudaErrorInvalidResourceHandle
   uint64_t gen = ev->recorded.fetch_add(1) + 1;
   as_stream(stream)->push(Work{nullptr, nullptr, 0, false, ev, gen});
   return cudaSuccess;
@@ -351,8 +363,16 @@ cudaError_t cudaFuncGetName(const char** name, const void* func) {
   return cudaSuccess;
 }
 #endif
+cudaError_t cudaGetLastError(void) {
+  int e = tl_last_error;
+  tl_last_error = 0;
+  return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return tl_last_error; }
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  touch_context();
   Stream* st = new Stream();
+  st->device = tl_device;
   std::lock_guard<std::mutex> lk(g_streams_lock);
   if (g_nstreams < 64) g_streams[g_nstreams++] = st;
   *s = reinterpret_cast<cudaStream_t>(st);

@@ -256,6 +256,23 @@ int scenario_fork_during_start(int, char**) {
   return 0;
 }
 
+// One thread driving two devices, as in NCCL's one-process-many-GPUs style:
+// the ops' stream is on device 0 while device 1 is current. The hook's event
+// records then fail; the caller's last error must stay its own.
+int scenario_two_devices(int, char**) {
+  cudaSetDevice(0);
+  Ctx c;
+  ncclComm_t comm = comm_from("2d", 1, 0);
+  cudaSetDevice(1);
+  int r = ncclAllReduce(nullptr, nullptr, 8, 7, 0, comm, c.s);
+  int g = c.gemm(8, 8, 8);
+  int last = cudaGetLastError();
+  cudaDeviceSynchronize();
+  sleep_ms(50);
+  printf("allreduce %d gemm %d last %d\n", r, g, last);
+  return 0;
+}
+
 // hang SECONDS: all-reduces where FAKE_HANG makes one never finish; then waits
 // like a training step blocked on it. With HANG_RANK set, only that RANK hangs.
 int scenario_hang(int argc, char** argv) {
