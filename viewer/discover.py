@@ -95,9 +95,13 @@ def choose_event(path: Path, event: str) -> tuple[Path, list[Path]]:
     if not path.is_dir():
         raise ViewerError(f"--path {path}: not a directory; give the directory that holds the dumps")
     entries = _listdir(path)
-    if _is_event(entries) and event == "latest":
+    here = path.resolve()
+    if _is_event(entries) and event in ("latest", here.name, f"{here.parent.name}/{here.name}"):
         return path, []
     events = _find_events(path)
+    if not events and _is_event(entries):
+        raise ViewerError(f"--event {event}: --path {path} is itself the event directory "
+                          f"{here.name}; drop --event, or give the timeline root as --path")
     if not events:
         raise NoStacks(f"--path {path}: no stack dumps and no event directories in it; "
                           f"give the timeline root (--timeline-path) or an event directory")

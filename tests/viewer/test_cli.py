@@ -73,6 +73,22 @@ def test_event_by_name(tmp_path):
     assert proc.returncode == 1 and "--event nope: no such event" in proc.stderr
 
 
+def test_event_dir_as_path_with_its_own_name_as_event(tmp_path):
+    """--path is the event directory and --event names it: that event, not 'no stack dumps'."""
+    make_timeline(tmp_path / "tl")
+    event_dir = tmp_path / "tl" / "a" / "20261122T100000Z"
+    for name in ("20261122T100000Z", "a/20261122T100000Z"):
+        proc = viewer("--path", event_dir, "--event", name, "--out", tmp_path / "out", "--format", "text")
+        assert proc.returncode == 0, proc.stderr
+        assert "stall_before_all_reduce" in (tmp_path / "out" / "summary.txt").read_text()
+    proc = viewer("--path", event_dir, "--event", "20261122T090000Z", "--out", tmp_path / "other")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"stack-viewer: --event 20261122T090000Z: --path {event_dir} is itself the event directory "
+        "20261122T100000Z; drop --event, or give the timeline root as --path"]
+    assert not (tmp_path / "other").exists()   # no error pictures for a wrong --event
+
+
 def test_only_requested_formats_are_written(tmp_path):
     proc = viewer("--path", CASES / "plain", "--out", tmp_path, "--format", "folded")
     assert proc.returncode == 0
