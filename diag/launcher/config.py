@@ -35,6 +35,7 @@ DEFAULTS = {"hang_timeout": "300s", "timeline_path": "/root/timeline", "collecto
             "hang_action": "report", "no_hook": False, "fault_list": None,
             "fault_list_max_age": "24h", "hook_time_every": None}
 TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
 
 
 class ConfigError(ValueError):
@@ -142,12 +143,19 @@ def _own_values(ns, env) -> tuple[dict, dict]:
         if value is None or value is False:
             raw = env.get(var)
             if raw is not None and raw != "":
-                value = raw.strip().lower() in TRUE if not takes_value else raw
                 names[dest] = f"{var} ({option})"
+                value = raw if takes_value else _yes_no(raw, names[dest])
             else:
                 value = DEFAULTS[dest]
         values[dest] = value
     return values, names
+
+
+def _yes_no(raw: str, name: str) -> bool:
+    word = raw.strip().lower()
+    if word not in TRUE + FALSE:
+        raise ConfigError(f"{name}: {raw!r} is not a yes/no value; use 1 or 0")
+    return word in TRUE
 
 
 def _script(script: str, rest: list[str]):

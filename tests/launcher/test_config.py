@@ -140,12 +140,22 @@ def test_help_names_own_values_by_kind_not_by_a_made_up_variable(capsys):
     ("XPU_TIMER_COLLECTOR", "nohost", "--collector"),
     ("XPU_TIMER_FAULT_LIST_MAX_AGE", "old", "--fault-list-max-age"),
     ("XPU_TIMER_HOOK_TIME_EVERY", "0", "--hook-time-every"),
+    ("XPU_TIMER_NO_HOOK", "maybe", "--no-hook"),
 ])
 def test_a_bad_env_value_is_named_by_its_variable(var, value, option):
     """The user set the variable, not the flag: the message must say which."""
     with pytest.raises(ConfigError) as info:
         parse_args(["t.py"], {var: value})
     assert str(info.value).startswith(f"{var} ({option}): {value!r}")
+    if option == "--no-hook":                     # a switch: the flag wins over the variable
+        assert parse_args([option, "t.py"], {var: value}).no_hook
+        return
     with pytest.raises(ConfigError) as info:      # the flag still wins, and is named as given
         parse_args([option, value, "t.py"], {var: "1"})
     assert str(info.value).startswith(f"{option}: {value!r}")
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("yes", True), ("ON", True),
+                                             ("0", False), ("false", False), ("off", False)])
+def test_no_hook_env_words(value, expected):
+    assert parse_args(["t.py"], {"XPU_TIMER_NO_HOOK": value}).no_hook is expected
