@@ -29,7 +29,12 @@ DrainerState& ds() {
 // A runtime call on a thread with no current device binds device 0 and makes
 // its primary context (~0.5 GiB of GPU 0 for every rank of the node): the
 // drainer makes current the device an event was made on before using it.
+// Only on the drainer: the final pass at exit runs on the exiting thread,
+// whose current device is the application's.
+__thread bool tl_is_drainer __attribute__((tls_model("initial-exec")));
+
 void use_device(Core& c, int device) {
+  if (!tl_is_drainer) return;
   if (device >= 0 && device != ds().device && c.ops.set_device(device) == 0) ds().device = device;
 }
 
@@ -214,6 +219,7 @@ void drain_pass(Core& c, bool final_pass) {
 void* drainer_main(void* arg) {
   Core& c = *static_cast<Core*>(arg);
   pthread_setname_np(pthread_self(), "xpu_hook_drain");  // for stack dumps and tests
+  tl_is_drainer = true;
   use_device(c, c.home_device);  // before any other runtime call on this thread
   if (c.ops.drainer_thread_init) c.ops.drainer_thread_init();
   timespec ts;
