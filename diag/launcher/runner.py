@@ -125,7 +125,19 @@ def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConf
     return AgentConfig(shm_dir=shm_dir, collector=address, token=token, job_id=config.job_id,
                        node_rank=config.node_rank, root_pid=os.getpid(),
                        report_interval=interval if interval > 0 else 1.0, tool_env=tool_env,
-                       dump_tools=dumps.tools_from_env())
+                       dump_tools=dump_tools())
+
+
+def dump_tools(env=os.environ) -> tuple[str, ...]:
+    """XPU_TIMER_DUMP_TOOLS, saying once which names it ignores (a typo would
+    otherwise silently drop a dumper)."""
+    words = [w.strip() for w in env.get(dumps.ENV_TOOLS, "").split(",") if w.strip()]
+    unknown = [w for w in words if w not in dumps.ALL_TOOLS]
+    chosen = dumps.tools_from_env(env)
+    if unknown:
+        say(f"{dumps.ENV_TOOLS}: ignoring {', '.join(map(repr, unknown))} (known: "
+            f"{', '.join(dumps.ALL_TOOLS)}); dumping with {', '.join(chosen)}")
+    return chosen
 
 
 def check_fault_list(config: Config) -> int | None:

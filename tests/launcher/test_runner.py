@@ -36,3 +36,13 @@ def test_shm_dir_is_private(monkeypatch):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     finally:
         os.rmdir(path)
+
+
+def test_unknown_dump_tool_names_are_said_once_not_silently_dropped(capsys):
+    chosen = runner.dump_tools({"XPU_TIMER_DUMP_TOOLS": "py-spy, gbd"})
+    assert chosen == ("py-spy",)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["xpu_timer_launch: XPU_TIMER_DUMP_TOOLS: ignoring 'gbd' (known: "
+                   f"{', '.join(runner.dumps.ALL_TOOLS)}); dumping with py-spy"]
+    assert runner.dump_tools({"XPU_TIMER_DUMP_TOOLS": "gdb"}) == ("gdb",)
+    assert capsys.readouterr().err == ""
