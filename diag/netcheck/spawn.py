@@ -41,11 +41,15 @@ def torchrun_argv(cfg: Config, argv: Sequence[str]) -> list[str]:
 def spawn(cfg: Config, argv: Sequence[str]) -> int:
     """Run the children; their worst exit status (they print the verdicts themselves)."""
     from torch.distributed import run as trun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:
         trun.run(trun.parse_args(torchrun_argv(cfg, argv)))
         return 0
+    except SignalException as exc:  # torchrun has stopped the children already
+        print(f"netcheck: node rank {cfg.node_rank}: stopped by signal {exc.sigval}", file=sys.stderr)
+        return 128 + int(exc.sigval)
     except ChildFailedError as exc:
         codes = sorted({f.exitcode for f in exc.failures.values()})
         print(f"netcheck: node rank {cfg.node_rank}: local process(es) exited with status "

@@ -65,6 +65,54 @@ def test_nproc_per_node_starts_units_through_torchrun(tmp_path):
     assert {r["link"] for r in doc["records"] if r["metric"] == "all_reduce.busbw"} == {"hostA:proc0<->hostA:proc1"}
 
 
+def test_sigterm_during_nproc_per_node_is_one_line_and_no_orphans(tmp_path):
+    """SIGTERM mid-measurement: torchrun stops the children; netcheck says so in one
+    line and exits 128+15 (it used to print torchrun's SignalException traceback)."""
+    import os
+    import signal
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "1", "--nproc-per-node", "2",
+                             "--master-port", str(_free_port()), "--iface", "lo", "--size", "64M",
+                             "--iters", "100000", "--timeout", "600s"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        lines = []
+        for line in proc.stderr:        # measuring once the first round is announced
+            lines.append(line)
+            if "round 1:" in line:
+                break
+        children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(int(p)) == proc.pid]
+        assert children, "".join(lines)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in err and "node rank 0: stopped by signal 15" in err, err[-3000:]
+    for child in children:
+        assert not os.path.exists(f"/proc/{child}") or _state(child) == "Z"
+
+
+def _parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
 def test_child_argv_drops_rendezvous_options():
     from diag.netcheck.spawn import child_argv
     argv = ["--nnodes", "2", "--node-rank=1", "--master-addr", "h0", "--master-port=29500", "--nproc-per-node",
