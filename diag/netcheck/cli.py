@@ -131,8 +131,15 @@ def check_usage(cfg: Config) -> None:
                           "directory); give a path in a writable directory")
 
 
+# c10d logs every store/socket error it raises, with ~40 lines of C++ frames,
+# before netcheck reports the same error in one line. Before torch loads;
+# TORCH_CPP_LOG_LEVEL=WARNING in the environment shows them again.
+QUIET_TORCH_CPP_LOG = ("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    os.environ.setdefault(*QUIET_TORCH_CPP_LOG)
     try:
         cfg = parse_args(argv)
         check_usage(cfg)

@@ -92,3 +92,22 @@ def test_profile_and_output_are_checked_before_joining(tmp_path, extra, start):
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith(start.format(tmp=tmp_path)) and res.stderr.count("\n") == 1, res.stderr
     assert not (tmp_path / "missing").exists()
+
+
+def test_unreachable_store_is_one_line_without_cpp_frames():
+    """A node whose store never answers: netcheck's line only, not c10d's log of
+    the same error with its C++ frames (exit 3: the check could not run)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:          # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "2", "--node-rank", "1",
+                          "--master-addr", "127.0.0.1", "--master-port", str(port), "--join-timeout", "3s"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 3, res.stderr
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("netcheck: node rank 1: cannot reach the store"), lines[:5]
