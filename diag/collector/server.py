@@ -126,7 +126,12 @@ def serve(config: Config, stop: threading.Event | None = None) -> int:
     server.start()
     address = bound_address(config.listen, port)
     if config.address_file:
-        write_atomic(config.address_file, f"{address}\n".encode())
+        try:
+            write_atomic(config.address_file, f"{address}\n".encode())
+        except OSError as exc:  # checked in main(); this is the race (or a caller of serve)
+            server.stop(grace=0).wait(5)
+            raise ConfigError(f"--address-file: cannot write {config.address_file!r} "
+                              f"({exc.strerror or exc}); give a file path in a writable directory") from None
     log.info("serving job %s on %s (hang timeout %gs, action %s, timeline %s)", config.job_id, address,
              config.hang_timeout_s, config.hang_action, config.timeline_path)
     stop = stop or threading.Event()
@@ -148,8 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_timeline_writable(config.timeline_path)
         if config.address_file:
             parent = os.path.dirname(os.path.abspath(config.address_file))
-            if not os.access(parent, os.W_OK):
-                raise ConfigError(f"--address-file: directory {parent!r} is not writable")
+            if os.path.isdir(config.address_file):
+                raise ConfigError(f"--address-file: {config.address_file!r} is a directory; "
+                                  f"give a file path such as {os.path.join(config.address_file, 'collector.addr')!r}")
+            if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+                raise ConfigError(f"--address-file: directory {parent!r} does not exist or is not writable")
         return serve(config)
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

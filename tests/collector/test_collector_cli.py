@@ -67,6 +67,19 @@ def test_busy_port_is_a_one_line_error(tmp_path):
         first.stop(0)
 
 
+def test_address_file_that_cannot_be_written_at_serve_time_stops_the_server(tmp_path):
+    """main() checks --address-file first; serve() itself (the race, or an API caller)
+    must still end in one ConfigError (main prints it as one line), not a traceback."""
+    from diag.collector.server import serve
+    target = tmp_path / "addr"
+    target.mkdir()                       # a directory where the file should go
+    config = parse_args(BASE + ["--timeline-path", str(tmp_path / "tl"), "--address-file", str(target),
+                                "--listen", "127.0.0.1:0"], ENV)
+    with pytest.raises(ConfigError, match="^--address-file: cannot write .*give a file path"):
+        serve(config)
+    assert os.listdir(tmp_path) == ["addr"] and os.listdir(target) == []   # no temp file left behind
+
+
 def run_cli(args, env, timeout=60):
     return subprocess.run([sys.executable, "-m", "diag.collector", *args], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=timeout)
@@ -77,6 +90,8 @@ def run_cli(args, env, timeout=60):
     (BASE, {"XPU_TIMER_JOB_TOKEN": ""}, "XPU_TIMER_JOB_TOKEN"),
     (["--hang-timeout", "1"], ENV, "--job-id"),
     (BASE + ["--timeline-path", "/proc/1/nope"], ENV, "--timeline-path"),
+    (BASE + ["--address-file", "/"], ENV, "--address-file: '/' is a directory"),
+    (BASE + ["--address-file", "/proc/1/nope/addr"], ENV, "--address-file: directory '/proc/1/nope'"),
 ])
 def test_cli_bad_input_prints_one_line_and_exits_2(args, env, needle):
     result = run_cli(args, env)
