@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -108,6 +109,8 @@ def wrapper_cost(calls: int = 20000, rounds: int = 15) -> tuple[float, float]:
             reader.poll()  # the agent's job: keep the ring from filling
     c10d.all_reduce = real
     dist.destroy_process_group()
+    writer.close()
+    shutil.rmtree(shm, ignore_errors=True)
     return best["off"], best["on"]
 
 
@@ -136,6 +139,7 @@ def run(args, world: int) -> dict:
             text=True))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     agent.stop()
+    shutil.rmtree(shm, ignore_errors=True)
     if any(p.returncode for p in procs):
         sys.exit("bench: a worker failed")
     return json.loads(outputs[0].strip().splitlines()[-1])
