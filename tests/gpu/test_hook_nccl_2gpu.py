@@ -9,7 +9,6 @@
 import glob
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import time
 import pytest
 
 from tests.gpu.conftest import ROOT, SCRIPTS, launch
-from tests.kernel_hook.output import wait_for_line
+from tests.kernel_hook.output import stop_session, wait_for_line
 
 pytestmark = pytest.mark.gpus(2)
 HANG_TIMEOUT_S = 10
@@ -95,9 +94,4 @@ def test_real_nccl_hang_is_flagged_and_stacks_dumped(hook_built, tmp_path):
         rank0 = next(r for r in report["ranks"] if r["rank"] == 0)
         assert rank0["op"] == "ncclAllReduce" and rank0["kind"] == "collective"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_session(proc)

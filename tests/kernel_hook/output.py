@@ -2,6 +2,8 @@
 
 import os
 import select
+import signal
+import subprocess
 import time
 
 
@@ -27,3 +29,13 @@ def wait_for_line(proc, predicate, deadline, echo=False):
             if predicate(line):
                 return line, seen
     return None, seen
+
+
+def stop_session(proc, grace=30):
+    """Teardown: SIGTERM the child's whole session, SIGKILL it if it lingers."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace)

@@ -5,13 +5,12 @@ records alone (the Python tracer is off), and both ranks' stacks are dumped."""
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 from tests.kernel_hook.conftest import HOOKPROG, ROOT
-from tests.kernel_hook.output import wait_for_line
+from tests.kernel_hook.output import stop_session, wait_for_line
 
 HANG_TIMEOUT_S = 3
 
@@ -48,9 +47,4 @@ def test_never_completing_collective_is_flagged(built, tmp_path):
         assert (rank0["op"], rank0["kind"], rank0["seq"]) == ("ncclAllReduce", "collective", 2)
         assert rank0["in_flight_s"] >= HANG_TIMEOUT_S and report["hung_ranks"] == [0]
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_session(proc)
