@@ -3,6 +3,12 @@
 //   gemm:   N 8x8 cublasSgemm calls (timed by the hook)
 //   nccl:   N one-float ncclAllReduce calls on a one-GPU communicator (timed)
 //   prims:  the runtime calls the hook makes per timed op, N of each, alone
+//   gemm-paired / nccl-paired: N calls of each kind in one process, in
+//           alternating blocks of 1024: through the exported symbol (the hook,
+//           when preloaded) and through the library's own symbol (dlsym on its
+//           handle: never the hook). Prints the median per-call ns of both and
+//           of their per-block difference: the hook's cost, free of the
+//           run-to-run spread between processes.
 // Prints "MODE ns_per_call X". Built with -cudart shared, so the launches go
 // through libcudart.so's exported symbols, as torch's do. The stream is
 // synchronised every 1024 calls so the GPU never throttles the host loop.
@@ -10,8 +16,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -49,6 +57,10 @@ static int prims(long n, cudaStream_t s) {
   auto sync_every = [&](long i) { if ((i & 1023) == 1023) cudaStreamSynchronize(s); };
   printf("prim_event_record ns_per_call %.1f\n",
          ns_per(n, [&](long i) { cudaEventRecord(evs[i & 2047], s); sync_every(i); }));
+  cudaEvent_t untimed[2048];
+  for (auto& e : untimed) cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  printf("prim_event_record_untimed ns_per_call %.1f\n",
+         ns_per(n, [&](long i) { cudaEventRecord(untimed[i & 2047], s); sync_every(i); }));
   printf("prim_stream_is_capturing ns_per_call %.1f\n",
          ns_per(n, [&](long) { cudaStreamIsCapturing(s, &st); }));
   printf("prim_get_device ns_per_call %.1f\n", ns_per(n, [&](long) { cudaGetDevice(&dev); }));
@@ -63,6 +75,46 @@ static int prims(long n, cudaStream_t s) {
     printf("prim_cu_event_record ns_per_call %.1f\n",
            ns_per(n, [&](long i) { cu_record(evs[i & 2047], s); sync_every(i); }));
   return 0;
+}
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Alternating blocks through hooked() and direct(); see the header.
+template <class H, class D>
+static int paired(const char* mode, long n, cudaStream_t s, H hooked, D direct) {
+  const long block = 1024;
+  std::vector<double> a, b, d;
+  int bad = 0;
+  auto time_block = [&](auto f) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < block; ++i) bad |= f();
+    cudaStreamSynchronize(s);
+    auto t1 = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::nano>(t1 - t0).count() / double(block);
+  };
+  for (long done = 0; done < n; done += block) {
+    bool hooked_first = (done / block) % 2 == 0;  // neither always goes first
+    double x = hooked_first ? time_block(hooked) : time_block(direct);
+    double y = hooked_first ? time_block(direct) : time_block(hooked);
+    a.push_back(hooked_first ? x : y);
+    b.push_back(hooked_first ? y : x);
+    d.push_back(a.back() - b.back());
+  }
+  if (bad || cudaGetLastError() != cudaSuccess) {
+    fprintf(stderr, "%s: a call failed\n", mode);
+    return 1;
+  }
+  printf("%s hooked_ns %.1f direct_ns %.1f added_ns %.1f\n", mode, median(a), median(b),
+         median(d));
+  return 0;
+}
+
+static void* own_symbol(const char* lib, const char* name) {
+  void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
+  return h ? dlsym(h, name) : nullptr;
 }
 
 int main(int argc, char** argv) {
@@ -80,10 +132,11 @@ int main(int argc, char** argv) {
   ncclComm_t comm = nullptr;
   int dev0 = 0;
   if (!strcmp(mode, "prims")) return prims(n, s);
-  if (!strcmp(mode, "gemm")) {
+  bool is_paired = strstr(mode, "-paired") != nullptr;
+  if (!strncmp(mode, "gemm", 4)) {
     cublasCreate_v2(&h);
     cublasSetStream_v2(h, s);
-  } else if (!strcmp(mode, "nccl") && ncclCommInitAll(&comm, 1, &dev0) != 0) {
+  } else if (!strncmp(mode, "nccl", 4) && ncclCommInitAll(&comm, 1, &dev0) != 0) {
     fprintf(stderr, "ncclCommInitAll failed\n");
     return 1;
   }
@@ -97,6 +150,18 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < 2048; ++i) call();  // warm up: lazy loading, the hook's start
   cudaStreamSynchronize(s);
+  if (is_paired && h) {
+    auto own = reinterpret_cast<decltype(&cublasSgemm_v2)>(own_symbol("libcublas.so.13", "cublasSgemm_v2"));
+    if (!own) return fprintf(stderr, "no cublasSgemm_v2 in libcublas.so.13\n"), 1;
+    return paired(mode, n, s, call, [&] {
+      return own(h, 0, 0, 8, 8, 8, &one, buf, 8, buf + 64, 8, &zero, buf + 128, 8);
+    });
+  }
+  if (is_paired) {
+    auto own = reinterpret_cast<decltype(&ncclAllReduce)>(own_symbol("libnccl.so.2", "ncclAllReduce"));
+    if (!own) return fprintf(stderr, "no ncclAllReduce in libnccl.so.2\n"), 1;
+    return paired(mode, n, s, call, [&] { return own(buf, buf + 64, 1, 7, 0, comm, s); });
+  }
   auto t0 = std::chrono::steady_clock::now();
   int bad = 0;
   for (long i = 0; i < n; ++i) {

@@ -9,11 +9,15 @@ four variants, interleaved round by round: without the hook, with it
 (LD_PRELOAD, XPU_TIMER_SHM_DIR set: counting and timing on, the default
 sampling: 1 in 8 GEMMs/collectives device-timed with two events, the other
 collectives one end event, the other GEMMs none), with it switched off
-(XPU_TIMER_HOOK_DISABLE=1), and with every call device-timed
-(XPU_TIMER_HOOK_TIME_EVERY=1, two events per call). Each run is pinned to the
-same two cores. Prints the median ns per call of each, and the ns the hook
-adds per plain launch and per GEMM / NCCL call (averaged over sampled and
-unsampled calls, which is what a training step pays).
+(XPU_TIMER_HOOK_DISABLE=1), with every call device-timed
+(XPU_TIMER_HOOK_TIME_EVERY=1, two events per call), and with completion
+tracked by an end event at launch (XPU_TIMER_HOOK_COMPLETION=event) instead of
+the drainer's fences. Each run is pinned to the same two cores. Prints the
+median ns per call of each, and the ns the hook adds per plain launch and per
+GEMM / NCCL call (averaged over sampled and unsampled calls, which is what a
+training step pays). Then, paired inside one hooked process (blocks through the
+hook and straight to the library, alternating: no run-to-run spread), the ns
+the hook adds per GEMM / NCCL call, for the default and the event mode.
 Targets: < 100 ns per plain launch, < 1.5 us per timed call.
 Without nvcc or a GPU it says so on one line and exits 0.
 """
@@ -34,7 +38,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 SRC = os.path.join(ROOT, "bench", "hook_launch_bench.cu")
-VARIANTS = ("off", "hook", "disabled", "hook-every1")
+VARIANTS = ("off", "hook", "hook-event", "disabled", "hook-every1")
+PAIRED_VARIANTS = ("hook", "hook-event")
 TARGET_NS = {"launch": 100.0, "gemm": 1500.0, "nccl": 1500.0}
 
 
@@ -105,11 +110,38 @@ def run_one(exe: str, mode: str, n: int, variant: str, shm: str) -> float:
         env["XPU_TIMER_HOOK_DISABLE"] = "1"
     if variant == "hook-every1":  # every call device-timed: two events each
         env["XPU_TIMER_HOOK_TIME_EVERY"] = "1"
+    if variant == "hook-event":
+        env["XPU_TIMER_HOOK_COMPLETION"] = "event"
     out = subprocess.run([exe, mode, str(n)], env=env, capture_output=True, text=True,
                          timeout=600, preexec_fn=pin)
     if out.returncode != 0 or out.stderr.strip():
         raise RuntimeError(f"{mode}/{variant}: rc {out.returncode}: {out.stderr.strip()}")
     return float(out.stdout.split()[-1])
+
+
+def measure_paired(cfg: Config, exe: str) -> dict:
+    """{(mode, variant): [added ns per call, one per round]} from the paired modes."""
+    samples = {(m, v): [] for m in ("gemm", "nccl") for v in PAIRED_VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="hook-bench-") as shm:
+        for _ in range(cfg.rounds):
+            for mode, variant in samples:
+                samples[(mode, variant)].append(
+                    run_one(exe, f"{mode}-paired", cfg.timed, variant, shm))
+                for f in glob.glob(os.path.join(shm, "*.ring")):
+                    os.unlink(f)
+    return samples
+
+
+def report_paired(samples: dict) -> dict:
+    print("\npaired in one process (median over rounds of the per-block median):")
+    result = {}
+    for (mode, variant), xs in samples.items():
+        med = statistics.median(xs)
+        mark = "ok" if med < TARGET_NS[mode] else f"OVER target {TARGET_NS[mode]:.0f}"
+        print(f"{mode:8} {variant:10} added {med:+8.1f} ns per call "
+              f"(rounds {min(xs):+.1f} .. {max(xs):+.1f}) {mark}")
+        result[f"{mode}/{variant}/paired"] = {"added_ns": med, "samples": xs}
+    return result
 
 
 def measure(cfg: Config, exe: str) -> dict:
@@ -139,7 +171,7 @@ def report(samples: dict) -> dict:
             med = statistics.median(xs)
             added = med - base
             mark = ""
-            if v == "hook":
+            if v in PAIRED_VARIANTS:
                 mark = "ok" if added < TARGET_NS[mode] else f"OVER target {TARGET_NS[mode]:.0f}"
             print(f"{mode:8} {v:9} {med:10.1f} {min(xs):9.1f} {max(xs):9.1f}  "
                   f"{added:+8.1f} ns {mark}")
@@ -168,6 +200,7 @@ def main(argv=None) -> int:
         print("runtime calls on the timed path, alone (ns per call):")
         print("".join("  " + line + "\n" for line in prims.splitlines()))
         result = report(measure(cfg, exe))
+        result.update(report_paired(measure_paired(cfg, exe)))
         result["prims"] = prims
     if cfg.out:
         tmp = cfg.out + ".tmp"

@@ -1,5 +1,6 @@
 // The hot path of the core: per-thread slots, launch counting and the queue of
 // timed ops. See core.h for the contract; drainer.cc is the consumer side.
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <sys/mman.h>
@@ -12,10 +13,24 @@
 
 namespace xt {
 
+std::atomic<int> g_captures{0};
+std::atomic<uint64_t> g_stream_epoch{0};
+std::atomic<int> g_fencing{0};
+std::atomic<void*> g_destroyed[kDestroyedRing];
+pthread_mutex_t g_destroy_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool stream_maybe_destroyed(const void* stream, uint64_t since, uint64_t now) {
+  if (now - since >= kDestroyedRing) return true;  // the ring forgot: assume so
+  for (uint64_t e = since; e < now; ++e) {
+    void* d = g_destroyed[e % kDestroyedRing].load(std::memory_order_relaxed);
+    if (d == nullptr || d == stream) return true;
+  }
+  return false;
+}
+
 namespace {
 
 Core g_core;
-std::atomic<int> g_captures{0};  // captures under way in the process
 pthread_mutex_t g_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_key_t g_slot_key;
 
@@ -102,6 +117,7 @@ void reset_slot(Slot* s, int index) {
   s->tail.store(0, std::memory_order_relaxed);
   s->group_depth = s->group_n = 0;
   s->start_cursor = 0;
+  s->fence_cursor = 0;
   s->dropped_ops.store(0, std::memory_order_relaxed);
   s->seen_dropped = 0;
   s->count_overflow.store(0, std::memory_order_relaxed);
@@ -147,27 +163,64 @@ bool ensure_events(Core& c, PendingOp& e) {
 // Records the start event. A failure with events in hand may mean they went
 // stale (cudaDeviceReset): replace them once and retry. (Destroying a stale
 // handle only returns an error; replacing rather than dropping never leaks.)
-// ev: 0 for the start event, 1 for the end event of an op with no start.
-bool record_first(Core& c, PendingOp& e, int ev, void* stream) {
+bool record_start(Core& c, PendingOp& e, void* stream) {
   if (!ensure_events(c, e)) return false;
-  if (c.ops.event_record(ev ? e.ev1 : e.ev0, stream) == 0) return true;
+  if (c.ops.event_record(e.ev0, stream) == 0) return true;
   c.ops.event_destroy(e.ev0);
   c.ops.event_destroy(e.ev1);
   e.ev0 = e.ev1 = nullptr;
-  return ensure_events(c, e) && c.ops.event_record(ev ? e.ev1 : e.ev0, stream) == 0;
+  return ensure_events(c, e) && c.ops.event_record(e.ev0, stream) == 0;
 }
 
+// The untimed end event of an unsampled collective: made once per queue entry
+// and device, replaced once if it went stale, as record_first does.
+bool record_done(Core& c, PendingOp& e, void* stream) {
+  int dev = 0;
+  if (c.ops.get_device(&dev) != 0) return false;
+  auto create = c.ops.event_create_untimed ? c.ops.event_create_untimed : c.ops.event_create;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (e.ev_done && (e.ev_done_device != dev || attempt > 0)) {
+      c.ops.event_destroy(e.ev_done);
+      e.ev_done = nullptr;
+    }
+    if (!e.ev_done) {
+      if (create(&e.ev_done) != 0) {
+        e.ev_done = nullptr;
+        return false;
+      }
+      e.ev_done_device = dev;
+    }
+    if (c.ops.event_record(e.ev_done, stream) == 0) return true;
+  }
+  return false;
+}
+
+// The legacy (0, 1) and per-thread (2) default streams: a fence from the
+// drainer's thread would land on another queue, so these keep launch-path events.
+inline bool fenceable(const void* stream) { return uintptr_t(stream) > 2; }
+
 // Records the op's first event when its kernels are launched: the start event
-// of a sampled op, or the end event of an unsampled collective (right after
-// the launch: the only event it gets). Unsampled GEMMs get none.
-// After the launch (before_launch false) this is the fallback of a sampled
-// collective whose start event failed, too: it keeps its completion tracking.
+// of a sampled op before the launch. After it (before_launch false), an
+// unsampled collective (or a sampled one whose start event failed) gets its
+// completion tracked: by a fence the drainer records later, which costs this
+// thread nothing; or by an untimed end event recorded here: when configured,
+// while a capture is under way (the drainer does not fence then), or on a
+// default stream. Unsampled GEMMs get none.
 void record_launch(Core& c, PendingOp& e, void* stream, bool before_launch) {
   if (before_launch) {
-    if (e.sampled) e.timed = record_first(c, e, 0, stream);
-  } else if (op_kind(e.op) != kKindGemm) {
-    e.has_end = record_first(c, e, 1, stream);
+    if (e.sampled) e.timed = record_start(c, e, stream);
+    return;
   }
+  if (op_kind(e.op) == kKindGemm) return;
+  int dev = 0;
+  if (!c.cfg.completion_events && fenceable(stream) && !maybe_capturing(c) &&
+      c.ops.get_device(&dev) == 0) {
+    e.needs_fence = true;
+    e.ev_device = dev;  // the drainer makes its fence event there
+    e.stream_epoch = g_stream_epoch.load(std::memory_order_acquire);
+    return;
+  }
+  e.has_end = record_done(c, e, stream);
 }
 
 // After the launch: the end event of a sampled op, then the op's flags.
@@ -218,6 +271,31 @@ void fill_comm(PendingOp& e, const xt_op_desc* d) {
     e.comm_id = id;
     e.comm_rank = rank;
     e.comm_size = size;
+  }
+}
+
+// Whether the oldest op of some thread waits for a fence still.
+bool fence_pending(Core& c) {
+  int n = c.n_slots.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    Slot& s = c.slots[i];
+    uint64_t tail = s.tail.load(std::memory_order_relaxed);
+    if (s.in_use.load(std::memory_order_acquire) && tail < s.head.load(std::memory_order_acquire) &&
+        s.ops[tail & (kOpQueue - 1)].needs_fence)
+      return true;
+  }
+  return false;
+}
+
+// The final pass at exit. Ops launched in the drainer's last poll period have
+// no fence yet; this pass records it, and a device that is done reaches it
+// within microseconds: wait that long (20 ms at most), so they end completed.
+void flush_until_fenced(Core& c) {
+  xt_core_flush();
+  timespec ms{0, 1000000};
+  for (int i = 0; i < 20 && fence_pending(c); ++i) {
+    nanosleep(&ms, nullptr);
+    xt_core_flush();
   }
 }
 
@@ -291,7 +369,7 @@ void xt_core_stop(void) {
     c.drainer_started = false;
   }
   if (c.state.load() == kStateOn) {
-    if (joined) xt_core_flush();
+    if (joined) flush_until_fenced(c);
     c.state.store(kStateStopped, std::memory_order_release);
   }
 }
@@ -319,6 +397,7 @@ void xt_core_after_fork_child(void) {
   c.state.store(kStateStopped, std::memory_order_relaxed);
   c.drainer_started = false;
   c.region.close();
+  g_fencing.store(0, std::memory_order_relaxed);  // the drainer may have been inside
   tl.slot = nullptr;
   tl.no_slot = true;
 }
@@ -379,7 +458,8 @@ xt_ticket xt_op_begin(const xt_op_desc* d, void* stream) {
   e.flops = d->flops;
   e.stream = stream;
   e.t_start_ns = mono_ns();
-  e.timed = e.has_end = e.no_events = false;
+  e.timed = e.has_end = e.no_events = e.needs_fence = false;
+  e.fence = nullptr;
   fill_comm(e, d);
   if (d->comm) e.seq = comm_next_seq(d->comm, op_kind(d->op) == kKindP2P);
   e.sampled = choose_sample(c, s, e, d->comm != nullptr);
@@ -403,12 +483,33 @@ void xt_op_end(xt_ticket t, int failed) {
   s->head.store(uint64_t(t) + 1, std::memory_order_release);
 }
 
-void xt_capture_begin(void) { g_captures.fetch_add(1, std::memory_order_acq_rel); }
+// Fencing sections and the announcements below pair up Dekker-style: either
+// the drainer sees the announcement and does not record, or the announcer sees
+// the drainer inside its section and waits the few microseconds it lasts.
+// Bounded: a drainer wedged inside the driver must not hang the application.
+static void wait_for_fencing() {
+  for (int i = 0; i < 2000000 && g_fencing.load(std::memory_order_seq_cst); ++i) sched_yield();
+}
+
+void xt_capture_begin(void) {
+  g_captures.fetch_add(1, std::memory_order_seq_cst);
+  wait_for_fencing();
+}
 
 void xt_capture_end(void) {
   int n = g_captures.load(std::memory_order_relaxed);
   while (n > 0 && !g_captures.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
   }
+}
+
+void xt_streams_destroying(void* stream) {
+  // A slow path (stream teardown): the lock keeps ring entry and epoch in step.
+  pthread_mutex_lock(&g_destroy_lock);
+  uint64_t e = g_stream_epoch.load(std::memory_order_relaxed);
+  g_destroyed[e % kDestroyedRing].store(stream, std::memory_order_relaxed);
+  g_stream_epoch.store(e + 1, std::memory_order_seq_cst);
+  pthread_mutex_unlock(&g_destroy_lock);
+  wait_for_fencing();
 }
 
 void xt_group_start(void) {
@@ -478,6 +579,7 @@ void xt_core_stats(xt_stats* out) {
   out->ops_completed = c.ops_completed.load();
   out->ops_captured = c.ops_captured.load();
   out->ops_dropped = c.ops_dropped.load();
+  out->fences = c.fences.load();
   // The region's count holds both; ring-full drops are the rest.
   out->records_dropped = c.region.dropped() - out->ops_dropped;
   out->threads = uint32_t(c.n_slots.load());

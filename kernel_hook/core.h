@@ -37,6 +37,9 @@ typedef struct xt_device_ops {
   // one puts that thread in thread-local capture mode, so its event queries
   // never invalidate a global-mode graph capture on another thread.
   void (*drainer_thread_init)(void);
+  // NULL or an event without timing (cheaper to record and query): the
+  // drainer's fences. event_create when NULL.
+  int (*event_create_untimed)(void** event);
 } xt_device_ops;
 
 typedef struct xt_config {
@@ -48,7 +51,9 @@ typedef struct xt_config {
   int capture_check_always;  // ask stream_capturing on every timed op, not only
                              // while xt_capture_begin says a capture is on
   uint32_t time_every;     // device-time 1 in N GEMMs/collectives (0 or 1: all).
-                           // Collectives always get an end event (completion).
+                           // Every collective's completion is still tracked:
+  int completion_events;   // 1: by an end event recorded at launch (exact per
+                           // op); 0: by the drainer's fences (no cost at launch)
 } xt_config;
 
 // Operation types the hook times. Names and kinds live in core.cc.
@@ -101,10 +106,15 @@ void xt_count_launch(const void* func, int is_handle);
 // Hot path. Queues an op. Sampled ops (1 in cfg.time_every; collectives by a
 // hash of (comm id, seq), so every rank samples the same ones) get a start and
 // an end event: their END carries the device duration (flag bit 0). The other
-// collectives and p2p get only an end event, so their END still waits for the
-// device (the hang rule sees them in flight); other GEMMs get no event and end
-// when drained (counted, FLOPs recorded, no duration). Inside an NCCL group
-// events are deferred; under graph capture the op is only counted.
+// collectives and p2p get their completion tracked without timing: with
+// cfg.completion_events, by one untimed end event recorded here; otherwise by
+// none here: the drainer records a fence event on their stream once it sees
+// them (one per stream per pass), and their END waits for it, so the hang rule
+// still sees them in flight. Ops launched within one drainer pass share a
+// fence, so completion is then known per pass, not per op. While a capture is
+// under way, or on a default stream, they get the end event here. Other GEMMs get no event and end when drained (counted, FLOPs
+// recorded, no duration). Inside an NCCL group events are deferred; under
+// graph capture the op is only counted.
 xt_ticket xt_op_begin(const xt_op_desc* desc, void* stream);
 // Hot path. Records the end event and queues the op for the drainer.
 void xt_op_end(xt_ticket ticket, int failed);
@@ -114,10 +124,17 @@ void xt_group_end_before(void);           // before the real ncclGroupEnd
 void xt_group_end_after(int failed);      // after it
 
 // Stream capture bookkeeping, from the hooked cudaStreamBeginCapture* /
-// cudaStreamEndCapture. While no capture is under way anywhere in the process
-// a timed op skips the (costly) capture query. Works before xt_core_start.
+// cudaStreamEndCapture. xt_capture_begin goes before the real call (and
+// xt_capture_end after it when it failed): from then on the drainer records
+// no fence, and a timed op asks whether its stream is capturing. While no
+// capture is under way a timed op skips that (costly) query. Works before
+// xt_core_start.
 void xt_capture_begin(void);
 void xt_capture_end(void);
+// Before a real cudaStreamDestroy (stream) or cudaDeviceReset (NULL: every
+// stream): from its return on, the drainer records no fence on that stream
+// for ops launched before the call.
+void xt_streams_destroying(void* stream);
 
 // Communicators. ids are the same on every member rank.
 uint64_t xt_comm_id_from_bytes(const void* data, size_t len, uint64_t salt);
@@ -146,6 +163,7 @@ typedef struct xt_stats {
   uint64_t ops_dropped;       // not queued: a full per-thread queue or no slot
   uint64_t records_dropped;   // region ring full
   uint32_t threads;           // thread slots claimed
+  uint64_t fences;            // fence events the drainer recorded
 } xt_stats;
 void xt_core_stats(xt_stats* out);
 

@@ -18,6 +18,8 @@ constexpr int kGroupMax = 64;        // ops deferred inside one NCCL group
 
 enum CoreState : int { kStateOff = 0, kStateOn = 1, kStateStopped = 2 };
 
+struct Fence;  // drainer.cc: an event the drainer records on a stream
+
 // One timed op. Written by the owner thread, then published through
 // Slot::head; read by the drainer until it advances Slot::tail.
 struct PendingOp {
@@ -30,10 +32,17 @@ struct PendingOp {
   void* ev0;
   void* ev1;
   int ev_device;
+  void* ev_done;       // untimed completion event of an unsampled op, if needed
+  int ev_done_device;
   bool sampled;        // chosen for device timing (1 in time_every)
   bool timed;          // sampled and both events recorded: duration known
   bool has_end;        // end event recorded: completion is tracked on the device
   bool no_events;      // a group member under graph capture: record no event
+  // An unsampled collective: no event on the launch path; the drainer records
+  // a fence on its stream after seeing it published, and its END waits for that.
+  bool needs_fence;
+  uint64_t stream_epoch;  // g_stream_epoch when launched
+  Fence* fence;           // drainer-owned, set once the fence is recorded
 };
 
 struct CountEntry {
@@ -57,6 +66,7 @@ struct alignas(64) Slot {
   // ---- drainer ----
   alignas(64) std::atomic<uint64_t> tail;  // ops consumed
   uint64_t start_cursor;                   // STARTs written up to here
+  uint64_t fence_cursor;                   // fences asked for up to here
   uint64_t seen[kCountEntries];
   uint64_t seen_overflow, seen_captured[XT_OP_COUNT_], seen_dropped;
   // ---- claim bookkeeping ----
@@ -80,8 +90,26 @@ struct Core {
   pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;  // one drain pass at a time
   // statistics (drainer-written)
   std::atomic<uint64_t> launches_counted{0}, ops_queued{0}, ops_completed{0}, ops_captured{0};
+  std::atomic<uint64_t> fences{0};  // fences recorded
   std::atomic<uint64_t> ops_dropped{0};  // not queued: full per-thread queue, or no slot
 };
+
+// The drainer records fences on the application's streams. It must never
+// record on a stream under capture or on a destroyed one: captures begun and
+// streams destroyed announce themselves here first, then wait while the
+// drainer is inside a fencing section (Dekker-style, all seq_cst). Plain
+// atomics, not Core members: constant-initialised, so they work before the
+// library's static initialisers have run (a capture begun in a constructor).
+extern std::atomic<int> g_captures;         // captures under way in the process
+extern std::atomic<uint64_t> g_stream_epoch;  // bumped before any stream is destroyed
+// The streams of the last kDestroyedRing epochs (nullptr: every stream, a
+// device reset): entry epoch % kDestroyedRing was destroyed going to epoch + 1.
+constexpr uint64_t kDestroyedRing = 64;
+extern std::atomic<void*> g_destroyed[kDestroyedRing];
+// Whether stream may have been destroyed since epoch (the drainer, inside its
+// fencing section, with the current epoch now).
+bool stream_maybe_destroyed(const void* stream, uint64_t since, uint64_t now);
+extern std::atomic<int> g_fencing;          // 1 while the drainer may record a fence
 
 Core& core();
 const char* op_name(xt_op op);

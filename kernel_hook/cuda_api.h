@@ -39,7 +39,7 @@ enum {
   cudaErrorStreamCaptureImplicit = 906,
   cudaErrorUnknown = 999,
 };
-enum { cudaEventDefault = 0 };
+enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
 
 cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                              size_t sharedMem, cudaStream_t stream);
@@ -67,6 +67,9 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t 
                                                size_t n_deps, cudaStreamCaptureMode_t mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* graph);
+// Hooked only to keep the drainer's fences off streams being destroyed.
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaDeviceReset(void);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream);

@@ -7,17 +7,32 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core_internal.h"
 
 namespace xt {
+
+// An event the drainer recorded on an application stream after ops launched
+// there were published: when it completes, so have they. Shared by those ops
+// (refs); back to the pool once the last of them has ended.
+struct Fence {
+  void* ev;
+  int device;
+  int refs;
+  int state;  // XT_EV_NOT_READY until the device reached it
+};
+
 namespace {
+
+constexpr int kFencesPerPass = 8;  // distinct streams fenced per slot and pass
 
 struct DrainerState {
   uint64_t last_count_ns = 0;
   bool atexit_registered = false;
   int device = -1;  // the drainer thread's current device
   std::unordered_map<const void*, uint64_t> pending;  // func -> launches not yet written
+  std::vector<Fence*> free_fences;  // recorded before, reusable on their device
 };
 // Made on first use (the drainer can start before this library's static
 // initialisers ran) and never destroyed (it may run while destructors do).
@@ -74,27 +89,127 @@ void put_count(Core& c, uint8_t kind, uint16_t flags, const char* name, uint64_t
   }
 }
 
-// The END of one op once its end event (if it has one) completed: with the
-// device time when it was sampled (both events), else without (flag bit 0
+Fence* get_fence(Core& c, int device) {
+  auto& pool = ds().free_fences;
+  for (size_t i = pool.size(); i-- > 0;) {
+    if (pool[i]->device != device) continue;
+    Fence* f = pool[i];
+    pool[i] = pool.back();
+    pool.pop_back();
+    return f;
+  }
+  void* ev = nullptr;
+  int rc = c.ops.event_create_untimed ? c.ops.event_create_untimed(&ev) : c.ops.event_create(&ev);
+  if (rc != 0) return nullptr;
+  return new Fence{ev, device, 0, XT_EV_NOT_READY};
+}
+
+void put_fence(Fence* f) {
+  if (--f->refs > 0) return;
+  f->state = XT_EV_NOT_READY;
+  ds().free_fences.push_back(f);
+}
+
+// A fence on stream after every op published on it so far. NULL when none
+// could be recorded (a stream of another device, say): those ops then end
+// unconfirmed, as an op whose launch-path event failed does.
+Fence* record_fence(Core& c, void* stream, int device) {
+  use_device(c, device);
+  Fence* f = get_fence(c, device);
+  if (!f) return nullptr;
+  if (c.ops.event_record(f->ev, stream) != 0) {
+    ds().free_fences.push_back(f);
+    return nullptr;
+  }
+  c.fences.fetch_add(1, std::memory_order_relaxed);
+  return f;
+}
+
+// Fences for the ops of s published since the last pass that need one, one
+// per stream. Skipped entirely while a capture is under way (recording on a
+// capturing stream would change the application's graph); an op whose stream
+// may have been destroyed since its launch gets no fence (the destroyer waits
+// for this section to end before destroying, so a stream not yet announced is
+// alive until the section ends).
+void assign_fences(Core& c, Slot& s) {
+  uint64_t head = s.head.load(std::memory_order_acquire);
+  uint64_t tail = s.tail.load(std::memory_order_relaxed);
+  uint64_t i = s.fence_cursor > tail ? s.fence_cursor : tail;
+  if (i == head) return;
+  g_fencing.store(1, std::memory_order_seq_cst);
+  if (g_captures.load(std::memory_order_seq_cst) > 0) {
+    g_fencing.store(0, std::memory_order_seq_cst);
+    return;  // the cursor stays: fenced once the capture ends
+  }
+  uint64_t epoch = g_stream_epoch.load(std::memory_order_seq_cst);
+  struct { void* stream; int device; Fence* fence; } made[kFencesPerPass];
+  int n = 0;
+  for (; i < head; ++i) {
+    PendingOp& e = s.ops[i & (kOpQueue - 1)];
+    if (!e.needs_fence) continue;
+    if (e.stream_epoch != epoch && stream_maybe_destroyed(e.stream, e.stream_epoch, epoch)) {
+      e.needs_fence = false;  // its stream may be gone: ends unconfirmed
+      continue;
+    }
+    int k = 0;
+    while (k < n && (made[k].stream != e.stream || made[k].device != e.ev_device)) ++k;
+    if (k == n) {
+      if (n == kFencesPerPass) break;  // the rest next pass
+      made[n++] = {e.stream, e.ev_device, record_fence(c, e.stream, e.ev_device)};
+    }
+    e.fence = made[k].fence;
+    if (e.fence) {
+      ++e.fence->refs;
+    } else {
+      e.needs_fence = false;
+    }
+  }
+  g_fencing.store(0, std::memory_order_seq_cst);
+  s.fence_cursor = i;
+}
+
+// Whether the device has reached the op's completion event. XT_EV_*.
+int completion(Core& c, PendingOp& e) {
+  if (e.has_end) {
+    use_device(c, e.timed ? e.ev_device : e.ev_done_device);
+    return c.ops.event_query(e.timed ? e.ev1 : e.ev_done);
+  }
+  if (!e.needs_fence) return XT_EV_READY;  // nothing to wait for
+  if (!e.fence) return XT_EV_NOT_READY;   // not fenced yet
+  Fence& f = *e.fence;
+  if (f.state == XT_EV_NOT_READY) {
+    use_device(c, f.device);
+    f.state = c.ops.event_query(f.ev);
+    if (f.state == XT_EV_UNLOADING) {
+      f.state = XT_EV_NOT_READY;
+      return XT_EV_UNLOADING;
+    }
+  }
+  return f.state;
+}
+
+// The END of one op once its completion event (if it has one) completed: with
+// the device time when it was sampled (both events), else without (flag bit 0
 // clear). An op without any event ends when drained. Returns false while the
 // op is still running on the device.
 bool try_end(Core& c, PendingOp& e, uint64_t now, bool* unloading) {
   uint64_t dur = 0;
   uint16_t flags = e.flags;
-  if (e.has_end) {
-    use_device(c, e.ev_device);
-    int q = c.ops.event_query(e.ev1);
-    if (q == XT_EV_NOT_READY) return false;
-    if (q == XT_EV_UNLOADING) {
-      *unloading = true;
-      return false;
-    }
-    if (q != XT_EV_READY) {
-      flags = uint16_t((flags | kFlagFailed) & ~kFlagDeviceTimed);
-    } else if (e.timed && c.ops.event_elapsed_ns(e.ev0, e.ev1, &dur) != 0) {
-      flags = uint16_t((flags | kFlagFailed) & ~kFlagDeviceTimed);
-      dur = 0;
-    }
+  int q = completion(c, e);
+  if (q == XT_EV_NOT_READY) return false;
+  if (q == XT_EV_UNLOADING) {
+    *unloading = true;
+    return false;
+  }
+  if (q != XT_EV_READY) {
+    flags = uint16_t((flags | kFlagFailed) & ~kFlagDeviceTimed);
+  } else if (e.timed && c.ops.event_elapsed_ns(e.ev0, e.ev1, &dur) != 0) {
+    flags = uint16_t((flags | kFlagFailed) & ~kFlagDeviceTimed);
+    dur = 0;
+  }
+  if (e.fence) {
+    put_fence(e.fence);
+    e.fence = nullptr;
   }
   Record r = base_record(kEventEnd, e, now);
   r.flags = flags;
@@ -194,7 +309,9 @@ void drain_pass(Core& c, bool final_pass) {
   bool runtime_alive = true;
   for (int i = 0; i < n && runtime_alive; ++i) {
     Slot& s = c.slots[i];
-    if (s.in_use.load(std::memory_order_acquire)) runtime_alive = drain_ops(c, s, now);
+    if (!s.in_use.load(std::memory_order_acquire)) continue;
+    assign_fences(c, s);
+    runtime_alive = drain_ops(c, s, now);
   }
   uint64_t every = uint64_t(c.cfg.count_every_ms) * 1000000ull;
   if (final_pass || now - ds().last_count_ns >= every) {

@@ -26,6 +26,8 @@ XT_REAL(cudaStreamBeginCaptureToGraph_ptsz, XT_SONAME_CUDART);
 XT_REAL(cudaStreamEndCapture, XT_SONAME_CUDART);
 XT_REAL(cudaStreamEndCapture_ptsz, XT_SONAME_CUDART);
 XT_REAL(cudaStreamIsCapturing, XT_SONAME_CUDART);
+XT_REAL(cudaStreamDestroy, XT_SONAME_CUDART);
+XT_REAL(cudaDeviceReset, XT_SONAME_CUDART);
 XT_REAL(cublasGetStream_v2, XT_SONAME_CUBLAS);
 XT_REAL(cublasGemmEx, XT_SONAME_CUBLAS);
 XT_REAL(cublasGemmStridedBatchedEx, XT_SONAME_CUBLAS);
@@ -40,8 +42,13 @@ inline void count_launch(const void* func, int is_handle) {
   xt_count_launch(func, is_handle);
 }
 
-cudaError_t capture_began(cudaError_t r) {
-  if (r == cudaSuccess) xt_capture_begin();
+// Announced before the real call (see core.h): the drainer must not record a
+// fence on the stream once the capture may have begun.
+template <class F, class... A>
+cudaError_t begin_capture(F real, A... args) {
+  xt_capture_begin();
+  cudaError_t r = real(args...);
+  if (r != cudaSuccess) xt_capture_end();
   return r;
 }
 
@@ -141,14 +148,14 @@ XT_LAUNCH_EX(cudaLaunchKernelExC_ptsz)
 XT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode_t mode) {
   auto real = XT_GET(cudaStreamBeginCapture);
   if (!real) return kCudaSymbolMissing;
-  return capture_began(real(stream, mode));
+  return begin_capture(real, stream, mode);
 }
 
 XT_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
                                                   cudaStreamCaptureMode_t mode) {
   auto real = XT_GET(cudaStreamBeginCapture_ptsz);
   if (!real) return kCudaSymbolMissing;
-  return capture_began(real(stream, mode));
+  return begin_capture(real, stream, mode);
 }
 
 XT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
@@ -157,7 +164,7 @@ XT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGra
                                                     cudaStreamCaptureMode_t mode) {
   auto real = XT_GET(cudaStreamBeginCaptureToGraph);
   if (!real) return kCudaSymbolMissing;
-  return capture_began(real(stream, graph, deps, edges, n, mode));
+  return begin_capture(real, stream, graph, deps, edges, n, mode);
 }
 
 XT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
@@ -166,7 +173,7 @@ XT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cu
                                                          size_t n, cudaStreamCaptureMode_t mode) {
   auto real = XT_GET(cudaStreamBeginCaptureToGraph_ptsz);
   if (!real) return kCudaSymbolMissing;
-  return capture_began(real(stream, graph, deps, edges, n, mode));
+  return begin_capture(real, stream, graph, deps, edges, n, mode);
 }
 
 XT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
@@ -185,6 +192,23 @@ XT_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t
   cudaError_t r = real(stream, graph);
   if (was) xt_capture_end();
   return r;
+}
+
+// ---- stream and device teardown: no fence may land on a freed stream --------
+
+XT_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  auto real = XT_GET(cudaStreamDestroy);
+  if (!real) return kCudaSymbolMissing;
+  // The legacy default stream cannot be destroyed; a NULL here would mean all.
+  if (stream) xt_streams_destroying(stream);
+  return real(stream);
+}
+
+XT_EXPORT cudaError_t cudaDeviceReset(void) {
+  auto real = XT_GET(cudaDeviceReset);
+  if (!real) return kCudaSymbolMissing;
+  xt_streams_destroying(nullptr);
+  return real();
 }
 
 // ---- cuBLAS / cuBLASLt GEMMs: timed, with FLOPs -------------------------------

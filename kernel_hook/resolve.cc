@@ -99,6 +99,12 @@ int op_event_create(void** ev) {
   return keep.check(fn<decltype(&::cudaEventCreateWithFlags)>(r_create)(
       reinterpret_cast<cudaEvent_t*>(ev), cudaEventDefault));
 }
+// The drainer's fences only mark completion: no timestamp to write or read.
+int op_event_create_untimed(void** ev) {
+  LastErrorKeeper keep;
+  return keep.check(fn<decltype(&::cudaEventCreateWithFlags)>(r_create)(
+      reinterpret_cast<cudaEvent_t*>(ev), cudaEventDisableTiming));
+}
 int op_event_destroy(void* ev) {
   LastErrorKeeper keep;
   return keep.check(fn<decltype(&::cudaEventDestroy)>(r_destroy)(static_cast<cudaEvent_t>(ev)));
@@ -212,12 +218,16 @@ void start_core() {
     every = kDefaultTimeEvery;
   }
   cfg.time_every = uint32_t(every);
+  const char* completion = getenv("XPU_TIMER_HOOK_COMPLETION");
+  cfg.completion_events = completion && strcmp(completion, "event") == 0;
+  if (completion && *completion && !cfg.completion_events && strcmp(completion, "fence") != 0)
+    say("XPU_TIMER_HOOK_COMPLETION=%s is neither fence nor event; using fence", completion);
   const char* check = getenv("XPU_TIMER_HOOK_CAPTURE_CHECK");
   cfg.capture_check_always = check && strcmp(check, "always") == 0;
   xt_device_ops ops = {op_get_device,   op_set_device,       op_event_create,
                        op_event_destroy, op_event_record,    op_event_query,
                        op_event_elapsed_ns, op_stream_capturing, op_kernel_name,
-                       op_drainer_thread_init};
+                       op_drainer_thread_init, op_event_create_untimed};
   const char* api = getenv("XPU_TIMER_HOOK_EVENT_API");
   if (api && strcmp(api, "driver") == 0 && r_cu_record.resolve(false))
     ops.event_record = op_cu_event_record;

@@ -30,10 +30,12 @@ OWN_OPTIONS = {
     "--fault-list": ("fault_list", "XPU_TIMER_FAULT_LIST", True),
     "--fault-list-max-age": ("fault_list_max_age", "XPU_TIMER_FAULT_LIST_MAX_AGE", True),
     "--hook-time-every": ("hook_time_every", "XPU_TIMER_HOOK_TIME_EVERY", True),
+    "--hook-completion": ("hook_completion", "XPU_TIMER_HOOK_COMPLETION", True),
 }
+HOOK_COMPLETIONS = ("fence", "event")
 DEFAULTS = {"hang_timeout": "300s", "timeline_path": "/root/timeline", "collector": None,
             "hang_action": "report", "no_hook": False, "fault_list": None,
-            "fault_list_max_age": "24h", "hook_time_every": None}
+            "fault_list_max_age": "24h", "hook_time_every": None, "hook_completion": None}
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 
@@ -59,6 +61,7 @@ class Config:
     fault_list_max_age: float = 24 * 3600.0
     unbuffered: bool = False          # `python -u train.py`
     hook_time_every: int | None = None  # the hook device-times 1 call in N (its default: 8)
+    hook_completion: str | None = None  # how the hook sees unsampled collectives complete
 
     @property
     def starts_collector(self) -> bool:
@@ -87,10 +90,13 @@ def torchrun_parser() -> argparse.ArgumentParser:
         "--fault-list": "netcheck fault list; exit 75 if this node is in it [%s]",
         "--fault-list-max-age": "warn when the fault list is older (24h) [%s]",
         "--hook-time-every": "the hook device-times 1 GEMM/collective in N (8; 1 = all) [%s]",
+        "--hook-completion": "how the hook sees untimed collectives complete: fence (drainer, "
+                             "no launch cost, per poll) or event (exact per op) [%s]",
     }
     metavars = {"--hang-timeout": "D", "--timeline-path": "DIR", "--collector": "HOST:PORT",
                 "--hang-action": "{report,kill}", "--fault-list": "PATH",
-                "--fault-list-max-age": "D", "--hook-time-every": "N"}
+                "--fault-list-max-age": "D", "--hook-time-every": "N",
+                "--hook-completion": "{fence,event}"}
     for option, (dest, env, takes_value) in OWN_OPTIONS.items():
         kwargs = {"dest": "xpu_" + dest, "default": None, "help": helps[option] % env}
         if takes_value:
@@ -192,6 +198,10 @@ def _build(ns, torchrun_argv, own, names, env, unbuffered) -> Config:
     if own["fault_list"] is not None and not own["fault_list"]:
         raise ConfigError("--fault-list: empty path; give the faults.json netcheck wrote")
     time_every = _positive_int(own["hook_time_every"], names["hook_time_every"])
+    completion = own["hook_completion"]
+    if completion is not None and completion not in HOOK_COMPLETIONS:
+        raise ConfigError(f"{names['hook_completion']}: {completion!r} is not one of "
+                          f"{', '.join(HOOK_COMPLETIONS)}")
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
     return Config(
@@ -200,7 +210,7 @@ def _build(ns, torchrun_argv, own, names, env, unbuffered) -> Config:
         rdzv_port=rdzv_port, hang_timeout=hang_timeout, timeline_path=own["timeline_path"],
         collector=own["collector"], hang_action=own["hang_action"], no_hook=bool(own["no_hook"]),
         fault_list=own["fault_list"], fault_list_max_age=max_age, unbuffered=unbuffered,
-        hook_time_every=time_every)
+        hook_time_every=time_every, hook_completion=completion)
 
 
 def _positive_int(text: str | None, option: str) -> int | None:

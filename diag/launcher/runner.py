@@ -111,6 +111,8 @@ def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict
         out["LD_PRELOAD"] = " ".join(filter(None, [HOOK_LIB, env.get("LD_PRELOAD")]))
     if config.hook_time_every is not None:
         out["XPU_TIMER_HOOK_TIME_EVERY"] = str(config.hook_time_every)
+    if config.hook_completion is not None:
+        out["XPU_TIMER_HOOK_COMPLETION"] = config.hook_completion
     if config.unbuffered:
         out["PYTHONUNBUFFERED"] = "1"
     return out

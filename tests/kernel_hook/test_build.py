@@ -9,6 +9,7 @@ HOOKED = {
     "cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz",
     "cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cudaStreamBeginCaptureToGraph",
     "cudaStreamBeginCaptureToGraph_ptsz", "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
+    "cudaStreamDestroy", "cudaDeviceReset",
     "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasSgemm_v2", "cublasSgemmStridedBatched",
     "cublasHgemm", "cublasLtMatmul",
     "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce",

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.kernel_hook.conftest import HOOKPROG, ROOT
 from tests.kernel_hook.output import stop_session, wait_for_line
 
@@ -26,14 +28,18 @@ def _hang_report(timeline, deadline):
     return None
 
 
-def test_never_completing_collective_is_flagged(built, tmp_path):
+# fence (the default): the launches are a drainer pass apart, so each gets its
+# own fence (test_completion.py has the burst case); event: back to back.
+@pytest.mark.parametrize("completion,gap_ms", [("fence", 20), ("event", 0)])
+def test_never_completing_collective_is_flagged(built, tmp_path, completion, gap_ms):
     timeline = str(tmp_path / "timeline")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XPU_TIMER_", "FAKE_"))}
     env.update(HANG_RANK="0", FAKE_HANG="ncclAllReduce:2", XPU_TIMER_TRACER_DISABLE="1",
-               PYTHONPATH=ROOT)
+               HANG_GAP_MS=str(gap_ms), PYTHONPATH=ROOT)
     proc = subprocess.Popen(
         [sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--hang-timeout",
-         f"{HANG_TIMEOUT_S}s", "--timeline-path", timeline, "--no-python", HOOKPROG, "hang", "120"],
+         f"{HANG_TIMEOUT_S}s", "--timeline-path", timeline, "--hook-completion", completion,
+         "--no-python", HOOKPROG, "hang", "120"],
         cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         line, seen = wait_for_line(proc, lambda l: "HANG: " in l, time.time() + 90)

@@ -78,6 +78,15 @@ def test_hook_time_every_from_flag_or_env_reaches_the_workers():
     assert runner.worker_env(cfg, "t", "/d", env={})["XPU_TIMER_HOOK_TIME_EVERY"] == "16"
 
 
+def test_hook_completion_from_flag_or_env_reaches_the_workers():
+    assert parse("t.py").hook_completion is None
+    assert parse("--hook-completion", "event", "t.py").hook_completion == "event"
+    cfg = parse("t.py", env={"XPU_TIMER_HOOK_COMPLETION": "fence"})
+    from diag.launcher import runner
+    assert runner.worker_env(cfg, "t", "/d", env={})["XPU_TIMER_HOOK_COMPLETION"] == "fence"
+    assert "XPU_TIMER_HOOK_COMPLETION" not in runner.worker_env(parse("t.py"), "t", "/d", env={})
+
+
 def test_multi_node_collector_address():
     cfg = parse("--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.1.1",
                 "--master-port", "6000", "t.py")
@@ -95,6 +104,7 @@ def test_multi_node_collector_address():
     (["--fault-list-max-age", "old", "t.py"], "--fault-list-max-age"),
     (["--hook-time-every", "0", "t.py"], "--hook-time-every"),
     (["--hook-time-every", "often", "t.py"], "--hook-time-every"),
+    (["--hook-completion", "sometimes", "t.py"], "--hook-completion"),
     (["--timeline-path", "", "t.py"], "--timeline-path"),
     (["--nproc-per-node", "2"], "training script"),
     (["--nnodes", "x:y", "t.py"], "--nnodes"),

@@ -56,6 +56,8 @@ void fake_enqueue(cudaStream_t stream, const char* api, void (*fn)(void**), void
 // Internal to the fakes: record a call's arguments; returns the result to give.
 int fake_note(const char* api, int nargs, const uint64_t* args);
 int fake_stream_capturing(cudaStream_t stream);
+// cudaEventRecord calls made by the hook's drainer thread (1) or any other (0).
+int fake_event_records(int by_drainer);
 uint64_t fake_captured_launches(void);
 // Devices whose primary context some thread made current, one bit each.
 unsigned fake_contexts(void);

@@ -109,6 +109,7 @@ struct Stream {
   int busy = 0;
   int device = -1;  // made on (-1: the legacy stream, any device)
   bool capturing = false;
+  bool destroyed = false;  // cudaStreamDestroy'd: any later use is a bug
   bool capture_global = false;  // begun in cudaStreamCaptureModeGlobal
   bool started = false;
 
@@ -159,7 +160,17 @@ struct Stream {
 };
 
 Stream& g_default_stream = *new Stream;  // never destroyed: its thread runs until exit
-Stream* as_stream(cudaStream_t s) { return s ? reinterpret_cast<Stream*>(s) : &g_default_stream; }
+// A real driver may crash on a destroyed stream's handle; the fake says so and aborts.
+Stream* as_stream(cudaStream_t s) {
+  Stream* st = s ? reinterpret_cast<Stream*>(s) : &g_default_stream;
+  if (st->destroyed) {
+    static const char msg[] = "fake cudart: use of a destroyed stream\n";
+    ssize_t w = write(2, msg, sizeof(msg) - 1);
+    (void)w;
+    abort();
+  }
+  return st;
+}
 std::mutex g_streams_lock;
 Stream* g_streams[64];
 int g_nstreams = 0;
@@ -298,10 +309,23 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
   delete reinterpret_cast<Event*>(ev);
   return cudaSuccess;
 }
+// Event records by the hook's drainer thread (its fences) and by all others.
+std::atomic<int> g_records_drainer{0}, g_records_other{0};
+int fake_event_records(int by_drainer) {
+  return by_drainer ? g_records_drainer.load() : g_records_other.load();
+}
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
   touch_context();
+  char name[16] = {0};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  (strcmp(name, "xpu_hook_drain") == 0 ? g_records_drainer : g_records_other).fetch_add(1);
   Event* ev = reinterpret_cast<Event*>(e);
-  if (as_stream(stream)->capturing) return failed(cudaErrorStreamCaptureImplicit);
+  // A record on a capturing stream would join the application's graph: the
+  // hook must never do it (its END events skip captured ops; its fences wait).
+  if (as_stream(stream)->capturing) {
+    g_capture_broken.store(true);
+    return failed(cudaErrorStreamCaptureImplicit);
+  }
   int sdev = as_stream(stream)->device;
   if (sdev >= 0 && sdev != ev->device) return failed(400);  // cudaErrorInvalidResourceHandle
   uint64_t gen = ev->recorded.fetch_add(1) + 1;
@@ -377,6 +401,19 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) {
   if (g_nstreams < 64) g_streams[g_nstreams++] = st;
   *s = reinterpret_cast<cudaStream_t>(st);
   return cudaSuccess;
+}
+// The stream's thread lives on (detached) so queued work still finishes; the
+// handle is dead to the API from now on. Never freed: its thread uses it.
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  NOTE("cudaStreamDestroy", FAKE_U(s));
+  if (note_result) return note_result;
+  if (!s) return cudaErrorInvalidValue;
+  as_stream(s)->destroyed = true;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceReset(void) {
+  NOTE("cudaDeviceReset", 0);
+  return note_result;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   as_stream(s)->sync();

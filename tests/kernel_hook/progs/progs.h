@@ -26,6 +26,8 @@ int scenario_capture_inflight(int argc, char** argv);
 int scenario_device1(int argc, char** argv);
 int scenario_fork_during_start(int argc, char** argv);
 int scenario_two_devices(int argc, char** argv);
+int scenario_capture_race(int argc, char** argv);
+int scenario_destroy_race(int argc, char** argv);
 
 // An "empty kernel" for the fake device, exported so its name resolves.
 extern "C" void xt_test_empty_kernel(void** args);

@@ -108,6 +108,7 @@ int scenario_sampled(int argc, char** argv) {
   }
   cudaDeviceSynchronize();
   sleep_ms(100);
+  printf("event records app %d drainer %d\n", fake_event_records(0), fake_event_records(1));
   return 0;
 }
 
@@ -275,12 +276,17 @@ int scenario_two_devices(int, char**) {
 
 // hang SECONDS: all-reduces where FAKE_HANG makes one never finish; then waits
 // like a training step blocked on it. With HANG_RANK set, only that RANK hangs.
+// HANG_GAP_MS: the pause after each launch (0: back to back).
 int scenario_hang(int argc, char** argv) {
   const char* only = getenv("HANG_RANK");
   if (only && getenv("RANK") && strcmp(only, getenv("RANK")) != 0) fake_set_hang("ncclAllReduce", 0);
   Ctx c;
   ncclComm_t comm = comm_from(getenv("HANG_ID") ? getenv("HANG_ID") : "abcd", 1, 0);
-  for (int i = 0; i < 3; ++i) ncclAllReduce(nullptr, nullptr, 1024, 7, 0, comm, c.s);
+  int gap_ms = getenv("HANG_GAP_MS") ? atoi(getenv("HANG_GAP_MS")) : 0;
+  for (int i = 0; i < 3; ++i) {
+    ncclAllReduce(nullptr, nullptr, 1024, 7, 0, comm, c.s);
+    sleep_ms(gap_ms);  // apart by more than a drainer pass: a fence each
+  }
   printf("launched\n");
   fflush(stdout);
   sleep(argc > 0 ? atoi(argv[0]) : 30);
@@ -359,5 +365,49 @@ int scenario_bench(int argc, char** argv) {
   cudaDeviceSynchronize();
   printf("launch_ns %.2f gemm_ns %.2f\n", elapsed_ns(t0, t1) / double(n),
          elapsed_ns(t1, t2) / double(n / 10));
+  return 0;
+}
+
+// capture_race N: one thread, one stream, N times: an all-reduce (its fence is
+// due from the drainer), then at once a global-mode capture of a GEMM on the
+// same stream. A fence landing inside a capture breaks it (the fake then fails
+// EndCapture). Prints how many captures failed.
+int scenario_capture_race(int argc, char** argv) {
+  int n = argc > 0 ? atoi(argv[0]) : 1000;
+  Ctx c;
+  ncclComm_t comm = comm_from("ca97", 1, 0);
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    ncclAllReduce(nullptr, nullptr, 8, 7, 0, comm, c.s);
+    if (cudaStreamBeginCapture(c.s, 0) != 0) ++bad;
+    c.gemm(8, 8, 8);
+    if (cudaStreamEndCapture(c.s, nullptr) != 0) ++bad;
+    if (i % 64 == 0) usleep(1500);  // now and then the drainer's pass lands between
+  }
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  printf("captures failed %d\n", bad);
+  return 0;
+}
+
+// destroy_race N: N times a new stream, an all-reduce on it, and the stream
+// destroyed at once, its work still queued. A fence recorded on a destroyed
+// stream aborts the fake (a real driver may crash). Prints the count.
+int scenario_destroy_race(int argc, char** argv) {
+  int n = argc > 0 ? atoi(argv[0]) : 1000;
+  ncclComm_t comm = comm_from("de57", 1, 0);
+  cudaStream_t live;
+  cudaStreamCreate(&live);
+  for (int i = 0; i < n; ++i) {
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    ncclAllReduce(nullptr, nullptr, 8, 7, 0, comm, s);
+    ncclAllReduce(nullptr, nullptr, 8, 7, 0, comm, live);  // fenced all the same
+    usleep(i % 64 == 0 ? 1500 : 100);  // slower than the queue drains; now and then a pass
+    cudaStreamDestroy(s);
+  }
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  printf("destroyed %d\n", n);
   return 0;
 }

@@ -69,6 +69,9 @@ void capture_snippets(cudaStream_t s) {
        FAKE_U(deps), FAKE_U(edges), 4, 0);
   SNIP("cudaStreamEndCapture", cudaStreamEndCapture(s, &out), FAKE_U(s), FAKE_U(&out));
   SNIP("cudaStreamEndCapture_ptsz", cudaStreamEndCapture_ptsz(s, &out), FAKE_U(s), FAKE_U(&out));
+  // These fail too (the set result), so the stream lives on for the rest.
+  SNIP("cudaStreamDestroy", cudaStreamDestroy(s), FAKE_U(s));
+  SNIP("cudaDeviceReset", cudaDeviceReset(), 0);
 }
 
 void blas_snippets(cublasHandle_t h) {
