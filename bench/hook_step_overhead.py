@@ -12,8 +12,7 @@ second as the node agent would), and with it switched off
 (XPU_TIMER_HOOK_DISABLE=1). They take turns through a TCPStore baton held
 here, so only one job runs steps at a time: after a warm-up turn each, --rounds
 rounds of --steps steps per job, the order rotated every round. Slow drifts
-(clocks, temperature, the VM's neighbours) then hit all three alike. Rank r of
-every job is pinned to the same cores.
+(clocks, temperature, the VM's neighbours) then hit all three alike.
 
 Prints, per variant, the median step time and its spread (IQR and min..max over
 all timed steps), and the overhead against the unhooked job two ways: from the

@@ -21,12 +21,6 @@ from transformers import GPT2Config, GPT2LMHeadModel
 variant, port = sys.argv[1], int(sys.argv[2])
 rounds, steps, warmup, batch, seq = (int(a) for a in sys.argv[3:8])
 local = int(os.environ["LOCAL_RANK"])
-# Rank r of every job runs on the same fixed cores (only one job steps at a
-# time): the host-side launch work of a turn does not land on whatever cores
-# the scheduler picks, which moved whole turns by a few % on the VM.
-cores = sorted(os.sched_getaffinity(0))
-per = max(1, len(cores) // (2 * int(os.environ["LOCAL_WORLD_SIZE"])))
-os.sched_setaffinity(0, cores[local * per:(local + 1) * per])
 torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 rank = dist.get_rank()
