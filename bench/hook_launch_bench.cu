@@ -3,7 +3,7 @@
 //   gemm:   N 8x8 cublasSgemm calls (timed by the hook)
 //   nccl:   N one-float ncclAllReduce calls on a one-GPU communicator (timed)
 //   prims:  the runtime calls the hook makes per timed op, N of each, alone
-//   gemm-paired / nccl-paired: N calls of each kind in one process, in
+//   launch-paired / gemm-paired / nccl-paired: N calls of each kind in one process, in
 //           alternating blocks of 1024: through the exported symbol (the hook,
 //           when preloaded) and through the library's own symbol (dlsym on its
 //           handle: never the hook). Prints the median per-call ns of both and
@@ -156,6 +156,15 @@ int main(int argc, char** argv) {
     return paired(mode, n, s, call, [&] {
       return own(h, 0, 0, 8, 8, 8, &one, buf, 8, buf + 64, 8, &zero, buf + 128, 8);
     });
+  }
+  if (is_paired && !strncmp(mode, "launch", 6)) {
+    using LaunchFn = cudaError_t (*)(const void*, dim3, dim3, void**, size_t, cudaStream_t);
+    auto own = reinterpret_cast<LaunchFn>(own_symbol("libcudart.so.13", "cudaLaunchKernel"));
+    if (!own) return fprintf(stderr, "no cudaLaunchKernel in libcudart.so.13\n"), 1;
+    const void* k = reinterpret_cast<const void*>(empty_kernel);
+    return paired(mode, n, s,
+                  [&] { return int(::cudaLaunchKernel(k, dim3(1), dim3(1), (void**)nullptr, 0, s)); },
+                  [&] { return int(own(k, dim3(1), dim3(1), nullptr, 0, s)); });
   }
   if (is_paired) {
     auto own = reinterpret_cast<decltype(&ncclAllReduce)>(own_symbol("libnccl.so.2", "ncclAllReduce"));

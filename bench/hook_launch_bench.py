@@ -17,7 +17,8 @@ median ns per call of each, and the ns the hook adds per plain launch and per
 GEMM / NCCL call (averaged over sampled and unsampled calls, which is what a
 training step pays). Then, paired inside one hooked process (blocks through the
 hook and straight to the library, alternating: no run-to-run spread), the ns
-the hook adds per GEMM / NCCL call, for the default and the event mode.
+the hook adds per plain launch and per GEMM / NCCL call, for the default and
+the event mode.
 Targets: < 100 ns per plain launch, < 1.5 us per timed call.
 Without nvcc or a GPU it says so on one line and exits 0.
 """
@@ -121,12 +122,13 @@ def run_one(exe: str, mode: str, n: int, variant: str, shm: str) -> float:
 
 def measure_paired(cfg: Config, exe: str) -> dict:
     """{(mode, variant): [added ns per call, one per round]} from the paired modes."""
-    samples = {(m, v): [] for m in ("gemm", "nccl") for v in PAIRED_VARIANTS}
+    samples = {(m, v): [] for m in TARGET_NS for v in PAIRED_VARIANTS
+               if m != "launch" or v == "hook"}  # launches are the same in both modes
     with tempfile.TemporaryDirectory(prefix="hook-bench-") as shm:
         for _ in range(cfg.rounds):
             for mode, variant in samples:
-                samples[(mode, variant)].append(
-                    run_one(exe, f"{mode}-paired", cfg.timed, variant, shm))
+                n = cfg.launches if mode == "launch" else cfg.timed
+                samples[(mode, variant)].append(run_one(exe, f"{mode}-paired", n, variant, shm))
                 for f in glob.glob(os.path.join(shm, "*.ring")):
                     os.unlink(f)
     return samples

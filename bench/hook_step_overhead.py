@@ -19,7 +19,9 @@ all timed steps), and the overhead against the unhooked job two ways: from the
 overall medians, and paired per round (median over rounds of the ratio of the
 round medians) with a bootstrap 95 % interval over rounds, and two figures
 robust to slow phases: the 10th percentile of the step times, and the fastest
-round's median. Target: within 0.5 %.
+round's median. The verdict uses the mean of the paired per-round ratios
+(turn levels vary independently by ~2 % on the VMs measured, so many short
+rounds narrow it best: e.g. --rounds 300 --steps 2). Target: within 0.5 %.
 """
 
 from __future__ import annotations
@@ -144,11 +146,12 @@ def take_turns(cfg: Config, store, jobs: dict) -> dict:
     return rounds
 
 
-def bootstrap_ci(xs: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95 % interval of the median of xs, resampling xs with replacement."""
+def bootstrap_ci(xs: list[float], stat=statistics.median, n: int = 2000,
+                 seed: int = 0) -> tuple[float, float]:
+    """95 % interval of stat(xs), resampling xs with replacement."""
     rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
-    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+    vals = sorted(stat(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return vals[int(0.025 * n)], vals[int(0.975 * n) - 1]
 
 
 def summarize(rounds: dict) -> dict:
@@ -161,6 +164,7 @@ def summarize(rounds: dict) -> dict:
         q1, _, q3 = statistics.quantiles(flat[v], n=4)
         ratios = [100 * (m / o - 1) for m, o in zip(round_meds[v], round_meds["off"])]
         lo, hi = bootstrap_ci(ratios)
+        mlo, mhi = bootstrap_ci(ratios, statistics.fmean)
         p10 = statistics.quantiles(flat[v], n=10)[0]
         p10_off = statistics.quantiles(flat["off"], n=10)[0]
         out[v] = {"median_ms": 1e3 * statistics.median(flat[v]), "iqr_ms": 1e3 * (q3 - q1),
@@ -169,6 +173,7 @@ def summarize(rounds: dict) -> dict:
                   "min_ms": 1e3 * min(flat[v]), "max_ms": 1e3 * max(flat[v]),
                   "overhead_pct": 100 * (statistics.median(flat[v]) / base - 1),
                   "paired_pct": statistics.median(ratios), "paired_ci95": [lo, hi],
+                  "paired_mean_pct": statistics.fmean(ratios), "paired_mean_ci95": [mlo, mhi],
                   "round_medians_ms": [1e3 * m for m in round_meds[v]]}
     return out
 
@@ -183,10 +188,15 @@ def print_summary(s: dict) -> None:
               f"{r['max_ms']:8.2f} {r['overhead_pct']:+7.2f}%  {r['paired_pct']:+6.2f}% "
               f"[{lo:+.2f}, {hi:+.2f}]        {r['p10_pct']:+6.2f}%      "
               f"{r['min_round_median_pct']:+6.2f}%")
+    for v in VARIANTS[1:]:
+        lo, hi = s[v]["paired_mean_ci95"]
+        print(f"{v:9} paired per round, mean: {s[v]['paired_mean_pct']:+.2f}% "
+              f"[{lo:+.2f}, {hi:+.2f}]")
     hook = s["hook"]
-    verdict = "within" if hook["paired_ci95"][1] <= TARGET_PCT else "NOT shown within"
-    print(f"hook overhead {hook['paired_pct']:+.2f}% (95% CI upper bound "
-          f"{hook['paired_ci95'][1]:+.2f}%): {verdict} the {TARGET_PCT}% target")
+    hi = hook["paired_mean_ci95"][1]
+    verdict = "within" if hi <= TARGET_PCT else "NOT shown within"
+    print(f"hook overhead {hook['paired_mean_pct']:+.2f}% (mean of the paired rounds; 95% CI "
+          f"upper bound {hi:+.2f}%): {verdict} the {TARGET_PCT}% target")
 
 
 def run(cfg: Config) -> dict:

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx   (outputs in $OUT/gpu-<label>.tgz)
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2
+#   (outputs in $OUT/gpu-<label>.tgz)
+# x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
+# x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
+# the per-call bench.
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
@@ -32,5 +36,10 @@ case $label in
   x2step) run hook_step 200 python3 bench/hook_step_overhead.py --rounds 36 --steps 12 --out $R/hook_step.json ;;
   x2ctx) run hook_ctx_capture 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_ctx_capture.py
       run hook_nccl_2gpu 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py ;;
+  x2fence) run hook_nccl_2gpu 100 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
+      run hook_ctx_capture 100 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_ctx_capture.py
+      run hook_launch_bench 300 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
+  x2step2) run hook_step 330 python3 bench/hook_step_overhead.py --rounds 300 --steps 2 --out $R/hook_step.json
+      run hook_launch_bench 220 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac
