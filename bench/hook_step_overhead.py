@@ -1,18 +1,26 @@
 """Step-time overhead of the kernel hook on a real model, side by side.
 
     python3 bench/hook_step_overhead.py [--nproc 2] [--rounds 20] [--steps 20]
-                                        [--warmup 15] [--out FILE.json]
+                                        [--warmup 15] [--generations 1]
+                                        [--out FILE.json]
 
 Trains GPT-2 small (12 layers, 768 wide, random weights from a transformers
 config, batch 8 x 1024 tokens, bf16 autocast) with DDP over NCCL on --nproc
-GPUs (bench/hook_step_worker.py). Three torchrun jobs are started once and
-stay alive at the same time, on the same GPUs: without the hook, with it
+GPUs (bench/hook_step_worker.py). Three torchrun jobs are started together
+and stay alive at the same time, on the same GPUs: without the hook, with it
 (LD_PRELOAD + XPU_TIMER_SHM_DIR, a reader thread draining the regions every
 second as the node agent would), and with it switched off
 (XPU_TIMER_HOOK_DISABLE=1). They take turns through a TCPStore baton held
 here, so only one job runs steps at a time: after a warm-up turn each, --rounds
 rounds of --steps steps per job, the order rotated every round. Slow drifts
 (clocks, temperature, the VM's neighbours) then hit all three alike.
+
+A job also has a level of its own, fixed for its life (where its memory
+landed, its threads' cores): ~0.5 % between two identical jobs on the VMs
+measured, which rotating rounds cannot cancel. --generations G therefore
+splits the rounds over G sets of three fresh jobs (started in rotated order),
+and the verdict's interval resamples generations, then rounds within them, so
+the job-to-job spread is in it.
 
 Prints, per variant, the median step time and its spread (IQR and min..max over
 all timed steps), and the overhead against the unhooked job two ways: from the
@@ -56,6 +64,7 @@ class Config:
     rounds: int = 20
     steps: int = 20
     warmup: int = 15
+    generations: int = 1
     batch: int = 8
     seq: int = 1024
     out: str | None = None
@@ -64,6 +73,13 @@ class Config:
         for f in ("nproc", "rounds", "steps", "warmup", "batch", "seq"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"--{f} must be positive, got {getattr(self, f)}")
+        if self.generations > self.rounds:
+            raise ValueError(f"--generations {self.generations} exceeds --rounds "
+                             f"{self.rounds}; every generation needs a round")
+
+    def gen_rounds(self, g: int) -> int:
+        """Rounds in generation g: --rounds split as evenly as it goes."""
+        return self.rounds // self.generations + (g < self.rounds % self.generations)
 
 
 def parse_args(argv: list[str]) -> Config:
@@ -101,7 +117,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_job(cfg: Config, variant: str, port: int, shm: str, log) -> subprocess.Popen:
+def start_job(cfg: Config, gen: int, variant: str, port: int, shm: str,
+              log) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XPU_TIMER_")}
     env.pop("LD_PRELOAD", None)
     env.update(NO_MULTICAST)
@@ -110,8 +127,9 @@ def start_job(cfg: Config, variant: str, port: int, shm: str, log) -> subprocess
     if variant == "disabled":
         env["XPU_TIMER_HOOK_DISABLE"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={cfg.nproc}", WORKER, variant, str(port), str(cfg.rounds),
-           str(cfg.steps), str(cfg.warmup), str(cfg.batch), str(cfg.seq)]
+           f"--nproc-per-node={cfg.nproc}", WORKER, variant, str(port),
+           str(cfg.gen_rounds(gen)), str(cfg.steps), str(cfg.warmup), str(cfg.batch),
+           str(cfg.seq), str(gen)]
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -128,22 +146,22 @@ def wait_keys(store, keys: list[str], jobs: dict, timeout_s: float) -> None:
         time.sleep(0.005)
 
 
-def take_turns(cfg: Config, store, jobs: dict) -> dict:
-    """Runs the rounds; returns {variant: [per-round list of rank-0 step times]}."""
-    wait_keys(store, [f"ready/{v}/{r}" for v in VARIANTS for r in range(cfg.nproc)], jobs, 900)
-    rounds = {v: [] for v in VARIANTS}
-    for rnd in range(-1, cfg.rounds):
-        k = max(rnd, 0) % len(VARIANTS)
+def take_turns(cfg: Config, gen: int, store, jobs: dict, rounds: dict) -> None:
+    """Runs generation gen's rounds, appending to {variant: [per-round list of
+    rank-0 step times]}."""
+    wait_keys(store, [f"{gen}/ready/{v}/{r}" for v in VARIANTS for r in range(cfg.nproc)],
+              jobs, 900)
+    for rnd in range(-1, cfg.gen_rounds(gen)):
+        k = (max(rnd, 0) + gen) % len(VARIANTS)
         for v in VARIANTS[k:] + VARIANTS[:k]:
-            store.set(f"go/{v}/{rnd}", "1")
-            done = [f"done/{v}/{rnd}/{r}" for r in range(cfg.nproc)]
+            store.set(f"{gen}/go/{v}/{rnd}", "1")
+            done = [f"{gen}/done/{v}/{rnd}/{r}" for r in range(cfg.nproc)]
             wait_keys(store, done, {v: jobs[v]}, 600)
             times = json.loads(store.get(done[0]))
             if rnd >= 0:
                 rounds[v].append(times)
-                print(f"round {rnd:2} {v:9} median {statistics.median(times) * 1e3:8.2f} ms",
-                      flush=True)
-    return rounds
+                print(f"gen {gen} round {rnd:3} {v:9} median "
+                      f"{statistics.median(times) * 1e3:8.2f} ms", flush=True)
 
 
 def bootstrap_ci(xs: list[float], stat=statistics.median, n: int = 2000,
@@ -154,17 +172,32 @@ def bootstrap_ci(xs: list[float], stat=statistics.median, n: int = 2000,
     return vals[int(0.025 * n)], vals[int(0.975 * n) - 1]
 
 
-def summarize(rounds: dict) -> dict:
-    """Per variant: median, IQR, min/max, overhead (overall and paired per round)."""
+def nested_bootstrap_ci(groups: list[list[float]], n: int = 2000,
+                        seed: int = 0) -> tuple[float, float]:
+    """95 % interval of the mean of group means: resamples the groups, then the
+    values within each picked group, so both levels' spread is in it."""
+    rng = random.Random(seed)
+    vals = sorted(statistics.fmean(statistics.fmean(rng.choices(g, k=len(g)))
+                                   for g in rng.choices(groups, k=len(groups)))
+                  for _ in range(n))
+    return vals[int(0.025 * n)], vals[int(0.975 * n) - 1]
+
+
+def summarize(rounds: dict, gens: list[int] | None = None) -> dict:
+    """Per variant: median, IQR, min/max, overhead (overall and paired per round).
+    gens[i] is round i's generation (all one generation when None)."""
     flat = {v: [t for r in rs for t in r] for v, rs in rounds.items()}
     round_meds = {v: [statistics.median(r) for r in rs] for v, rs in rounds.items()}
     base = statistics.median(flat["off"])
+    gens = gens or [0] * len(rounds["off"])
     out = {}
     for v in VARIANTS:
         q1, _, q3 = statistics.quantiles(flat[v], n=4)
         ratios = [100 * (m / o - 1) for m, o in zip(round_meds[v], round_meds["off"])]
         lo, hi = bootstrap_ci(ratios)
-        mlo, mhi = bootstrap_ci(ratios, statistics.fmean)
+        by_gen = [[x for x, g in zip(ratios, gens) if g == gen] for gen in sorted(set(gens))]
+        gen_means = [statistics.fmean(g) for g in by_gen]
+        mlo, mhi = nested_bootstrap_ci(by_gen)
         p10 = statistics.quantiles(flat[v], n=10)[0]
         p10_off = statistics.quantiles(flat["off"], n=10)[0]
         out[v] = {"median_ms": 1e3 * statistics.median(flat[v]), "iqr_ms": 1e3 * (q3 - q1),
@@ -173,7 +206,8 @@ def summarize(rounds: dict) -> dict:
                   "min_ms": 1e3 * min(flat[v]), "max_ms": 1e3 * max(flat[v]),
                   "overhead_pct": 100 * (statistics.median(flat[v]) / base - 1),
                   "paired_pct": statistics.median(ratios), "paired_ci95": [lo, hi],
-                  "paired_mean_pct": statistics.fmean(ratios), "paired_mean_ci95": [mlo, mhi],
+                  "paired_mean_pct": statistics.fmean(gen_means), "paired_mean_ci95": [mlo, mhi],
+                  "generation_means_pct": gen_means,
                   "round_medians_ms": [1e3 * m for m in round_meds[v]]}
     return out
 
@@ -190,8 +224,9 @@ def print_summary(s: dict) -> None:
               f"{r['min_round_median_pct']:+6.2f}%")
     for v in VARIANTS[1:]:
         lo, hi = s[v]["paired_mean_ci95"]
+        gens = " ".join(f"{m:+.2f}" for m in s[v]["generation_means_pct"])
         print(f"{v:9} paired per round, mean: {s[v]['paired_mean_pct']:+.2f}% "
-              f"[{lo:+.2f}, {hi:+.2f}]")
+              f"[{lo:+.2f}, {hi:+.2f}]; per job generation: {gens}")
     hook = s["hook"]
     hi = hook["paired_mean_ci95"][1]
     verdict = "within" if hi <= TARGET_PCT else "NOT shown within"
@@ -199,35 +234,56 @@ def print_summary(s: dict) -> None:
           f"upper bound {hi:+.2f}%): {verdict} the {TARGET_PCT}% target")
 
 
-def run(cfg: Config) -> dict:
+def run_generation(cfg: Config, gen: int, store, port: int, shm: str, rounds: dict) -> None:
+    """Starts three fresh jobs (in an order rotated per generation), runs their
+    rounds, and waits for them to exit."""
+    order = VARIANTS[gen % 3:] + VARIANTS[:gen % 3]
+    logs = {v: open(os.path.join(shm, f"job-{gen}-{v}.log"), "w+") for v in order}
+    jobs = {v: start_job(cfg, gen, v, port, shm, logs[v]) for v in order}
+    try:
+        take_turns(cfg, gen, store, jobs, rounds)
+        for v, p in jobs.items():
+            if p.wait(timeout=120) != 0:
+                raise RuntimeError(f"job {v!r} exited with rc {p.returncode}")
+    except Exception:
+        for v, f in logs.items():
+            f.seek(0)
+            print(f"--- job {v} log (tail):\n{f.read()[-3000:]}", file=sys.stderr)
+        raise
+    finally:
+        for p in jobs.values():
+            if p.poll() is None:
+                p.kill()
+        for f in logs.values():
+            f.close()
+
+
+def run(cfg: Config) -> tuple[dict, list[int]]:
+    """Returns ({variant: [per-round step times]}, each round's generation)."""
     import torch.distributed as dist
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=1800))
+    rounds = {v: [] for v in VARIANTS}
+    gens: list[int] = []
     with tempfile.TemporaryDirectory(prefix="hook-step-") as shm:
         drainer = RegionDrainer(shm)
         drainer.start()
-        logs = {v: open(os.path.join(shm, f"job-{v}.log"), "w+") for v in VARIANTS}
-        jobs = {v: start_job(cfg, v, port, shm, logs[v]) for v in VARIANTS}
         try:
-            rounds = take_turns(cfg, store, jobs)
-            for v, p in jobs.items():
-                if p.wait(timeout=120) != 0:
-                    raise RuntimeError(f"job {v!r} exited with rc {p.returncode}")
-        except Exception:
-            for v, f in logs.items():
-                f.seek(0)
-                print(f"--- job {v} log (tail):\n{f.read()[-3000:]}", file=sys.stderr)
-            raise
+            t0 = time.monotonic()
+            for gen in range(cfg.generations):
+                run_generation(cfg, gen, store, port, shm, rounds)
+                gens += [gen] * cfg.gen_rounds(gen)
+                # A running tally, so a run cut short still says something.
+                hook = summarize(rounds, gens)["hook"]
+                print(f"after generation {gen} ({time.monotonic() - t0:.0f} s): hook "
+                      f"{hook['paired_mean_pct']:+.2f}% {hook['paired_mean_ci95']}", flush=True)
         finally:
-            for p in jobs.values():
-                if p.poll() is None:
-                    p.kill()
             drainer.stop.set()
             drainer.join()
     if drainer.records == 0:
         raise RuntimeError("hook variant: the hook wrote no records; is it loaded?")
-    return rounds
+    return rounds, gens
 
 
 def main(argv=None) -> int:
@@ -237,13 +293,14 @@ def main(argv=None) -> int:
         print(f"hook_step_overhead: skipped: needs {cfg.nproc} CUDA GPUs, "
               f"found {torch.cuda.device_count()}")
         return 0
-    rounds = run(cfg)
-    summary = summarize(rounds)
+    rounds, gens = run(cfg)
+    summary = summarize(rounds, gens)
     print_summary(summary)
     if cfg.out:
         with open(cfg.out + ".tmp", "w") as f:
             json.dump({"config": dataclasses.asdict(cfg), "summary": summary,
-                       "rounds_s": rounds}, f, indent=1)
+                       "rounds_s": rounds,
+                       "round_generations": gens}, f, indent=1)
         os.replace(cfg.out + ".tmp", cfg.out)
     return 0
 

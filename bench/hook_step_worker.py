@@ -1,12 +1,12 @@
 """One DDP rank of bench/hook_step_overhead.py: GPT-2 (random weights from a
 transformers config) trained on random tokens, in turns.
 
-    hook_step_worker.py VARIANT BATON_PORT ROUNDS STEPS WARMUP BATCH SEQ
+    hook_step_worker.py VARIANT BATON_PORT ROUNDS STEPS WARMUP BATCH SEQ GEN
 
-The job is started once and stays alive; it takes its turns through the
-driver's TCPStore (the baton): for round r (-1 is the warm-up) it waits for key
-go/VARIANT/r, runs its steps (cuda synchronize around each, so a step's time is
-its device time too; one untimed step first), and answers done/VARIANT/r/RANK with the step times.
+The job stays alive for one generation (GEN) of rounds; it takes its turns
+through the driver's TCPStore (the baton): for round r (-1 is the warm-up) it
+waits for key GEN/go/VARIANT/r, runs its steps (cuda synchronize around each, so a step's time is
+its device time too; one untimed step first), and answers GEN/done/VARIANT/r/RANK with the step times.
 Only one job runs steps at a time, so the variants share the GPUs fairly."""
 import datetime
 import json
@@ -19,7 +19,7 @@ import torch.distributed as dist
 from transformers import GPT2Config, GPT2LMHeadModel
 
 variant, port = sys.argv[1], int(sys.argv[2])
-rounds, steps, warmup, batch, seq = (int(a) for a in sys.argv[3:8])
+rounds, steps, warmup, batch, seq, gen = (int(a) for a in sys.argv[3:9])
 local = int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -31,9 +31,9 @@ model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_position
 ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
 tokens = torch.randint(0, 50257, (batch, seq), device="cuda")
-baton.set(f"ready/{variant}/{rank}", "1")
+baton.set(f"{gen}/ready/{variant}/{rank}", "1")
 for rnd in range(-1, rounds):
-    baton.wait([f"go/{variant}/{rnd}"])
+    baton.wait([f"{gen}/go/{variant}/{rnd}"])
     times = []
     # One untimed step first: the turn's first step pays for the switch.
     for i in range(warmup if rnd < 0 else steps + 1):
@@ -47,5 +47,5 @@ for rnd in range(-1, rounds):
         torch.cuda.synchronize()
         if i > 0:
             times.append(time.perf_counter() - t0)
-    baton.set(f"done/{variant}/{rnd}/{rank}", json.dumps(times))
+    baton.set(f"{gen}/done/{variant}/{rnd}/{rank}", json.dumps(times))
 dist.destroy_process_group()

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
 # the per-call bench.
+# x2gen: short turns spread over 8 generations of fresh jobs, so the
+# job-to-job level spread averages out and is in the interval.
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
@@ -41,5 +43,6 @@ case $label in
       run hook_launch_bench 300 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x2step2) run hook_step 330 python3 bench/hook_step_overhead.py --rounds 300 --steps 2 --out $R/hook_step.json
       run hook_launch_bench 220 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
+  x2gen) run hook_step 580 python3 bench/hook_step_overhead.py --rounds 240 --steps 2 --warmup 8 --generations 8 --out $R/hook_step.json ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac

@@ -4,6 +4,7 @@ is in docs/kernel_hook.md); these need no GPU."""
 import importlib.util
 import os
 import random
+import statistics
 import sys
 
 import pytest
@@ -54,3 +55,37 @@ def test_bad_arguments_are_one_line_errors(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "must be positive" in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_generations_split_the_rounds_evenly():
+    cfg = bench.Config(rounds=10, generations=4)
+    assert [cfg.gen_rounds(g) for g in range(4)] == [3, 3, 2, 2]
+    with pytest.raises(ValueError, match="--generations 5 exceeds --rounds 4"):
+        bench.Config(rounds=4, generations=5)
+
+
+def test_job_level_offsets_widen_the_interval_and_average_out():
+    """Each generation's hook job has a level of its own (+-0.6 %); the nested
+    interval must hold the spread between generations, which a bootstrap of
+    the pooled rounds would hide."""
+    base = _rounds(1.0, seed=5, n_rounds=24)
+    offsets = [0.6, -0.6, 0.6, -0.6]
+    gens = [i // 6 for i in range(24)]
+    hook = [[t * (1.002 + offsets[g] / 100) for t in r] for r, g in zip(base, gens)]
+    rounds = {"off": base, "hook": hook, "disabled": [list(r) for r in base]}
+    s = bench.summarize(rounds, gens)["hook"]
+    assert s["generation_means_pct"] == pytest.approx([0.8, -0.4, 0.8, -0.4], abs=1e-9)
+    assert s["paired_mean_pct"] == pytest.approx(0.2, abs=1e-9)
+    lo, hi = s["paired_mean_ci95"]
+    assert lo < -0.3 and hi > 0.7  # the job spread is in the interval
+    flat_lo, flat_hi = bench.bootstrap_ci(
+        [100 * (statistics.median(h) / statistics.median(o) - 1) for h, o in zip(hook, base)],
+        statistics.fmean)
+    assert flat_hi - flat_lo < hi - lo
+
+
+def test_nested_bootstrap_of_one_group_is_the_plain_bootstrap_of_its_mean():
+    rng = random.Random(7)
+    xs = [rng.gauss(0.4, 0.3) for _ in range(50)]
+    lo, hi = bench.nested_bootstrap_ci([xs])
+    assert lo < statistics.fmean(xs) < hi and hi - lo < 0.3
