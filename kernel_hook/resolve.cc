@@ -19,6 +19,7 @@
 namespace xt {
 
 std::atomic<int> g_start_state{0};
+std::atomic<int> g_bypass{0};
 
 namespace {
 
@@ -311,3 +312,12 @@ bool hook_start_slow() {
 namespace xt {
 __thread int tl_depth __attribute__((tls_model("initial-exec")));
 }  // namespace xt
+
+// The one control the hook exports: measures the hook's own cost inside one
+// process (bench/hook_step_overhead.py alternates steps with and without it).
+// Sequence numbers advance only for recorded collectives, so every member
+// rank must switch at the same point, between collectives. Returns the
+// previous setting.
+extern "C" __attribute__((visibility("default"))) int xpu_timer_hook_bypass(int on) {
+  return xt::g_bypass.exchange(on ? 1 : 0, std::memory_order_relaxed);
+}

@@ -17,6 +17,7 @@ HOOKED = {
     "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable", "ncclCommInitAll",
     "ncclCommSplit", "ncclCommDestroy", "ncclCommAbort",
 }
+CONTROLS = {"xpu_timer_hook_bypass"}
 
 
 def _nm(*flags):
@@ -24,8 +25,8 @@ def _nm(*flags):
     return [line.split()[-1] for line in out.stdout.splitlines() if line.strip()]
 
 
-def test_exports_exactly_the_hooked_symbols(built):
-    assert set(_nm("--defined-only")) == HOOKED
+def test_exports_exactly_the_hooked_symbols_and_the_control(built):
+    assert set(_nm("--defined-only")) == HOOKED | CONTROLS
 
 
 def test_exports_are_unversioned(built):

@@ -1,5 +1,6 @@
 // The scenarios behind hookprog's modes. Each ends with a short sleep so the
 // hook's drainer (1 ms poll) has written every record before exit.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -409,5 +410,39 @@ int scenario_destroy_race(int argc, char** argv) {
   cudaDeviceSynchronize();
   sleep_ms(100);
   printf("destroyed %d\n", n);
+  return 0;
+}
+
+// bypass: the hook's one control. Recorded, bypassed, recorded again: the
+// bypassed calls still reach the library (its last call is checked) but leave
+// no record, and a split made while bypassed is still registered.
+int scenario_bypass(int, char**) {
+  auto bypass = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "xpu_timer_hook_bypass"));
+  if (!bypass) return printf("no xpu_timer_hook_bypass\n"), 3;
+  Ctx c;
+  ncclComm_t world = comm_from("b1a5", 2, 0);
+  auto round = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      c.gemm(32, 16, 8);
+      c.launch();
+      ncclAllReduce(nullptr, nullptr, 100 + i, 7, 0, world, c.s);
+    }
+  };
+  round(2);
+  int before = bypass(1);
+  round(5);
+  int forwarded = fake_last_call()->args[2] == 104;  // the 5th all-reduce's count
+  ncclComm_t child = nullptr;
+  ncclCommSplit(world, 0, 0, &child, nullptr);
+  ncclGroupStart();
+  ncclAllGather(nullptr, nullptr, 8, 9, child, c.s);
+  ncclGroupEnd();
+  int during = bypass(0);
+  round(1);
+  ncclAllGather(nullptr, nullptr, 16, 9, child, c.s);
+  cudaDeviceSynchronize();
+  sleep_ms(100);
+  printf("bypass before %d during %d forwarded %d app events %d\n", before, during, forwarded,
+         fake_event_records(0));
   return 0;
 }

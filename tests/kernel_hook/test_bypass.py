@@ -1,0 +1,35 @@
+"""xpu_timer_hook_bypass(), the hook's one exported control: while it is on,
+launches, GEMMs and collectives go to the library untouched but are neither
+counted nor timed (bench/hook_step_overhead.py uses it to measure the hook's own
+cost inside one process). Communicator and group calls are still seen, so a
+communicator split while bypassed is known afterwards."""
+
+from diag.records import format as fmt
+from tests.kernel_hook.conftest import read_regions, run_prog
+
+
+def test_bypassed_calls_are_forwarded_but_leave_no_record(built, tmp_path):
+    out = run_prog("bypass", shm_dir=str(tmp_path), env={"XPU_TIMER_HOOK_TIME_EVERY": "1"})
+    assert out.returncode == 0 and out.stderr == "", out.stdout + out.stderr
+    # Off before, on during; the bypassed all-reduce still reached the library.
+    assert "bypass before 0 during 1 forwarded 1" in out.stdout, out.stdout
+    [region] = read_regions(str(tmp_path))
+    # 2 rounds recorded before, 1 after; the 5 bypassed ones are not there.
+    assert sum(r.count for r in region.of(fmt.EVENT_COUNT)) == 3
+    assert len(region.of(fmt.EVENT_START, "cublasGemmEx")) == 3
+    reduces = region.of(fmt.EVENT_START, "ncclAllReduce")
+    assert [r.seq for r in reduces] == [1, 2, 3]  # seqs count recorded ops only
+    assert [r.bytes for r in reduces] == [400, 404, 400]
+    # The child made while bypassed is registered: its all-gather after the
+    # bypass carries the split's id (not the world's) and all ops ended.
+    [gather] = region.of(fmt.EVENT_START, "ncclAllGather")
+    assert gather.comm_id not in (0, reduces[0].comm_id) and gather.seq == 1
+    assert len(region.of(fmt.EVENT_END)) == len(region.of(fmt.EVENT_START)) == 7
+    # Every timed op is device-timed with a start and end event: 2 per op.
+    app_events = int(out.stdout.split("app events ")[1].split()[0])
+    assert app_events == 2 * 7
+
+
+def test_without_the_hook_there_is_no_control(built, tmp_path):
+    out = run_prog("bypass", shm_dir=str(tmp_path), preload=False)
+    assert out.returncode == 3 and "no xpu_timer_hook_bypass" in out.stdout
