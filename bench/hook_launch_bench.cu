@@ -8,7 +8,9 @@
 //           when preloaded) and through the library's own symbol (dlsym on its
 //           handle: never the hook). Prints the median per-call ns of both and
 //           of their per-block difference: the hook's cost, free of the
-//           run-to-run spread between processes.
+//           run-to-run spread between processes. With HOOK_BENCH_BYPASS=1 the
+//           hook is bypassed (xpu_timer_hook_bypass) after the warm-up: what is
+//           left is its bare forwarding cost.
 // Prints "MODE ns_per_call X". Built with -cudart shared, so the launches go
 // through libcudart.so's exported symbols, as torch's do. The stream is
 // synchronised every 1024 calls so the GPU never throttles the host loop.
@@ -150,6 +152,11 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < 2048; ++i) call();  // warm up: lazy loading, the hook's start
   cudaStreamSynchronize(s);
+  if (getenv("HOOK_BENCH_BYPASS")) {
+    auto bypass = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "xpu_timer_hook_bypass"));
+    if (!bypass) return fprintf(stderr, "no xpu_timer_hook_bypass: is the hook preloaded?\n"), 1;
+    bypass(1);
+  }
   if (is_paired && h) {
     auto own = reinterpret_cast<decltype(&cublasSgemm_v2)>(own_symbol("libcublas.so.13", "cublasSgemm_v2"));
     if (!own) return fprintf(stderr, "no cublasSgemm_v2 in libcublas.so.13\n"), 1;

@@ -18,7 +18,8 @@ GEMM / NCCL call (averaged over sampled and unsampled calls, which is what a
 training step pays). Then, paired inside one hooked process (blocks through the
 hook and straight to the library, alternating: no run-to-run spread), the ns
 the hook adds per plain launch and per GEMM / NCCL call, for the default and
-the event mode.
+the event mode, and bypassed (xpu_timer_hook_bypass: its bare forwarding cost,
+what bench/hook_step_overhead.py's in-process pairs do not see).
 Targets: < 100 ns per plain launch, < 1.5 us per timed call.
 Without nvcc or a GPU it says so on one line and exits 0.
 """
@@ -40,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 SRC = os.path.join(ROOT, "bench", "hook_launch_bench.cu")
 VARIANTS = ("off", "hook", "hook-event", "disabled", "hook-every1")
-PAIRED_VARIANTS = ("hook", "hook-event")
+PAIRED_VARIANTS = ("hook", "hook-event", "bypass")
 TARGET_NS = {"launch": 100.0, "gemm": 1500.0, "nccl": 1500.0}
 
 
@@ -113,6 +114,8 @@ def run_one(exe: str, mode: str, n: int, variant: str, shm: str) -> float:
         env["XPU_TIMER_HOOK_TIME_EVERY"] = "1"
     if variant == "hook-event":
         env["XPU_TIMER_HOOK_COMPLETION"] = "event"
+    if variant == "bypass":
+        env["HOOK_BENCH_BYPASS"] = "1"
     out = subprocess.run([exe, mode, str(n)], env=env, capture_output=True, text=True,
                          timeout=600, preexec_fn=pin)
     if out.returncode != 0 or out.stderr.strip():
@@ -123,7 +126,7 @@ def run_one(exe: str, mode: str, n: int, variant: str, shm: str) -> float:
 def measure_paired(cfg: Config, exe: str) -> dict:
     """{(mode, variant): [added ns per call, one per round]} from the paired modes."""
     samples = {(m, v): [] for m in TARGET_NS for v in PAIRED_VARIANTS
-               if m != "launch" or v == "hook"}  # launches are the same in both modes
+               if m != "launch" or v != "hook-event"}  # launches record no events
     with tempfile.TemporaryDirectory(prefix="hook-bench-") as shm:
         for _ in range(cfg.rounds):
             for mode, variant in samples:
@@ -140,6 +143,8 @@ def report_paired(samples: dict) -> dict:
     for (mode, variant), xs in samples.items():
         med = statistics.median(xs)
         mark = "ok" if med < TARGET_NS[mode] else f"OVER target {TARGET_NS[mode]:.0f}"
+        if variant == "bypass":
+            mark = "(forwarding only)"
         print(f"{mode:8} {variant:10} added {med:+8.1f} ns per call "
               f"(rounds {min(xs):+.1f} .. {max(xs):+.1f}) {mark}")
         result[f"{mode}/{variant}/paired"] = {"added_ns": med, "samples": xs}

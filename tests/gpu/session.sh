@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
 # the per-call bench.
 # x2gen: short turns spread over 8 generations of fresh jobs, so the
 # job-to-job level spread averages out and is in the interval.
+# x2pair: the per-call bench (its bypass figure is the forwarding cost), then
+# the step bench with in-process hooked/bypassed pairs over 4 job generations.
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
@@ -44,5 +46,8 @@ case $label in
   x2step2) run hook_step 330 python3 bench/hook_step_overhead.py --rounds 300 --steps 2 --out $R/hook_step.json
       run hook_launch_bench 220 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x2gen) run hook_step 580 python3 bench/hook_step_overhead.py --rounds 240 --steps 2 --warmup 8 --generations 8 --out $R/hook_step.json ;;
+  x2pair) run hook_launch_bench 200 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json
+      fwd=$(python3 -c "import json,sys;r=json.load(open(sys.argv[1]))['result'];print(max(r[k]['added_ns'] for k in r if k.endswith('/bypass/paired')))" $R/hook_launch_bench.json) || fwd=
+      run hook_step 390 python3 bench/hook_step_overhead.py --rounds 120 --steps 2 --warmup 8 --generations 4 --pairs 1000 ${fwd:+--forward-ns $fwd} --out $R/hook_step.json ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac

@@ -1,6 +1,7 @@
 """bench/hook_step_overhead.py's statistics and argument checks (its GPU run
 is in docs/kernel_hook.md); these need no GPU."""
 
+import dataclasses
 import importlib.util
 import os
 import random
@@ -89,3 +90,28 @@ def test_nested_bootstrap_of_one_group_is_the_plain_bootstrap_of_its_mean():
     xs = [rng.gauss(0.4, 0.3) for _ in range(50)]
     lo, hi = bench.nested_bootstrap_ci([xs])
     assert lo < statistics.fmean(xs) < hi and hi - lo < 0.3
+
+
+def test_in_process_pairs_add_the_forwarding_cost_to_the_verdict():
+    cfg = bench.Config(rounds=4, steps=2, warmup=3, generations=2, pairs=5, forward_ns=10.0)
+    assert [cfg.gen_pairs(g) for g in range(2)] == [3, 2]
+    # Per generation: warm-up 3 + 2 rounds x 3 steps + its pairs' hooked steps + 1 untimed.
+    assert cfg.hooked_steps() == (3 + 6 + 4) + (3 + 6 + 3)
+    pairs = [(0.1005, 0.1, 0), (0.1005, 0.1, 0), (0.1005, 0.1, 0), (0.1003, 0.1, 1),
+             (0.1003, 0.1, 1)]
+    calls = 2 * cfg.hooked_steps() * 1000  # 1000 hooked calls per step on each of 2 ranks
+    p = bench.summarize_pairs(cfg, pairs, calls)
+    assert p["generation_means_pct"] == pytest.approx([0.5, 0.3])
+    assert p["mean_pct"] == pytest.approx(0.4) and p["calls_per_step"] == pytest.approx(1000)
+    assert p["forward_pct"] == pytest.approx(100 * 1000 * 10e-9 / 0.1)  # 0.01 %
+    assert p["overhead_pct"] == pytest.approx(0.41)
+    assert p["upper_pct"] == pytest.approx(p["ci95"][1] + 0.01)
+    assert bench.summarize_pairs(dataclasses.replace(cfg, forward_ns=None), pairs,
+                                 calls)["forward_pct"] is None
+
+
+@pytest.mark.parametrize("argv", [["--pairs", "-1"], ["--forward-ns", "-2"]])
+def test_negative_pairs_are_one_line_errors(argv, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(argv)
+    assert "must not be negative" in capsys.readouterr().err.strip().splitlines()[-1]
