@@ -2,7 +2,7 @@
 
     python3 bench/hook_step_overhead.py [--nproc 2] [--rounds 20] [--steps 20]
                                         [--warmup 15] [--generations 1]
-                                        [--pairs 0] [--forward-ns NS]
+                                        [--pairs 0] [--forward-ns LAUNCH[,OP]]
                                         [--out FILE.json]
 
 Trains GPT-2 small (12 layers, 768 wide, random weights from a transformers
@@ -28,10 +28,11 @@ one job as well: after its rounds, the hooked job runs N pairs of steps, one
 recording and one bypassed (xpu_timer_hook_bypass: calls forwarded, nothing
 recorded), in ABBA order; the same process, memory and threads. What bypassing
 leaves is the bare forwarding of each call, measured per call by
-bench/hook_launch_bench.py (its "bypass" paired figure): pass it as
---forward-ns and it is added, times the hooked calls per step (counted from
-the records), to give the verdict: hook overhead = in-process pairs +
-forwarding, against the 0.5 % target.
+bench/hook_launch_bench.py (its "bypass" paired figures, per plain launch and
+per GEMM/NCCL call): pass them as --forward-ns LAUNCH,OP and they are added,
+times the hooked launches and ops per step (counted from the records), to
+give the verdict: hook overhead = in-process pairs + forwarding, against the
+0.5 % target.
 
 Prints, per variant, the median step time and its spread (IQR and min..max over
 all timed steps), and the overhead against the unhooked job two ways: from the
@@ -78,7 +79,7 @@ class Config:
     warmup: int = 15
     generations: int = 1
     pairs: int = 0
-    forward_ns: float | None = None
+    forward_ns: tuple[float, float] | None = None  # per plain launch, per GEMM/NCCL op
     batch: int = 8
     seq: int = 1024
     out: str | None = None
@@ -90,7 +91,7 @@ class Config:
         if self.generations > self.rounds:
             raise ValueError(f"--generations {self.generations} exceeds --rounds "
                              f"{self.rounds}; every generation needs a round")
-        if self.pairs < 0 or (self.forward_ns is not None and self.forward_ns < 0):
+        if self.pairs < 0 or (self.forward_ns is not None and min(self.forward_ns) < 0):
             raise ValueError("--pairs and --forward-ns must not be negative")
 
     def gen_rounds(self, g: int) -> int:
@@ -107,12 +108,23 @@ class Config:
                    for g in range(self.generations))
 
 
+def forward_ns(text: str) -> tuple[float, float]:
+    """LAUNCH[,OP] ns: one value stands for both."""
+    try:
+        xs = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAUNCH[,OP] in ns, e.g. 6.4,136")
+    if len(xs) not in (1, 2):
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAUNCH[,OP] in ns, e.g. 6.4,136")
+    return (xs[0], xs[-1])
+
+
 def parse_args(argv: list[str]) -> Config:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for f in dataclasses.fields(Config):
         if f.name not in ("out", "forward_ns"):
             p.add_argument(f"--{f.name}", type=int, default=f.default)
-    p.add_argument("--forward-ns", type=float)
+    p.add_argument("--forward-ns", type=forward_ns, metavar="LAUNCH[,OP]")
     p.add_argument("--out")
     a = p.parse_args(argv)
     try:
@@ -128,7 +140,7 @@ class RegionDrainer(threading.Thread):
     def __init__(self, directory: str):
         super().__init__(daemon=True)
         self.directory, self.stop = directory, threading.Event()
-        self.records = self.calls = 0
+        self.records = self.launches = self.ops = 0
 
     def run(self):
         from diag.records import format as fmt
@@ -141,9 +153,9 @@ class RegionDrainer(threading.Thread):
                 for rec in r.poll():
                     self.records += 1
                     if rec.event == fmt.EVENT_COUNT and rec.kind == fmt.KIND_KERNEL:
-                        self.calls += rec.count
+                        self.launches += rec.count
                     elif rec.event == fmt.EVENT_START:
-                        self.calls += 1
+                        self.ops += 1
             if stopping:
                 return
 
@@ -271,22 +283,28 @@ def print_summary(s: dict) -> None:
           f"rounds; 95% CI upper bound {hi:+.2f}%): {verdict} the {TARGET_PCT}% target")
 
 
-def summarize_pairs(cfg: Config, pairs: list, calls: int) -> dict:
+def summarize_pairs(cfg: Config, pairs: list, launches: int, ops: int) -> dict:
     """The in-process pairs: hooked vs bypassed steps, plus the forwarding
-    cost (hooked calls per step x --forward-ns), and the verdict's bound."""
+    cost (hooked launches and ops per step x --forward-ns), and the verdict's
+    bound. launches and ops: recorded over all ranks of the hooked job."""
     by_gen: dict[int, list[float]] = {}
     for h, b, g in pairs:
         by_gen.setdefault(g, []).append(100 * (h / b - 1))
     groups = list(by_gen.values())
     lo, hi = nested_bootstrap_ci(groups)
     bypassed_s = statistics.median(b for _, b, _ in pairs)
-    per_step = calls / (cfg.nproc * cfg.hooked_steps())
-    fwd = None if cfg.forward_ns is None else 100 * per_step * cfg.forward_ns * 1e-9 / bypassed_s
+    steps = cfg.nproc * cfg.hooked_steps()
+    per_step = (launches / steps, ops / steps)
+    fwd = None
+    if cfg.forward_ns is not None:
+        fwd_s = 1e-9 * sum(n * ns for n, ns in zip(per_step, cfg.forward_ns))
+        fwd = 100 * fwd_s / bypassed_s
     mean = statistics.fmean(statistics.fmean(g) for g in groups)
     return {"pairs": len(pairs), "hooked_median_ms": 1e3 * statistics.median(h for h, _, _ in pairs),
             "bypassed_median_ms": 1e3 * bypassed_s, "mean_pct": mean, "ci95": [lo, hi],
             "generation_means_pct": [statistics.fmean(g) for g in groups],
-            "calls_per_step": per_step, "forward_ns": cfg.forward_ns, "forward_pct": fwd,
+            "launches_per_step": per_step[0], "ops_per_step": per_step[1],
+            "forward_ns": cfg.forward_ns, "forward_pct": fwd,
             "overhead_pct": mean + (fwd or 0), "upper_pct": hi + (fwd or 0)}
 
 
@@ -295,14 +313,16 @@ def print_pairs(p: dict) -> None:
     print(f"\nin one process, {p['pairs']} pairs of steps (ABBA): hooked median "
           f"{p['hooked_median_ms']:.2f} ms, bypassed {p['bypassed_median_ms']:.2f} ms; "
           f"hooked vs bypassed {p['mean_pct']:+.3f}% [{lo:+.3f}, {hi:+.3f}]")
-    print(f"hooked calls per step (launches + GEMM/NCCL ops, per rank): {p['calls_per_step']:.0f}")
+    print(f"hooked calls per step and rank: {p['launches_per_step']:.0f} launches, "
+          f"{p['ops_per_step']:.0f} GEMM/NCCL ops")
     if p["forward_pct"] is None:
         print("forwarding cost not counted: pass --forward-ns (bench/hook_launch_bench.py, "
-              "bypass paired figure); no verdict")
+              "bypass paired figures); no verdict")
         return
     verdict = "within" if p["upper_pct"] <= TARGET_PCT else "NOT shown within"
-    print(f"forwarding: {p['calls_per_step']:.0f} calls x {p['forward_ns']:.1f} ns = "
-          f"{p['forward_pct']:+.3f}% of a step")
+    launch_ns, op_ns = p["forward_ns"]
+    print(f"forwarding: {p['launches_per_step']:.0f} x {launch_ns:.1f} ns + "
+          f"{p['ops_per_step']:.0f} x {op_ns:.1f} ns = {p['forward_pct']:+.3f}% of a step")
     print(f"hook overhead {p['overhead_pct']:+.3f}% (in-process pairs + forwarding; 95% CI "
           f"upper bound {p['upper_pct']:+.3f}%): {verdict} the {TARGET_PCT}% target")
 
@@ -353,7 +373,7 @@ def run_generation(cfg: Config, gen: int, store, port: int, shm: str, rounds: di
 def run(cfg: Config) -> tuple[dict, list[int], list, int]:
     """Returns ({variant: [per-round step times]}, each round's generation,
     the in-process pairs [(hooked s, bypassed s, generation)], and the hooked
-    calls recorded)."""
+    (launches, ops) recorded)."""
     import torch.distributed as dist
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
@@ -378,7 +398,7 @@ def run(cfg: Config) -> tuple[dict, list[int], list, int]:
             drainer.join()
     if drainer.records == 0:
         raise RuntimeError("hook variant: the hook wrote no records; is it loaded?")
-    return rounds, gens, pairs, drainer.calls
+    return rounds, gens, pairs, (drainer.launches, drainer.ops)
 
 
 def main(argv=None) -> int:
@@ -392,7 +412,7 @@ def main(argv=None) -> int:
     summary = summarize(rounds, gens)
     print_summary(summary)
     if pairs:
-        summary["in_process"] = summarize_pairs(cfg, pairs, calls)
+        summary["in_process"] = summarize_pairs(cfg, pairs, *calls)
         print_pairs(summary["in_process"])
     if cfg.out:
         with open(cfg.out + ".tmp", "w") as f:

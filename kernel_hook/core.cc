@@ -16,6 +16,7 @@ namespace xt {
 std::atomic<int> g_captures{0};
 std::atomic<uint64_t> g_stream_epoch{0};
 std::atomic<int> g_fencing{0};
+std::atomic<int> g_bypass{0};
 std::atomic<void*> g_destroyed[kDestroyedRing];
 pthread_mutex_t g_destroy_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -360,6 +361,7 @@ void xt_core_stop(void) {
   bool joined = true;
   if (c.drainer_started) {
     c.stop.store(1, std::memory_order_release);
+    wake_drainer(c);  // it may be parked by a bypass
     // Bounded: at exit a wedged driver must not hang the process. If the
     // drainer does not come back, skip the final pass (it would call CUDA too).
     timespec deadline;
@@ -398,6 +400,8 @@ void xt_core_after_fork_child(void) {
   c.drainer_started = false;
   c.region.close();
   g_fencing.store(0, std::memory_order_relaxed);  // the drainer may have been inside
+  pthread_mutex_init(&c.park_lock, nullptr);      // it may have held this at the fork
+  pthread_cond_init(&c.park, nullptr);
   tl.slot = nullptr;
   tl.no_slot = true;
 }
@@ -571,6 +575,12 @@ size_t xt_nccl_type_size(int dtype) {
 
 const char* xt_op_name(xt_op op) { return op_name(op); }
 
+int xt_core_set_bypass(int on) {
+  int was = g_bypass.exchange(on ? 1 : 0, std::memory_order_relaxed);
+  if (was && !on && g_core.drainer_started) wake_drainer(g_core);
+  return was;
+}
+
 void xt_core_stats(xt_stats* out) {
   Core& c = g_core;
   memset(out, 0, sizeof(*out));
@@ -580,6 +590,7 @@ void xt_core_stats(xt_stats* out) {
   out->ops_captured = c.ops_captured.load();
   out->ops_dropped = c.ops_dropped.load();
   out->fences = c.fences.load();
+  out->passes = c.passes.load();
   // The region's count holds both; ring-full drops are the rest.
   out->records_dropped = c.region.dropped() - out->ops_dropped;
   out->threads = uint32_t(c.n_slots.load());

@@ -164,9 +164,24 @@ typedef struct xt_stats {
   uint64_t records_dropped;   // region ring full
   uint32_t threads;           // thread slots claimed
   uint64_t fences;            // fence events the drainer recorded
+  uint64_t passes;            // drain passes made by the drainer
 } xt_stats;
 void xt_core_stats(xt_stats* out);
 
+// Bypass (the hook's xpu_timer_hook_bypass): while on, the shim forwards
+// launches, GEMMs and collectives without recording them, and the drainer,
+// once nothing is in flight, sleeps until the bypass ends (so a bypassed
+// process pays only the forwarding). Returns the previous setting.
+int xt_core_set_bypass(int on);
+
 #ifdef __cplusplus
 }
+
+#include <atomic>
+
+namespace xt {
+extern std::atomic<int> g_bypass;
+// Hot path: one relaxed load.
+inline bool bypassed() { return g_bypass.load(std::memory_order_relaxed) != 0; }
+}  // namespace xt
 #endif

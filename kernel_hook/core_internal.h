@@ -88,9 +88,13 @@ struct Core {
   bool drainer_started = false;
   std::atomic<int> stop{0};
   pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;  // one drain pass at a time
+  // The drainer sleeps on park while bypassed and idle (xt_core_set_bypass).
+  pthread_mutex_t park_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t park = PTHREAD_COND_INITIALIZER;
   // statistics (drainer-written)
   std::atomic<uint64_t> launches_counted{0}, ops_queued{0}, ops_completed{0}, ops_captured{0};
   std::atomic<uint64_t> fences{0};  // fences recorded
+  std::atomic<uint64_t> passes{0};  // drainer passes
   std::atomic<uint64_t> ops_dropped{0};  // not queued: full per-thread queue, or no slot
 };
 
@@ -118,6 +122,7 @@ uint8_t op_kind(xt_op op);
 // drainer.cc
 void drain_pass(Core& c, bool final_pass);
 void* drainer_main(void* arg);
+void wake_drainer(Core& c);
 void release_slot(Core& c, Slot* s);
 void reset_slot(Slot* s, int index);  // core.cc
 uint64_t comm_next_seq(void* comm, bool p2p);  // comm_table.cc

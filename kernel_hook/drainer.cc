@@ -333,6 +333,47 @@ void drain_pass(Core& c, bool final_pass) {
   }
 }
 
+namespace {
+
+bool ops_in_flight(Core& c) {
+  int n = c.n_slots.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    Slot& s = c.slots[i];
+    if (s.in_use.load(std::memory_order_acquire) &&
+        s.tail.load(std::memory_order_relaxed) != s.head.load(std::memory_order_acquire))
+      return true;
+  }
+  return false;
+}
+
+// Bypassed with nothing in flight: nothing can arrive until the bypass ends,
+// so sleep until xt_core_set_bypass(0) or a stop wakes us (or 100 ms pass:
+// a bound, not a poll). The check and the wait share park_lock with the
+// waker, so a wake-up between them is not lost.
+void park_while_bypassed(Core& c) {
+  if (!bypassed() || ops_in_flight(c)) return;
+  pthread_mutex_lock(&c.park_lock);
+  if (bypassed() && !c.stop.load(std::memory_order_acquire)) {
+    timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 100 * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec += 1;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&c.park, &c.park_lock, &until);
+  }
+  pthread_mutex_unlock(&c.park_lock);
+}
+
+}  // namespace
+
+void wake_drainer(Core& c) {
+  pthread_mutex_lock(&c.park_lock);
+  pthread_cond_signal(&c.park);
+  pthread_mutex_unlock(&c.park_lock);
+}
+
 void* drainer_main(void* arg) {
   Core& c = *static_cast<Core*>(arg);
   pthread_setname_np(pthread_self(), "xpu_hook_drain");  // for stack dumps and tests
@@ -347,6 +388,8 @@ void* drainer_main(void* arg) {
     pthread_mutex_lock(&c.pass_lock);
     drain_pass(c, false);
     pthread_mutex_unlock(&c.pass_lock);
+    c.passes.fetch_add(1, std::memory_order_relaxed);
+    park_while_bypassed(c);
     nanosleep(&ts, nullptr);
   }
   return nullptr;

@@ -19,7 +19,6 @@
 namespace xt {
 
 std::atomic<int> g_start_state{0};
-std::atomic<int> g_bypass{0};
 
 namespace {
 
@@ -319,5 +318,5 @@ __thread int tl_depth __attribute__((tls_model("initial-exec")));
 // rank must switch at the same point, between collectives. Returns the
 // previous setting.
 extern "C" __attribute__((visibility("default"))) int xpu_timer_hook_bypass(int on) {
-  return xt::g_bypass.exchange(on ? 1 : 0, std::memory_order_relaxed);
+  return xt_core_set_bypass(on);
 }

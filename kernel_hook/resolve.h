@@ -34,12 +34,6 @@ inline void hook_touch() {
   if (__builtin_expect(g_start_state.load(std::memory_order_acquire) != 2, 0)) hook_start_slow();
 }
 
-// Set by xpu_timer_hook_bypass(): launches, GEMMs and collectives are then
-// forwarded without being counted or timed. Communicator, group, capture and
-// teardown calls are still seen, so the hook's state stays whole.
-extern std::atomic<int> g_bypass;
-inline bool bypassed() { return g_bypass.load(std::memory_order_relaxed) != 0; }
-
 }  // namespace xt
 
 // Colon-separated sonames tried by dlopen(RTLD_NOLOAD), newest first.

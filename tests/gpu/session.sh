@@ -47,7 +47,7 @@ case $label in
       run hook_launch_bench 220 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x2gen) run hook_step 580 python3 bench/hook_step_overhead.py --rounds 240 --steps 2 --warmup 8 --generations 8 --out $R/hook_step.json ;;
   x2pair) run hook_launch_bench 200 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json
-      fwd=$(python3 -c "import json,sys;r=json.load(open(sys.argv[1]))['result'];print(max([0.0]+[r[k]['added_ns'] for k in r if k.endswith('/bypass/paired')]))" $R/hook_launch_bench.json) || fwd=
+      fwd=$(python3 -c "import json,sys;r=json.load(open(sys.argv[1]))['result'];b=lambda m:max(0.0,r[m+'/bypass/paired']['added_ns']);print(f\"{b('launch')},{max(b('gemm'),b('nccl'))}\")" $R/hook_launch_bench.json) || fwd=
       run hook_step 390 python3 bench/hook_step_overhead.py --rounds 120 --steps 2 --warmup 8 --generations 4 --pairs 1000 ${fwd:+--forward-ns $fwd} --out $R/hook_step.json ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac

@@ -158,6 +158,27 @@ void comm_ids() {
   EXPECT(xt_nccl_type_size(9) == 2 && xt_nccl_type_size(7) == 4 && xt_nccl_type_size(99) == 0);
 }
 
+// Bypassed with nothing in flight, the drainer sleeps until the bypass ends
+// (at most 100 ms at a time, against its 1 ms passes), then drains at once.
+void bypass_parks() {
+  xt_stats a, b, c;
+  usleep(20000);  // any earlier op drained
+  EXPECT(xt_core_set_bypass(1) == 0);
+  xt_core_stats(&a);
+  usleep(300000);
+  xt_core_stats(&b);
+  EXPECT(b.passes - a.passes <= 8);
+  EXPECT(xt_core_set_bypass(0) == 1);
+  FakeStream s;
+  xt_op_end(begin(XT_OP_GEMM_EX, nullptr, &s, 2), 0);
+  for (int i = 0; i < 2000; ++i) {
+    xt_core_stats(&c);
+    if (c.ops_completed > b.ops_completed) break;
+    usleep(1000);
+  }
+  EXPECT(c.ops_completed == b.ops_completed + 1 && c.passes > b.passes);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,6 +192,7 @@ int main(int argc, char** argv) {
   EXPECT(xt_core_start(&cfg, &ops, err, sizeof(err)) != 0);  // once only
   for (int i = 0; i < 3; ++i) xt_comm_register(&g_comm_obj[i], 0xC0 + i, 5, 8);
   comm_ids();
+  bypass_parks();
   many_threads(nthreads, iters);
   thread_churn(600);
   group_capture_hang();
@@ -179,7 +201,7 @@ int main(int argc, char** argv) {
   xt_core_stop();
   xt_stats st;
   xt_core_stats(&st);
-  uint64_t timed = uint64_t(nthreads) * iters * 2 + 600 + 3 + 301;
+  uint64_t timed = uint64_t(nthreads) * iters * 2 + 600 + 3 + 301 + 1;
   printf("launches %llu queued %llu completed %llu captured %llu dropped %llu rdropped %llu\n",
          (unsigned long long)st.launches_counted, (unsigned long long)st.ops_queued,
          (unsigned long long)st.ops_completed, (unsigned long long)st.ops_captured,

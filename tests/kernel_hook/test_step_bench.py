@@ -93,25 +93,36 @@ def test_nested_bootstrap_of_one_group_is_the_plain_bootstrap_of_its_mean():
 
 
 def test_in_process_pairs_add_the_forwarding_cost_to_the_verdict():
-    cfg = bench.Config(rounds=4, steps=2, warmup=3, generations=2, pairs=5, forward_ns=10.0)
+    cfg = bench.Config(rounds=4, steps=2, warmup=3, generations=2, pairs=5,
+                       forward_ns=(10.0, 100.0))
     assert [cfg.gen_pairs(g) for g in range(2)] == [3, 2]
     # Per generation: warm-up 3 + 2 rounds x 3 steps + its pairs' hooked steps + 1 untimed.
     assert cfg.hooked_steps() == (3 + 6 + 4) + (3 + 6 + 3)
     pairs = [(0.1005, 0.1, 0), (0.1005, 0.1, 0), (0.1005, 0.1, 0), (0.1003, 0.1, 1),
              (0.1003, 0.1, 1)]
-    calls = 2 * cfg.hooked_steps() * 1000  # 1000 hooked calls per step on each of 2 ranks
-    p = bench.summarize_pairs(cfg, pairs, calls)
+    # 800 hooked launches and 20 ops per step on each of 2 ranks.
+    calls = (2 * cfg.hooked_steps() * 800, 2 * cfg.hooked_steps() * 20)
+    p = bench.summarize_pairs(cfg, pairs, *calls)
     assert p["generation_means_pct"] == pytest.approx([0.5, 0.3])
-    assert p["mean_pct"] == pytest.approx(0.4) and p["calls_per_step"] == pytest.approx(1000)
-    assert p["forward_pct"] == pytest.approx(100 * 1000 * 10e-9 / 0.1)  # 0.01 %
+    assert p["mean_pct"] == pytest.approx(0.4)
+    assert (p["launches_per_step"], p["ops_per_step"]) == pytest.approx((800, 20))
+    assert p["forward_pct"] == pytest.approx(100 * (800 * 10e-9 + 20 * 100e-9) / 0.1)  # 0.01 %
     assert p["overhead_pct"] == pytest.approx(0.41)
     assert p["upper_pct"] == pytest.approx(p["ci95"][1] + 0.01)
     assert bench.summarize_pairs(dataclasses.replace(cfg, forward_ns=None), pairs,
-                                 calls)["forward_pct"] is None
+                                 *calls)["forward_pct"] is None
 
 
-@pytest.mark.parametrize("argv", [["--pairs", "-1"], ["--forward-ns", "-2"]])
-def test_negative_pairs_are_one_line_errors(argv, capsys):
+def test_forward_ns_takes_one_or_two_figures():
+    assert bench.parse_args(["--forward-ns", "6.4,136"]).forward_ns == (6.4, 136.0)
+    assert bench.parse_args(["--forward-ns", "7"]).forward_ns == (7.0, 7.0)
+
+
+@pytest.mark.parametrize("argv,msg", [(["--pairs", "-1"], "must not be negative"),
+                                      (["--forward-ns", "-2"], "must not be negative"),
+                                      (["--forward-ns", "a,b"], "is not LAUNCH[,OP]"),
+                                      (["--forward-ns", "1,2,3"], "is not LAUNCH[,OP]")])
+def test_bad_pairs_arguments_are_one_line_errors(argv, msg, capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(argv)
-    assert "must not be negative" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert msg in capsys.readouterr().err.strip().splitlines()[-1]
