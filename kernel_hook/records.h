@@ -124,7 +124,9 @@ class RegionWriter {
     snprintf(path_, sizeof(path_), "%s/hook-r%d-p%d.ring", dir, id.rank, id.pid);
     snprintf(tmp, sizeof(tmp), "%s/.tmp-hook-r%d-p%d.ring", dir, id.rank, id.pid);
     size_t size = size_t(kHeaderSize) + size_t(id.capacity) * kRecordSize;
-    int fd = ::open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    // A fresh file of our own: never through a link left at the temp name.
+    unlink(tmp);
+    int fd = ::open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return fail(err, err_len, "cannot create", tmp);
     // Reserve the blocks, not just the size: a sparse file on a full tmpfs
     // (/dev/shm) maps fine and then SIGBUSes the writer at its first record.

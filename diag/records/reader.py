@@ -6,6 +6,7 @@ import dataclasses
 import glob
 import mmap
 import os
+import stat
 
 from diag.records import format as fmt
 
@@ -15,12 +16,19 @@ class RegionReader:
 
     def __init__(self, path: str):
         self.path = path
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # The agent writes read_idx back into the map: never through a link
+        # planted in the directory, and only into a regular file.
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise fmt.RecordFormatError(f"{path}: not a regular file")
+            size = st.st_size
             if size < fmt.HEADER_SIZE:
                 raise fmt.RecordFormatError(f"{path}: {size} bytes, too short for a header")
-            # The agent writes read_idx back, so the map is writable.
-            self._mm = mmap.mmap(os.open(path, os.O_RDWR), 0)
+            self._mm = mmap.mmap(fd, 0)
+        finally:
+            os.close(fd)
         self.header = fmt.Header.unpack(self._mm, path)
         if size < fmt.region_size(self.header.capacity):
             raise fmt.RecordFormatError(

@@ -76,10 +76,13 @@ def test_bad_time_every_says_so_once_and_uses_the_default(built, tmp_path):
 
 
 def test_an_unsampled_hung_collective_never_ends(built, tmp_path):
-    # A huge N: no collective is sampled, each has only its end event. The
-    # 2nd never completes: it and the one queued behind it stay in flight.
+    # A huge N: no collective is sampled, each has only its completion (a
+    # drainer fence). The 2nd never completes: it and the one queued behind it
+    # stay in flight. 20 ms apart, each gets a fence of its own (back to back,
+    # all three may share one, and the 1st then waits on the hung one too).
     out = run_prog("hang", "1", shm_dir=str(tmp_path),
-                   env={"FAKE_HANG": "ncclAllReduce:2", "XPU_TIMER_HOOK_TIME_EVERY": "1000000"})
+                   env={"FAKE_HANG": "ncclAllReduce:2", "XPU_TIMER_HOOK_TIME_EVERY": "1000000",
+                        "HANG_GAP_MS": "20"})
     assert out.returncode == 0, out.stderr
     [region] = read_regions(str(tmp_path))
     assert [r.seq for r in region.of(fmt.EVENT_START, "ncclAllReduce")] == [1, 2, 3]

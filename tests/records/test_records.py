@@ -119,3 +119,18 @@ def test_scan_skips_temp_files_and_reports_bad_regions(shm_dir):
     assert "bad magic" in result.errors[bad]
     again = scan(shm_dir, result.readers)
     assert again.readers[good.path] is result.readers[good.path]
+
+
+def test_scan_never_maps_a_region_through_a_link(shm_dir, tmp_path_factory):
+    """The agent writes read_idx back into what it maps: a link planted in the
+    region directory must not let it write into another file."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    victim = make_writer(str(elsewhere))
+    before = open(victim.path, "rb").read()
+    link = os.path.join(shm_dir, "py-r0-p1.ring")
+    os.symlink(victim.path, link)
+    os.mkdir(os.path.join(shm_dir, "py-r0-p2.ring"))  # nor into a directory
+    result = scan(shm_dir, {})
+    assert result.readers == {}
+    assert set(result.errors) == {link, os.path.join(shm_dir, "py-r0-p2.ring")}
+    assert open(victim.path, "rb").read() == before
