@@ -370,7 +370,7 @@ def run_generation(cfg: Config, gen: int, store, port: int, shm: str, rounds: di
             f.close()
 
 
-def run(cfg: Config) -> tuple[dict, list[int], list, int]:
+def run(cfg: Config) -> tuple[dict, list[int], list, tuple[int, int]]:
     """Returns ({variant: [per-round step times]}, each round's generation,
     the in-process pairs [(hooked s, bypassed s, generation)], and the hooked
     (launches, ops) recorded)."""
