@@ -213,20 +213,25 @@ XT_EXPORT cudaError_t cudaDeviceReset(void) {
 
 // ---- cuBLAS / cuBLASLt GEMMs: timed, with FLOPs -------------------------------
 
+// begin is evaluated only on the outermost hooked call (cuBLAS calls cuBLASLt).
+#define XT_BLAS_BODY(fn, begin, ...)                 \
+  auto real = XT_GET(fn);                            \
+  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;   \
+  Guard g;                                           \
+  xt_ticket t = g.outer ? (begin) : -1;              \
+  cublasStatus_t r = real(__VA_ARGS__);              \
+  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);          \
+  return r
+
 XT_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta,
                                       cublasOperation_t tb, int m, int n, int k,
                                       const void* alpha, const void* A, cudaDataType at, int lda,
                                       const void* B, cudaDataType bt, int ldb, const void* beta,
                                       void* C, cudaDataType ct, int ldc,
                                       cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-  auto real = XT_GET(cublasGemmEx);
-  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Guard g;
-  xt_ticket t = g.outer ? blas_begin(XT_OP_GEMM_EX, h, m, n, k, 1) : -1;
-  cublasStatus_t r =
-      real(h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo);
-  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
-  return r;
+  XT_BLAS_BODY(cublasGemmEx, blas_begin(XT_OP_GEMM_EX, h, m, n, k, 1),
+               h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute,
+               algo);
 }
 
 XT_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
@@ -234,14 +239,10 @@ XT_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
     const void* alpha, const void* A, cudaDataType at, int lda, long long sa, const void* B,
     cudaDataType bt, int ldb, long long sb, const void* beta, void* C, cudaDataType ct, int ldc,
     long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
-  auto real = XT_GET(cublasGemmStridedBatchedEx);
-  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Guard g;
-  xt_ticket t = g.outer ? blas_begin(XT_OP_GEMM_STRIDED_BATCHED_EX, h, m, n, k, batch) : -1;
-  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct,
-                          ldc, sc, batch, compute, algo);
-  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
-  return r;
+  XT_BLAS_BODY(cublasGemmStridedBatchedEx,
+               blas_begin(XT_OP_GEMM_STRIDED_BATCHED_EX, h, m, n, k, batch),
+               h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc,
+               batch, compute, algo);
 }
 
 XT_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta,
@@ -249,13 +250,8 @@ XT_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta,
                                         const float* alpha, const float* A, int lda,
                                         const float* B, int ldb, const float* beta, float* C,
                                         int ldc) {
-  auto real = XT_GET(cublasSgemm_v2);
-  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Guard g;
-  xt_ticket t = g.outer ? blas_begin(XT_OP_SGEMM, h, m, n, k, 1) : -1;
-  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
-  return r;
+  XT_BLAS_BODY(cublasSgemm_v2, blas_begin(XT_OP_SGEMM, h, m, n, k, 1),
+               h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 XT_EXPORT cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
@@ -264,27 +260,17 @@ XT_EXPORT cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOpera
                                                    long long sa, const float* B, int ldb,
                                                    long long sb, const float* beta, float* C,
                                                    int ldc, long long sc, int batch) {
-  auto real = XT_GET(cublasSgemmStridedBatched);
-  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Guard g;
-  xt_ticket t = g.outer ? blas_begin(XT_OP_SGEMM_STRIDED_BATCHED, h, m, n, k, batch) : -1;
-  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc,
-                          batch);
-  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
-  return r;
+  XT_BLAS_BODY(cublasSgemmStridedBatched,
+               blas_begin(XT_OP_SGEMM_STRIDED_BATCHED, h, m, n, k, batch),
+               h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
 }
 
 XT_EXPORT cublasStatus_t cublasHgemm(cublasHandle_t h, cublasOperation_t ta,
                                      cublasOperation_t tb, int m, int n, int k, const void* alpha,
                                      const void* A, int lda, const void* B, int ldb,
                                      const void* beta, void* C, int ldc) {
-  auto real = XT_GET(cublasHgemm);
-  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Guard g;
-  xt_ticket t = g.outer ? blas_begin(XT_OP_HGEMM, h, m, n, k, 1) : -1;
-  cublasStatus_t r = real(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
-  return r;
+  XT_BLAS_BODY(cublasHgemm, blas_begin(XT_OP_HGEMM, h, m, n, k, 1),
+               h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 XT_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t lh, cublasLtMatmulDesc_t desc,
@@ -295,13 +281,7 @@ XT_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t lh, cublasLtMatmulDesc_
                                         cublasLtMatrixLayout_t dd,
                                         const cublasLtMatmulAlgo_t* algo, void* ws,
                                         size_t ws_size, cudaStream_t stream) {
-  auto real = XT_GET(cublasLtMatmul);
-  if (!real) return CUBLAS_STATUS_NOT_INITIALIZED;
-  Guard g;
-  xt_ticket t = g.outer ? lt_begin(ad, dd, stream) : -1;
-  cublasStatus_t r = real(lh, desc, alpha, A, ad, B, bd, beta, C, cd, D, dd, algo, ws, ws_size,
-                          stream);
-  xt_op_end(t, r != CUBLAS_STATUS_SUCCESS);
-  return r;
+  XT_BLAS_BODY(cublasLtMatmul, lt_begin(ad, dd, stream),
+               lh, desc, alpha, A, ad, B, bd, beta, C, cd, D, dd, algo, ws, ws_size, stream);
 }
 

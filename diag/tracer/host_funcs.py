@@ -14,7 +14,7 @@ import sys
 
 from diag.records import format as fmt
 from diag.tracer import import_hooks
-from diag.tracer.collectives import rename
+from diag.tracer.collectives import MARK, rename
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +69,7 @@ def _patch(tracer, spec: HostFunc, module) -> None:
 
 
 def wrap(tracer, fn, label: str):
-    if getattr(fn, "__xpu_diag_original__", None) is not None:
+    if getattr(fn, MARK, None) is not None:
         return fn
 
     @functools.wraps(fn)
@@ -89,5 +89,5 @@ def wrap(tracer, fn, label: str):
         tracer.finish(op)
         return result
 
-    wrapper.__xpu_diag_original__ = fn
+    setattr(wrapper, MARK, fn)
     return rename(wrapper)
