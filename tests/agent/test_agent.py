@@ -20,6 +20,7 @@ from diag.agent.sampler import Sampler
 from diag.agent.state import NodeState
 from diag.records import format as fmt
 from diag.records.writer import RecordWriter
+from tests.waiting import wait_for
 
 SLEEPER = os.path.join(os.path.dirname(__file__), "..", "scripts", "sleeper.py")
 pytestmark = pytest.mark.timeout(120)
@@ -44,15 +45,6 @@ def children():
 def writer_for(shm, pid, rank=0, world=1):
     return RecordWriter(str(shm), producer=fmt.PRODUCER_PYTHON, rank=rank, local_rank=rank,
                         world_size=world, pid=pid)
-
-
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sampler_reads_only_descendants_and_cleans_up_after_exit(tmp_path, children):
@@ -145,12 +137,12 @@ def test_agent_connects_late_reports_then_dumps_and_kills_on_a_hang(tmp_path, ch
         time.sleep(1.0)       # nobody listens yet: the agent backs off and retries
         assert "unreachable" in capfd.readouterr().err
         server = collector(port, timeline, action="kill")
-        wait_until(lambda: 0 in server.state.snapshot(time.monotonic()).ranks, 15, "a report")
+        wait_for(lambda: 0 in server.state.snapshot(time.monotonic()).ranks, "a report", 15)
         entry = server.state.snapshot(time.monotonic()).ranks[0]
         assert entry.progress.oldest_in_flight.seq == 7 and entry.progress.pid == child.pid
         # The op is older than the 1.5 s timeout: hang -> DumpStacks -> KillWorkers.
-        wait_until(lambda: glob.glob(str(timeline / "agenttest" / "*" / "rank00000-of-00001.py.json")),
-                   60, "rank 0's stacks")
+        wait_for(lambda: glob.glob(str(timeline / "agenttest" / "*" / "rank00000-of-00001.py.json")),
+                 "rank 0's stacks", 60)
         path = glob.glob(str(timeline / "agenttest" / "*" / "rank00000-of-00001.py.json"))[0]
         assert b"sleeping_in_here" in open(path, "rb").read()
         assert child.wait(30) == -signal.SIGKILL
@@ -166,8 +158,8 @@ def test_agent_with_the_wrong_token_is_refused_and_says_so(tmp_path, capfd):
     agent = agent_for(tmp_path, port, token="wrong")
     agent.start()
     try:
-        wait_until(lambda: "refused this agent's job token" in capfd.readouterr().err, 15,
-                   "the refusal")
+        wait_for(lambda: "refused this agent's job token" in capfd.readouterr().err,
+                 "the refusal", 15)
         assert server.state.reports == 0
     finally:
         agent.stop()
@@ -185,7 +177,7 @@ def test_stop_sends_a_last_report_with_the_workers_final_state(tmp_path, childre
                               job_id="agenttest", report_interval=60))   # one report, then the last
     agent.start()
     try:
-        wait_until(lambda: 0 in server.state.snapshot(time.monotonic()).ranks, 15, "a report")
+        wait_for(lambda: 0 in server.state.snapshot(time.monotonic()).ranks, "a report", 15)
         assert server.state.snapshot(time.monotonic()).ranks[0].progress.alive
         child.kill()
         child.wait()

@@ -12,6 +12,7 @@ from diag.collector.auth import TOKEN_METADATA_KEY
 from diag.pb import collector_pb2 as pb
 from tests.collector.conftest import TOKEN
 from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
+from tests.waiting import wait_for
 
 WAIT = 30.0
 
@@ -26,16 +27,6 @@ def stalled(age_s=1.5, world=4, pid_base=1000):
 
 def healthy(world=4):
     return node_report(0, [rank_progress(r, world, started=50, completed=50) for r in range(world)])
-
-
-def wait_for(predicate, what, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def dump(event_id, rank, *, world=4, fmt=pb.StackDump.FORMAT_PYSPY_JSON, content=b"[]", last=True):

@@ -9,26 +9,16 @@ the launcher and leave its shm directory behind.
 import glob
 import os
 import signal
-import time
 import uuid
 
 from tests.functional.launch import Launch, children_matching
+from tests.waiting import poll_until
 
 SLOW_COLLECTOR = (
     "import sys, time\n"
     "if 'diag.collector' in sys.orig_argv:\n"
     "    time.sleep(60)\n"
 )
-
-
-def _wait_for(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    return None
 
 
 def test_sigterm_while_the_collector_starts_removes_everything(tmp_path):
@@ -38,7 +28,7 @@ def test_sigterm_while_the_collector_starts_removes_everything(tmp_path):
     job = Launch(["--rdzv-id", job_id, "--timeline-path", str(tmp_path / "tl"),
                   "tests/scripts/sleeper.py"], env={"PYTHONPATH": str(tmp_path / "site")})
     try:
-        collectors = _wait_for(lambda: children_matching(job.proc.pid, "diag.collector"), 60)
+        collectors = poll_until(lambda: children_matching(job.proc.pid, "diag.collector"), 60)
         assert collectors, job.output()
         assert glob.glob(f"/dev/shm/xpu_diag-{job_id}-n0-*") or glob.glob(
             f"/tmp/xpu_diag-{job_id}-n0-*"), "the launcher made no shm directory"
@@ -49,5 +39,5 @@ def test_sigterm_while_the_collector_starts_removes_everything(tmp_path):
     assert job.matching(r"^xpu_timer_launch: stopped by signal 15$"), job.output()
     assert not job.matching("Traceback"), job.output()
     assert not glob.glob(f"/dev/shm/xpu_diag-{job_id}-*") + glob.glob(f"/tmp/xpu_diag-{job_id}-*")
-    assert _wait_for(lambda: not os.path.exists(f"/proc/{collectors[0]}"), 15), \
+    assert poll_until(lambda: not os.path.exists(f"/proc/{collectors[0]}"), 15), \
         "the collector outlived the launcher"
