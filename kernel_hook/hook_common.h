@@ -23,6 +23,14 @@ struct Guard {
   Guard& operator=(const Guard&) = delete;
 };
 
+// Whether a GEMM or collective is to be recorded: not bypassed
+// (xpu_timer_hook_bypass), and the core on (started by the first hooked call).
+inline bool recording() {
+  if (bypassed()) return false;
+  hook_touch();
+  return xt_core_active() != 0;
+}
+
 template <class F>
 inline F get_real(RealSym& s) {
   void* p = s.fn.load(std::memory_order_relaxed);

@@ -63,9 +63,7 @@ void register_comm(ncclComm_t comm, uint64_t id, int rank, int size) {
 
 xt_ticket coll_begin(xt_op op, size_t count, ncclDataType_t dt, bool times_nranks,
                      ncclComm_t comm, cudaStream_t stream) {
-  if (xt::bypassed()) return -1;
-  xt::hook_touch();
-  if (!xt_core_active()) return -1;
+  if (!xt::recording()) return -1;
   ensure_comm(comm);
   uint64_t id = 0;
   int rank = -1, size = 0;
