@@ -38,6 +38,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from diag.common.atomic import write_atomic  # noqa: E402
 HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 SRC = os.path.join(ROOT, "bench", "hook_launch_bench.cu")
 VARIANTS = ("off", "hook", "hook-event", "disabled", "hook-every1")
@@ -210,11 +212,9 @@ def main(argv=None) -> int:
         result.update(report_paired(measure_paired(cfg, exe)))
         result["prims"] = prims
     if cfg.out:
-        tmp = cfg.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"config": dataclasses.asdict(cfg), "device": torch.cuda.get_device_name(),
-                       "result": result}, f, indent=1)
-        os.replace(tmp, cfg.out)
+        doc = {"config": dataclasses.asdict(cfg), "device": torch.cuda.get_device_name(),
+               "result": result}
+        write_atomic(cfg.out, json.dumps(doc, indent=1).encode())
     return 0
 
 

@@ -63,6 +63,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from diag.common.atomic import write_atomic  # noqa: E402
+
 HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 WORKER = os.path.join(ROOT, "bench", "hook_step_worker.py")
 VARIANTS = ("off", "hook", "disabled")
@@ -415,11 +417,9 @@ def main(argv=None) -> int:
         summary["in_process"] = summarize_pairs(cfg, pairs, *calls)
         print_pairs(summary["in_process"])
     if cfg.out:
-        with open(cfg.out + ".tmp", "w") as f:
-            json.dump({"config": dataclasses.asdict(cfg), "summary": summary,
-                       "rounds_s": rounds,
-                       "round_generations": gens, "pairs_s": pairs}, f, indent=1)
-        os.replace(cfg.out + ".tmp", cfg.out)
+        doc = {"config": dataclasses.asdict(cfg), "summary": summary, "rounds_s": rounds,
+               "round_generations": gens, "pairs_s": pairs}
+        write_atomic(cfg.out, json.dumps(doc, indent=1).encode())
     return 0
 
 
