@@ -53,7 +53,6 @@ import datetime
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -64,6 +63,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from diag.common.atomic import write_atomic  # noqa: E402
+from diag.common.net import free_port  # noqa: E402
 
 HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 WORKER = os.path.join(ROOT, "bench", "hook_step_worker.py")
@@ -160,12 +160,6 @@ class RegionDrainer(threading.Thread):
                         self.ops += 1
             if stopping:
                 return
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_job(cfg: Config, gen: int, variant: str, port: int, shm: str,

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from diag.common.net import free_port  # noqa: E402
 
 
 def worker(ops: int, rounds: int, numel: int) -> None:
@@ -112,12 +112,6 @@ def wrapper_cost(calls: int = 20000, rounds: int = 15) -> tuple[float, float]:
     writer.close()
     shutil.rmtree(shm, ignore_errors=True)
     return best["off"], best["on"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(args, world: int) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import glob
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from diag.agent.sampler import Sampler
 from diag.agent.state import NodeState
+from diag.common.net import free_port
 from diag.records import format as fmt
 from diag.records.writer import RecordWriter
 from tests.waiting import wait_for
@@ -100,12 +100,6 @@ def test_ptrace_refusal_says_what_to_do(children):
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert "SYS_PTRACE" in out.stdout and "run the launcher as root" in out.stdout, out
     assert "ptrace_scope" in out.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def collector(port, timeline, action="report", timeout_s=1.5):

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import glob
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
+from diag.common.net import free_port
 from diag.launcher.runner import BOOTSTRAP_DIR
 from diag.records import format as fmt
 from diag.records.reader import RegionReader
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
 pytestmark = pytest.mark.timeout(120)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(script, shm_dir, extra_env=None, world=2, pythonpath=BOOTSTRAP_DIR):

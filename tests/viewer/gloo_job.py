@@ -9,21 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from diag.common.net import free_port
+
 TARGET = Path(__file__).parent / "targets" / "stalled_gloo.py"
 WORLD = 4
 STALLED = 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def py_spy() -> str | None:
