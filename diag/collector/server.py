@@ -19,6 +19,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from diag.common.atomic import write_atomic
+from diag.collector import access
 from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
@@ -132,6 +133,7 @@ def serve(config: Config, stop: threading.Event | None = None) -> int:
             server.stop(grace=0).wait(5)
             raise ConfigError(f"--address-file: cannot write {config.address_file!r} "
                               f"({exc.strerror or exc}); give a file path in a writable directory") from None
+    access_file = _leave_access_file(config, address)
     log.info("serving job %s on %s (hang timeout %gs, action %s, timeline %s)", config.job_id, address,
              config.hang_timeout_s, config.hang_action, config.timeline_path)
     stop = stop or threading.Event()
@@ -140,8 +142,27 @@ def serve(config: Config, stop: threading.Event | None = None) -> int:
             signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     server.stop(grace=2).wait(5)
+    if access_file:
+        try:
+            os.unlink(access_file)
+        except OSError:
+            pass
     log.info("stopped (%d node reports ingested)", server.state.reports)
     return 0
+
+
+def _leave_access_file(config: Config, address: str) -> str | None:
+    """Write collector.json for ``xpu-diag top|timeline`` (diag/collector/access.py);
+    a failure is one warning: the job's own agents do not need the file."""
+    host, port = parse_listen(address)
+    if host in ("0.0.0.0", "[::]", "::"):
+        host = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
+    try:
+        return access.write(config.timeline_path, config.job_id, f"{host}:{port}", config.token)
+    except OSError as exc:
+        log.warning("cannot write %s under %s (%s); xpu-diag top/timeline then need --collector",
+                    access.ACCESS_FILE, config.timeline_path, exc.strerror or exc)
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

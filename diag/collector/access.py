@@ -1,0 +1,71 @@
+"""How a person's command on a node reaches a running job's collector.
+
+Only the job's own processes may talk to the collector (every RPC carries the
+job token). ``xpu-diag top`` and ``xpu-diag timeline`` are run by the person
+who started the job, so the collector leaves its address and token in
+``<timeline-path>/<job>/collector.json``, mode 0600: whoever can read that file
+could already read the job's environment. A user who prefers not to keep the
+file can pass ``--collector HOST:PORT`` with ``XPU_TIMER_JOB_TOKEN`` set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping
+
+from diag.collector.auth import TOKEN_METADATA_KEY
+from diag.collector.config import TOKEN_ENV, sanitize_job_id
+from diag.common.atomic import write_atomic
+
+ACCESS_FILE = "collector.json"
+
+
+class AccessError(ValueError):
+    """The collector cannot be found or reached; the message is one line with the fix."""
+
+
+def access_path(timeline_path: str, job_id: str) -> str:
+    return os.path.join(timeline_path, sanitize_job_id(job_id), ACCESS_FILE)
+
+
+def write(timeline_path: str, job_id: str, address: str, token: str) -> str:
+    """Leave the address and token for the job's owner; returns the path."""
+    path = access_path(timeline_path, job_id)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    body = {"version": 1, "job_id": job_id, "address": address, "token": token, "pid": os.getpid()}
+    write_atomic(path, (json.dumps(body) + "\n").encode(), mode=0o600)
+    return path
+
+
+def resolve(collector: str | None, job_dir: str | None, env: Mapping[str, str] | None = None
+            ) -> tuple[str, str]:
+    """(address, token) from ``--collector HOST:PORT`` plus $XPU_TIMER_JOB_TOKEN,
+    or from ``--job DIR`` (``<timeline-path>/<job>``, or its collector.json)."""
+    env = os.environ if env is None else env
+    if collector:
+        token = env.get(TOKEN_ENV, "")
+        if not token:
+            raise AccessError(f"--collector {collector}: set {TOKEN_ENV} to the job's token, or pass "
+                              f"--job <timeline-path>/<job> to read it from {ACCESS_FILE}")
+        return collector, token
+    if not job_dir:
+        raise AccessError("no collector given: pass --job <timeline-path>/<job> "
+                          "(or --collector HOST:PORT with XPU_TIMER_JOB_TOKEN set)")
+    path = job_dir if os.path.basename(job_dir) == ACCESS_FILE else os.path.join(job_dir, ACCESS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            body = json.load(f)
+        return str(body["address"]), str(body["token"])
+    except FileNotFoundError:
+        raise AccessError(f"--job {job_dir}: no {ACCESS_FILE} there; give the job's directory under "
+                          f"--timeline-path (the collector writes it while the job runs)") from None
+    except PermissionError:
+        raise AccessError(f"--job {job_dir}: {path} is not readable by you; run as the job's owner") from None
+    except (ValueError, KeyError, TypeError):
+        raise AccessError(f"--job {job_dir}: {path} is not a collector access file") from None
+
+
+def metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata every RPC needs."""
+    return ((TOKEN_METADATA_KEY, token),)
