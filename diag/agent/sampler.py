@@ -16,9 +16,10 @@ from diag.records import reader
 
 class Sampler:
     def __init__(self, shm_dir: str, state: NodeState, root_pid: int, log,
-                 is_alive=procs.is_alive, is_descendant=procs.is_descendant):
+                 is_alive=procs.is_alive, is_descendant=procs.is_descendant, timeline=None):
         self.shm_dir = shm_dir
         self.state = state
+        self.timeline = timeline   # diag.timeline.ring.TimelineRing: fed the same records
         self.root_pid = root_pid
         self.log = log
         self._is_alive = is_alive
@@ -60,6 +61,8 @@ class Sampler:
             return
         self._readers[path] = rdr
         self.state.add_region(path, rdr.header)
+        if self.timeline is not None:
+            self.timeline.add_region(path, rdr.header)
 
     def _drain(self, path: str, rdr: reader.RegionReader) -> None:
         alive = self._is_alive(rdr.header.pid)
@@ -68,6 +71,9 @@ class Sampler:
             self.busiest = max(self.busiest, len(records) / rdr.header.capacity)
             self.state.apply(path, records)
             self.state.set_dropped(path, rdr.dropped)
+            if self.timeline is not None:
+                self.timeline.apply(path, records)
+                self.timeline.set_dropped(path, rdr.dropped)
         except (OSError, ValueError) as exc:
             self.log(f"reading region {path} failed: {exc}")
             alive = False
@@ -76,6 +82,8 @@ class Sampler:
         # Read after the death check, so no record written before exit is lost.
         self.state.mark_exited(rdr.header.pid)
         self.state.remove_region(path)
+        if self.timeline is not None:
+            self.timeline.remove_region(path)
         del self._readers[path]
         rdr.close()
         try:

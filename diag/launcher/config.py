@@ -31,11 +31,13 @@ OWN_OPTIONS = {
     "--fault-list-max-age": ("fault_list_max_age", "XPU_TIMER_FAULT_LIST_MAX_AGE", True),
     "--hook-time-every": ("hook_time_every", "XPU_TIMER_HOOK_TIME_EVERY", True),
     "--hook-completion": ("hook_completion", "XPU_TIMER_HOOK_COMPLETION", True),
+    "--timeline-window": ("timeline_window", "XPU_TIMER_TIMELINE_WINDOW", True),
 }
 HOOK_COMPLETIONS = ("fence", "event")
 DEFAULTS = {"hang_timeout": "300s", "timeline_path": "/root/timeline", "collector": None,
             "hang_action": "report", "no_hook": False, "fault_list": None,
-            "fault_list_max_age": "24h", "hook_time_every": None, "hook_completion": None}
+            "fault_list_max_age": "24h", "hook_time_every": None, "hook_completion": None,
+            "timeline_window": "30s"}
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 
@@ -62,6 +64,7 @@ class Config:
     unbuffered: bool = False          # `python -u train.py`
     hook_time_every: int | None = None  # the hook device-times 1 call in N (its default: 8)
     hook_completion: str | None = None  # how the hook sees unsampled collectives complete
+    timeline_window: float = 30.0     # s of spans each agent keeps per rank (docs/timeline.md)
 
     @property
     def starts_collector(self) -> bool:
@@ -92,11 +95,12 @@ def torchrun_parser() -> argparse.ArgumentParser:
         "--hook-time-every": "the hook device-times 1 GEMM/collective in N (8; 1 = all) [%s]",
         "--hook-completion": "how the hook sees untimed collectives complete: fence (drainer, "
                              "no launch cost, per poll) or event (exact per op) [%s]",
+        "--timeline-window": "seconds of every rank's spans kept for timeline.json (30s) [%s]",
     }
     metavars = {"--hang-timeout": "D", "--timeline-path": "DIR", "--collector": "HOST:PORT",
                 "--hang-action": "{report,kill}", "--fault-list": "PATH",
                 "--fault-list-max-age": "D", "--hook-time-every": "N",
-                "--hook-completion": "{fence,event}"}
+                "--hook-completion": "{fence,event}", "--timeline-window": "D"}
     for option, (dest, env, takes_value) in OWN_OPTIONS.items():
         kwargs = {"dest": "xpu_" + dest, "default": None, "help": helps[option] % env}
         if takes_value:
@@ -187,6 +191,7 @@ def _build(ns, torchrun_argv, own, names, env, unbuffered) -> Config:
     try:
         hang_timeout = parse_duration(own["hang_timeout"], names["hang_timeout"])
         max_age = parse_duration(own["fault_list_max_age"], names["fault_list_max_age"])
+        window = parse_duration(own["timeline_window"], names["timeline_window"])
     except UnitError as exc:
         raise ConfigError(str(exc)) from None
     if own["hang_action"] not in HANG_ACTIONS:
@@ -210,7 +215,7 @@ def _build(ns, torchrun_argv, own, names, env, unbuffered) -> Config:
         rdzv_port=rdzv_port, hang_timeout=hang_timeout, timeline_path=own["timeline_path"],
         collector=own["collector"], hang_action=own["hang_action"], no_hook=bool(own["no_hook"]),
         fault_list=own["fault_list"], fault_list_max_age=max_age, unbuffered=unbuffered,
-        hook_time_every=time_every, hook_completion=completion)
+        hook_time_every=time_every, hook_completion=completion, timeline_window=window)
 
 
 def _positive_int(text: str | None, option: str) -> int | None:

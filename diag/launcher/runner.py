@@ -127,7 +127,7 @@ def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConf
     return AgentConfig(shm_dir=shm_dir, collector=address, token=token, job_id=config.job_id,
                        node_rank=config.node_rank, root_pid=os.getpid(),
                        report_interval=interval if interval > 0 else 1.0, tool_env=tool_env,
-                       dump_tools=dump_tools())
+                       dump_tools=dump_tools(), timeline_window_s=config.timeline_window)
 
 
 def dump_tools(env=os.environ) -> tuple[str, ...]:
