@@ -129,7 +129,8 @@ class Agent:
         self.sample_once()
         now = time.monotonic_ns()
         with self.lock:
-            snaps = self.timeline.snapshot(now, request.last_ns)
+            on = self.sampler.timeline is not None   # None: switched off after a failure
+            snaps = self.timeline.snapshot(now, request.last_ns) if on else []
         cfg = self.config
         upload = wire.build_upload(snaps, offset_ns=wire.clock_offset_ns(), job_id=cfg.job_id,
                                    request_id=request.request_id, node_rank=cfg.node_rank,

@@ -61,8 +61,7 @@ class Sampler:
             return
         self._readers[path] = rdr
         self.state.add_region(path, rdr.header)
-        if self.timeline is not None:
-            self.timeline.add_region(path, rdr.header)
+        self._feed_timeline("add_region", path, rdr.header)
 
     def _drain(self, path: str, rdr: reader.RegionReader) -> None:
         alive = self._is_alive(rdr.header.pid)
@@ -71,9 +70,8 @@ class Sampler:
             self.busiest = max(self.busiest, len(records) / rdr.header.capacity)
             self.state.apply(path, records)
             self.state.set_dropped(path, rdr.dropped)
-            if self.timeline is not None:
-                self.timeline.apply(path, records)
-                self.timeline.set_dropped(path, rdr.dropped)
+            self._feed_timeline("apply", path, records)
+            self._feed_timeline("set_dropped", path, rdr.dropped)
         except (OSError, ValueError) as exc:
             self.log(f"reading region {path} failed: {exc}")
             alive = False
@@ -82,14 +80,24 @@ class Sampler:
         # Read after the death check, so no record written before exit is lost.
         self.state.mark_exited(rdr.header.pid)
         self.state.remove_region(path)
-        if self.timeline is not None:
-            self.timeline.remove_region(path)
+        self._feed_timeline("remove_region", path)
         del self._readers[path]
         rdr.close()
         try:
             os.unlink(path)
         except OSError:
             pass
+
+    def _feed_timeline(self, method: str, *args) -> None:
+        """The timeline is an extra: if it fails, it is switched off (one line)
+        and the hang path it shares this loop with goes on."""
+        if self.timeline is None:
+            return
+        try:
+            getattr(self.timeline, method)(*args)
+        except Exception as exc:
+            self.timeline = None
+            self.log(f"timeline switched off: {method} failed: {exc!r}", every=0)
 
     def close(self) -> None:
         for rdr in self._readers.values():
