@@ -33,7 +33,7 @@ from diag.timeline.api import (DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_SPANS, RankMet
 class _Rank:
     meta: RankMeta
     spans: collections.deque = dataclasses.field(default_factory=collections.deque)
-    in_flight: dict = dataclasses.field(default_factory=dict)  # (region, op_id) -> Span
+    in_flight: dict = dataclasses.field(default_factory=dict)  # (region, op_id) -> START record
     newest_ns: int = 0
     dropped_spans: int = 0
     dropped_records: dict = dataclasses.field(default_factory=dict)  # region -> cumulative
@@ -81,33 +81,42 @@ class TimelineRing:
         if owner is None:
             return
         state, producer = self._ranks[owner[0]], owner[1]
+        in_flight, cap = state.in_flight, self.max_in_flight
+        untimed_dropped = producer == fmt.PRODUCER_HOOK
+        # The hot loop of the timeline (every record of the node): START keeps
+        # the reader's record itself; a Span is built only for what is kept.
         for rec in records:
-            if rec.event == fmt.EVENT_START:
-                if len(state.in_flight) < self.max_in_flight:
-                    state.in_flight[(region, rec.op_id)] = _span(rec, producer, rec.t_mono_ns,
-                                                                 rec.t_mono_ns)
-            elif rec.event == fmt.EVENT_END:
-                started = state.in_flight.pop((region, rec.op_id), None)
-                self._end(state, region, producer, rec, started)
+            event = rec.event
+            if event == fmt.EVENT_START:
+                if len(in_flight) < cap:
+                    in_flight[(region, rec.op_id)] = rec
+            elif event == fmt.EVENT_END:
+                started = in_flight.pop((region, rec.op_id), None)
+                if rec.t_mono_ns > state.newest_ns:
+                    state.newest_ns = rec.t_mono_ns
+                if rec.seq and in_flight:
+                    self._drop_stale(in_flight, region, rec)
+                if untimed_dropped and not rec.flags & fmt.FLAG_DEVICE_TIMED:
+                    continue
+                self._end(state, producer, rec, started)
 
-    def _end(self, state: _Rank, region: str, producer: int, rec, started) -> None:
+    @staticmethod
+    def _drop_stale(in_flight: dict, region: str, rec) -> None:
+        # Ops of one communicator end in order (docs/records.md): earlier
+        # seqs still listed lost their END to a full ring.
+        stale = [k for k, op in in_flight.items()
+                 if k[0] == region and op.comm_id == rec.comm_id and 0 < op.seq < rec.seq]
+        for key in stale:
+            del in_flight[key]
+
+    def _end(self, state: _Rank, producer: int, rec, started) -> None:
         end = rec.t_mono_ns
-        state.newest_ns = max(state.newest_ns, end)
-        if rec.seq and len(state.in_flight) > 0:
-            # Ops of one communicator end in order (docs/records.md): earlier
-            # seqs still listed lost their END to a full ring.
-            stale = [k for k, op in state.in_flight.items()
-                     if k[0] == region and op.comm_id == rec.comm_id and 0 < op.seq < rec.seq]
-            for key in stale:
-                del state.in_flight[key]
-        if producer == fmt.PRODUCER_HOOK and not rec.flags & fmt.FLAG_DEVICE_TIMED:
-            return
         if rec.duration_ns:
             # The recorded duration is the truth (device time for the hook;
             # the tracer's own measure): the span ends at END and lasts that.
             start = end - rec.duration_ns
         elif started is not None:
-            start = started.start_ns
+            start = started.t_mono_ns
         else:
             start = end
         self._keep(state, _span(rec, producer, start, end))
@@ -133,8 +142,11 @@ class TimelineRing:
             if last_ns:
                 horizon = max(horizon, now_ns - last_ns)
             spans = [s for s in state.spans if s.end_ns >= horizon]
-            open_ops = sorted((s._replace(end_ns=max(now_ns, s.start_ns))
-                               for s in state.in_flight.values()), key=lambda s: s.start_ns)
+            producers = {region: p for region, (_, p) in self._regions.items()}
+            open_ops = sorted((_span(rec, producers.get(region, 0), rec.t_mono_ns,
+                                     max(now_ns, rec.t_mono_ns))
+                               for (region, _), rec in state.in_flight.items()),
+                              key=lambda s: s.start_ns)
             out.append(RankSnapshot(dataclasses.replace(state.meta), spans, open_ops,
                                     state.dropped_spans, sum(state.dropped_records.values())))
         return out
