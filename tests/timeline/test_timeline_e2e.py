@@ -13,11 +13,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 from diag.records import format as fmt
 from tests.functional.launch import ROOT, SCRIPTS, Launch
+from tests.timeline import perfetto_ui
+from tests.timeline.test_perfetto import ERRORS, PER_TRACK
 from tests.timeline.trace_check import check
 from tests.waiting import wait_for
 
@@ -48,7 +51,10 @@ def _tracer_records() -> dict[int, list[fmt.Record]]:
     """rank -> every record still in its tracer ring, read-only (the agent's
     read index is left alone; the slots keep what it consumed)."""
     out = {}
-    for path in glob.glob(f"/dev/shm/xpu_diag-{JOB}-n0-*/py-r*-p*.ring"):
+    # Where the launcher made its region directory: /dev/shm, else the temp dir.
+    found = [p for base in ("/dev/shm", tempfile.gettempdir())
+             for p in glob.glob(f"{base}/xpu_diag-{JOB}-n0-*/py-r*-p*.ring")]
+    for path in found:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
             header = fmt.Header.unpack(mm, path)
             write_idx = fmt.U64.unpack_from(mm, fmt.OFF_WRITE_IDX)[0]
@@ -134,3 +140,18 @@ def test_bad_input_is_one_line(args, fix):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and fix in lines[0], proc.stderr
     assert lines[0].startswith("xpu-diag timeline: error: ")
+
+
+@pytest.mark.skipif(perfetto_ui.available() is not None, reason=str(perfetto_ui.available()))
+def test_perfetto_reads_the_hang_timeline_whole(held):
+    _, _, doc, _ = held
+    ours = check(doc)
+    with perfetto_ui.PerfettoUI(json.dumps(doc).encode()) as ui:
+        theirs = {(r["pid"], r["tid"]): r for r in ui.query(PER_TRACK)}
+        errors = ui.query(ERRORS)
+    assert errors == [] and set(theirs) == set(ours)
+    for key, events in ours.items():
+        assert (theirs[key]["n"], theirs[key]["dur"]) == (
+            len(events), sum(round(e["dur"] * 1000) for e in events)), key
+    assert sorted(r["process"] for r in theirs.values() if r["tid"] == 1) == [
+        f"rank {r} ({socket.gethostname()}, gpu {r})" for r in range(4)]
