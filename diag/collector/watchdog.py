@@ -52,6 +52,8 @@ class Watchdog:
             self._thread.join(timeout=10)
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", None, True)
+        if self.timelines is not None:
+            self._no_throw(self.timelines.close, "writing open timelines")
 
     def _loop(self) -> None:
         while not self._stop.wait(self._config.eval_interval_s):

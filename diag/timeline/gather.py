@@ -126,16 +126,28 @@ class TimelineGatherer:
         for pending in late:
             self._finish(pending)
 
+    def close(self) -> None:
+        """On the way out: write every open event's timeline now, with what
+        has arrived, rather than lose it with the process."""
+        with self._lock:
+            open_events = [p for p in self._pending.values() if not p.finished and p.event_path]
+        for pending in open_events:
+            self._finish(pending, in_thread=False)
+
     # -- results ------------------------------------------------------------
-    def _finish(self, pending: Pending) -> None:
+    def _finish(self, pending: Pending, in_thread: bool = True) -> None:
         with self._lock:
             if pending.finished:
                 return
             pending.finished = True
         pending.done.set()
-        if pending.event_path is not None:
+        if pending.event_path is None:
+            return
+        if in_thread:
             threading.Thread(target=self._write_event, args=(pending,), daemon=True,
                              name="collector-timeline").start()
+        else:
+            self._write_event(pending)
 
     def _document(self, pending: Pending) -> dict:
         with self._lock:

@@ -132,3 +132,15 @@ def test_uploads_need_the_job_token(start_collector):
             with pytest.raises(grpc.RpcError) as refused:
                 call(msg, metadata=((TOKEN_METADATA_KEY, "wrong"),), timeout=10)
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_collector_stopping_before_the_answers_writes_what_it_has(start_collector, agents, tmp_path):
+    server, address = start_collector()
+    agent = agents(address)
+    stop = agent.report_every(0.2, stalled)
+    event_id = agent.next_command("dump_stacks").dump_stacks.event_id
+    stop.set()
+    server.stop(grace=0).wait(5)   # no agent answered; the 10 s deadline is far off
+    doc = json.loads((tmp_path / "timeline" / "job1" / event_id / "timeline.json").read_text())
+    check(doc)
+    assert doc["otherData"]["nodes_missing"] == [0] and "no agent answered" in doc["otherData"]["error"]
