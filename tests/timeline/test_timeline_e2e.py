@@ -155,3 +155,12 @@ def test_perfetto_reads_the_hang_timeline_whole(held):
             len(events), sum(round(e["dur"] * 1000) for e in events)), key
     assert sorted(r["process"] for r in theirs.values() if r["tid"] == 1) == [
         f"rank {r} ({socket.gethostname()}, gpu {r})" for r in range(4)]
+
+
+def test_stack_viewer_does_not_take_timeline_json_for_a_stack_dump(held):
+    from viewer.discover import scan
+    _, timeline, _, _ = held
+    [event_dir] = {os.path.dirname(p) for p in glob.glob(str(timeline / JOB / "*" / "timeline.json"))}
+    event = scan(timeline / JOB / os.path.basename(event_dir))
+    assert "timeline.json" not in {f.path.name for f in event.files}
+    assert event.notes == [] or not any("rank numbers" in n for n in event.notes)
