@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-ENV_WINDOW = "XPU_TIMER_TIMELINE_WINDOW"
-DEFAULT_WINDOW_S = 30.0
+DEFAULT_WINDOW_S = 30.0   # the option: diag.common.options.TIMELINE_WINDOW
 # Per rank, completed spans kept at most (oldest dropped first, counted):
 # ~20 k spans is ~1 min of a GPT-2 step's device-timed GEMMs and NCCL calls
 # at 1 in 8 sampling; about 150 bytes each (tests/timeline/test_ring.py).

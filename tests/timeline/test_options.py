@@ -12,10 +12,10 @@ from diag.records.writer import RecordWriter
 
 
 def test_window_from_flag_env_or_default_reaches_the_agent():
-    assert parse_args(["t.py"], {}).timeline_window == 30.0
-    assert parse_args(["--timeline-window", "10s", "t.py"], {}).timeline_window == 10.0
+    assert parse_args(["t.py"], {}).timeline_window_s == 30.0
+    assert parse_args(["--timeline-window", "10s", "t.py"], {}).timeline_window_s == 10.0
     cfg = parse_args(["t.py"], {"XPU_TIMER_TIMELINE_WINDOW": "2m"})
-    assert cfg.timeline_window == 120.0
+    assert cfg.timeline_window_s == 120.0
     agent_cfg = runner.agent_config(cfg, "127.0.0.1:1", "tok", "/tmp", {})
     assert agent_cfg.timeline_window_s == 120.0
 
