@@ -11,15 +11,14 @@ that cannot be reached or refuses: one line, exit 1.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import sys
 from typing import Sequence
 
+from diag.common import options
 from diag.common.atomic import write_atomic
-from diag.common.units import UnitError, parse_duration
 from diag.timeline.api import DEFAULT_WAIT_S, TimelineError
 
 PROG = "xpu-diag timeline"
@@ -34,15 +33,17 @@ class Options:
     job: str | None = None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise TimelineError(message)
-
-
 def parse_args(argv: Sequence[str]) -> Options:
     """Pure: raises TimelineError (one line) on bad input."""
-    p = _Parser(prog=PROG, description="write the last N seconds of every rank of a running job "
-                                       "as a Trace Event Format file (Perfetto, chrome://tracing)")
+    try:
+        return _parse(argv)
+    except options.ConfigError as exc:
+        raise TimelineError(str(exc)) from None
+
+
+def _parse(argv: Sequence[str]) -> Options:
+    p = options.parser(PROG, "write the last N seconds of every rank of a running job as a "
+                             "Trace Event Format file (Perfetto, chrome://tracing)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--job", metavar="DIR", help="<timeline-path>/<job>: reads its collector.json")
     where.add_argument("--collector", metavar="HOST:PORT", help="the job's collector (with "
@@ -54,11 +55,8 @@ def parse_args(argv: Sequence[str]) -> Options:
     p.add_argument("--wait", default=f"{DEFAULT_WAIT_S:g}s", metavar="D",
                    help="how long the collector waits for the agents (10s)")
     ns = p.parse_args(list(argv))
-    try:
-        last_s = parse_duration(ns.last, "--last")
-        wait_s = parse_duration(ns.wait, "--wait")
-    except UnitError as exc:
-        raise TimelineError(str(exc)) from None
+    last_s = options.duration(ns.last, "--last")
+    wait_s = options.duration(ns.wait, "--wait")
     if wait_s > 600:
         raise TimelineError(f"--wait: {ns.wait!r} is over 10m; use e.g. 10s")
     if not ns.job and not ns.collector:
