@@ -30,6 +30,10 @@ class AgentConfig:
     backoff_max: float = 10.0
     dump_tools: tuple = dataclasses.field(default_factory=lambda: dumps.default_tools())  # XPU_TIMER_DUMP_TOOLS
     tool_env: dict | None = None  # env for py-spy/gdb: the launcher's, without LD_PRELOAD etc.
+    perf_window_s: float = 60.0   # docs/metrics.md
+    perf_step: str = "optimizer.step"
+    metrics_port: int | None = None
+    metrics_addr: str = "0.0.0.0"
 
     def __post_init__(self):
         if not self.report_interval > 0:
