@@ -99,6 +99,18 @@ def yes_no(value: str, name: str) -> bool:
     return word in TRUE
 
 
+def fraction(value: str, name: str) -> float:
+    """``10%`` or ``0.1``: a share strictly between 0 and 1."""
+    raw = str(value).strip()
+    try:
+        number = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        number = -1.0
+    if not 0.0 < number < 1.0:
+        raise ConfigError(f"{name}: {value!r} is not a share between 0 and 1; use e.g. 10% or 0.1")
+    return number
+
+
 def seconds_text(value: float) -> str:
     """A duration as text that ``duration`` reads back exactly (repr is exact)."""
     return f"{value!r}s"
@@ -257,6 +269,13 @@ METRICS_PORT = Option(
 METRICS_ADDR = Option(
     "--metrics-addr", envnames.METRICS_ADDR, "0.0.0.0", nonempty("0.0.0.0 or 127.0.0.1"),
     metavar="HOST", help="the address the metrics port binds")
+# The slow-rank verdicts (docs/slow.md); the collector's, over --perf-window.
+SLOW_THRESHOLD = Option(
+    "--slow-threshold", envnames.SLOW_THRESHOLD, "10%", fraction, metavar="F",
+    help="a rank this far under its peers' median GEMM TFLOP/s for a window is a slow GPU")
+SLOW_ACTION = Option(
+    "--slow-action", envnames.SLOW_ACTION, "report", choice("report", "dump"),
+    metavar="{report,dump}", help="on SLOW, also dump the stacks of the slow rank and of one healthy rank")
 
 # The collector's own (python -m diag.collector; the launcher sets them).
 LISTEN = Option("--listen", None, "127.0.0.1:0", host_port("127.0.0.1:0 or 0.0.0.0:50051", True),
@@ -285,12 +304,13 @@ STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_i
 LAUNCHER: tuple[Option, ...] = (
     HANG_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
     FAULT_LIST_MAX_AGE, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, PERF_WINDOW,
-    PERF_STEP, METRICS_PORT, METRICS_ADDR)
+    PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION)
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
-    DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL)
+    DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL, PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher forwards from its Config to the collector it starts.
-TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, HANG_ACTION)
+TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, HANG_ACTION, PERF_WINDOW,
+                                    SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher hands to the agent's AgentConfig (same field names).
 AGENT: tuple[Option, ...] = (REPORT_INTERVAL, PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR)
 # What the launcher exports to the workers (the hook reads these).

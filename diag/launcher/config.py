@@ -47,6 +47,8 @@ class Config:
     perf_step: str = "optimizer.step"
     metrics_port: int | None = None
     metrics_addr: str = "0.0.0.0"
+    slow_threshold: float = 0.10
+    slow_action: str = "report"
 
     @property
     def starts_collector(self) -> bool:
