@@ -124,6 +124,6 @@ def _rank_doc(w: RankWindow) -> dict:
         "launches_per_s": round(w.launches_per_s, 1),
         "comms": [{"comm_id": c.comm_id, "group": c.comm_name, "op": c.op, "count": c.count,
                    "wait_s": round(c.wait_s, 4), "wait_share": round(c.wait_s / w.span_s, 4) if w.span_s else None,
-                   "p50_s": c.p50_s, "busbw_bps": c.busbw_bps, "bytes_per_op": c.bytes_per_op}
+                   "typical_s": c.typical_s, "busbw_bps": c.busbw_bps, "bytes_per_op": c.bytes_per_op}
                   for c in w.comms],
     }

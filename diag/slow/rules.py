@@ -7,11 +7,13 @@ Each rule compares a rank with its own peers, never with a fixed number:
   size class of the rank's GEMMs (log2 of FLOPs per call), so pipeline stages
   and embedding shards that do other GEMMs are not compared with each other.
 * **straggler**: the rank the others wait for. It enters collectives last, so
-  its typical time inside one (the p50, times the count, over the span) is the
-  shortest of its communicator while its peers' is longer by ``wait_gap`` of
-  wall time, on every communicator it is a member of. The median keeps one
+  its typical time inside them (the mean of its timed calls without the
+  window's longest one, times the count, over the span) is the shortest of its
+  communicator while its peers' is longer by ``wait_gap`` of wall time, on
+  every communicator it is a member of. Leaving the longest call out keeps one
   long wait (a checkpoint written by rank 0 while the others sit in a
-  barrier) from counting as a straggler.
+  barrier) from counting; a mean rather than a median keeps the wait that DDP
+  pays once a step, in its first bucket of several, from being voted out.
 * **slow link**: among communicators that do the same op with as many members
   and alike payloads, one whose bus bandwidth is ``link`` under the median of
   the others, while its ranks' GEMMs are healthy.
@@ -74,7 +76,7 @@ def _num(value: float) -> str:
 
 
 def _typical_wait_share(w: RankWindow, c: CommWindow) -> float:
-    return c.p50_s * c.count / w.span_s if w.span_s > 0 else 0.0
+    return c.typical_s * c.count / w.span_s if w.span_s > 0 else 0.0
 
 
 def find_stragglers(windows: dict[int, RankWindow], th: Thresholds) -> list[SlowFinding]:

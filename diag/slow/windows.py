@@ -43,10 +43,17 @@ def from_perf(rank: int, node_rank: int, local_rank: int, hostname: str, perf, n
 def _comm(comm_id: int, ops, names) -> CommWindow:
     count = sum(op.count for op in ops)
     wait_ns = sum(op.timed_ns / op.timed_count * op.count for op in ops if op.timed_count)
-    typical_ns = sum(op.p50_ns * op.count for op in ops)
+    typical_ns = sum(_typical_ns(op) * op.count for op in ops)
     busiest = max(ops, key=lambda op: (op.timed_ns / op.timed_count * op.count) if op.timed_count else 0)
     fig = derive.op_figures(busiest, 1.0)
     return CommWindow(
         comm_id=comm_id, comm_name=names(comm_id), op=busiest.name, count=count, wait_s=wait_ns / 1e9,
-        p50_s=typical_ns / count / 1e9 if count else 0.0, busbw_bps=fig.busbw or None,
+        typical_s=typical_ns / count / 1e9 if count else 0.0, busbw_bps=fig.busbw or None,
         bytes_per_op=busiest.bytes / busiest.count if busiest.count else 0.0)
+
+
+def _typical_ns(op) -> float:
+    """Mean of the timed calls without the longest (a checkpoint's one wait)."""
+    if op.timed_count > 1:
+        return (op.timed_ns - op.max_ns) / (op.timed_count - 1)
+    return op.timed_ns / op.timed_count if op.timed_count else 0.0
