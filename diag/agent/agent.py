@@ -22,12 +22,15 @@ from diag.agent.state import NodeState
 from diag.pb import collector_pb2 as pb
 from diag.timeline import wire
 from diag.timeline.ring import TimelineRing
+from diag.perf.window import PerfWindow
 
 
 class Agent:
     def __init__(self, config: AgentConfig, clock=time.monotonic_ns):
         self.config = config
-        self.state = NodeState(clock)
+        self.state = NodeState(clock, perf=PerfWindow(config.perf_window_s, config.perf_step))
+        self.exporter = None          # the Prometheus endpoint, with --metrics-port
+        self._published = 0.0
         self.lock = threading.Lock()          # guards state
         self.timeline = TimelineRing(int(config.timeline_window_s * 1e9), config.timeline_max_spans)
         self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log,
@@ -43,6 +46,7 @@ class Agent:
     # -- lifecycle --------------------------------------------------------
     def start(self) -> None:
         self.sample_once()   # so the first report already lists the ranks
+        self._start_metrics()
         loops = [("sampler", self._sample_loop), ("commands", self._command_loop)]
         if self.connection is not None:
             loops.append(("connection", self.connection.run))
@@ -65,6 +69,32 @@ class Agent:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.sampler.close()
+        if self.exporter is not None:
+            self.exporter.stop()
+
+    def _start_metrics(self) -> None:
+        """Serve /metrics if asked; a port that cannot be had is one warning."""
+        if self.config.metrics_port is None:
+            return
+        try:
+            from diag.perf.metrics import Exporter
+            exporter = Exporter(self.config.job_id, self.config.hostname)
+            why = exporter.start(self.config.metrics_addr, self.config.metrics_port)
+        except Exception as exc:   # e.g. prometheus_client missing: never hurt the job
+            why = f"metrics endpoint not served: {exc!r}; training goes on"
+        if why:
+            self.log(why, every=0)
+            return
+        self.exporter = exporter
+        self.publish_metrics()
+
+    def publish_metrics(self) -> None:
+        """Hand the exporter a fresh snapshot (scrapes read it without our lock)."""
+        with self.lock:
+            ranks = [(r, s.local_rank, self.state.perf.message(r))
+                     for r, s in sorted(self.state.ranks.items())]
+        self.exporter.publish([item for item in ranks if item[2] is not None])
+        self._published = time.monotonic()
 
     @property
     def stopping(self) -> threading.Event:
@@ -94,6 +124,11 @@ class Agent:
         wait = self.config.sample_interval
         while not self._stop.wait(wait):
             busy = self.sample_once() > 0.25
+            if self.exporter is not None and time.monotonic() - self._published >= 1.0:
+                try:
+                    self.publish_metrics()
+                except Exception as exc:
+                    self.log(f"publishing metrics failed: {exc!r}")
             wait = min(0.005, self.config.sample_interval) if busy else self.config.sample_interval
 
     def build_report(self) -> pb.NodeReport:

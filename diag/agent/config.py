@@ -32,6 +32,10 @@ class AgentConfig:
     tool_env: dict | None = None  # env for py-spy/gdb: the launcher's, without LD_PRELOAD etc.
     timeline_window_s: float = DEFAULT_WINDOW_S     # options.TIMELINE_WINDOW
     timeline_max_spans: int = DEFAULT_MAX_SPANS     # per rank
+    perf_window_s: float = 60.0   # docs/metrics.md
+    perf_step: str = "optimizer.step"
+    metrics_port: int | None = None
+    metrics_addr: str = "0.0.0.0"
 
     def __post_init__(self):
         if not self.report_interval > 0:

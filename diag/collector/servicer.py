@@ -121,6 +121,21 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         """One line per agent for small jobs; a 2,000-node job would drown its log."""
         return logging.INFO if len(self._registry) <= QUIET_ABOVE_AGENTS else logging.DEBUG
 
+    def GetPerfView(self, request, context):
+        """Every rank's latest window, as its agent last sent it: the state
+        already holds the reports, so ingest pays nothing for this view."""
+        snap = self._state.snapshot(time.monotonic())
+        view = pb.PerfView(job_id=self._config.job_id)
+        for rank in sorted(snap.ranks):
+            entry = snap.ranks[rank]
+            if not entry.progress.HasField("perf"):
+                continue
+            agent = snap.agents.get(entry.node_rank)
+            view.ranks.add(rank=rank, local_rank=entry.progress.local_rank,
+                           node_rank=entry.node_rank, hostname=agent.hostname if agent else "",
+                           age_s=max(0.0, snap.now - entry.received), perf=entry.progress.perf)
+        return view
+
     def UploadStacks(self, request, context):
         try:
             name = self._events.accept_upload(request, time.monotonic())

@@ -16,6 +16,7 @@ from diag.collector import rules, verdict
 from diag.collector.config import Config
 from diag.collector.events import EventStore, HangEvent
 from diag.collector.servicer import SessionRegistry
+from diag.collector.slowness import SlowWatch
 from diag.collector.state import JobState, Snapshot
 from diag.pb import collector_pb2 as pb
 
@@ -40,6 +41,7 @@ class Watchdog:
         self._stats_at: float | None = None
         self._stats_reports = 0
         self._drops_said = 0  # job-wide dropped-record total at the last DROPPED line
+        self.slow = SlowWatch(config, events, registry, self._say)
 
     def start(self) -> None:
         if self._thread is None:
@@ -78,6 +80,8 @@ class Watchdog:
             log.info("progress resumed: hang detection re-armed")
         if fire:
             self._declare(findings, snap, time.time() if now_unix is None else now_unix)
+        self._no_throw(self.slow.tick, "judging slow ranks", snap, time.time() if now_unix is None else now_unix,
+                       findings.is_hang or not self.detector.armed)
         self._log_stats(snap, now)
         self._report_drops(snap)
         if self.timelines is not None:

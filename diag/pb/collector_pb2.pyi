@@ -84,7 +84,7 @@ class CommProgress(_message.Message):
     def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ...) -> None: ...
 
 class RankProgress(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class RankProgress(_message.Message):
     DROPPED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     IDLE_NS_FIELD_NUMBER: _ClassVar[int]
     LAST_OP_FIELD_NUMBER: _ClassVar[int]
+    PERF_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     world_size: int
@@ -107,7 +108,114 @@ class RankProgress(_message.Message):
     dropped_records: int
     idle_ns: int
     last_op: str
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: _Optional[bool] = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ...) -> None: ...
+    perf: PerfRank
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: _Optional[bool] = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
+
+class PerfOp(_message.Message):
+    __slots__ = ("name", "kind", "producer", "comm_id", "comm_size", "count", "timed_count", "timed_ns", "bytes", "timed_bytes", "flops", "timed_flops", "p50_ns", "p99_ns", "max_ns")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_NS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIMED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    TIMED_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    P50_NS_FIELD_NUMBER: _ClassVar[int]
+    P99_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    producer: Producer
+    comm_id: int
+    comm_size: int
+    count: int
+    timed_count: int
+    timed_ns: int
+    bytes: int
+    timed_bytes: int
+    flops: int
+    timed_flops: int
+    p50_ns: int
+    p99_ns: int
+    max_ns: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., comm_size: _Optional[int] = ..., count: _Optional[int] = ..., timed_count: _Optional[int] = ..., timed_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., timed_bytes: _Optional[int] = ..., flops: _Optional[int] = ..., timed_flops: _Optional[int] = ..., p50_ns: _Optional[int] = ..., p99_ns: _Optional[int] = ..., max_ns: _Optional[int] = ...) -> None: ...
+
+class PerfTotal(_message.Message):
+    __slots__ = ("name", "kind", "comm_id", "count", "timed_count", "timed_ns", "bytes", "flops")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_NS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    comm_id: int
+    count: int
+    timed_count: int
+    timed_ns: int
+    bytes: int
+    flops: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., comm_id: _Optional[int] = ..., count: _Optional[int] = ..., timed_count: _Optional[int] = ..., timed_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
+
+class PerfRank(_message.Message):
+    __slots__ = ("window_s", "ops", "launches", "steps", "step_ns", "last_step_ns", "step_name", "totals", "launches_total", "steps_total")
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    STEP_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_NS_FIELD_NUMBER: _ClassVar[int]
+    STEP_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    window_s: float
+    ops: _containers.RepeatedCompositeFieldContainer[PerfOp]
+    launches: int
+    steps: int
+    step_ns: int
+    last_step_ns: int
+    step_name: str
+    totals: _containers.RepeatedCompositeFieldContainer[PerfTotal]
+    launches_total: int
+    steps_total: int
+    def __init__(self, window_s: _Optional[float] = ..., ops: _Optional[_Iterable[_Union[PerfOp, _Mapping]]] = ..., launches: _Optional[int] = ..., steps: _Optional[int] = ..., step_ns: _Optional[int] = ..., last_step_ns: _Optional[int] = ..., step_name: _Optional[str] = ..., totals: _Optional[_Iterable[_Union[PerfTotal, _Mapping]]] = ..., launches_total: _Optional[int] = ..., steps_total: _Optional[int] = ...) -> None: ...
+
+class PerfViewRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PerfRankView(_message.Message):
+    __slots__ = ("rank", "local_rank", "node_rank", "hostname", "age_s", "perf")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    PERF_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    local_rank: int
+    node_rank: int
+    hostname: str
+    age_s: float
+    perf: PerfRank
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., age_s: _Optional[float] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
+
+class PerfView(_message.Message):
+    __slots__ = ("job_id", "ranks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ranks: _containers.RepeatedCompositeFieldContainer[PerfRankView]
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[PerfRankView, _Mapping]]] = ...) -> None: ...
 
 class NodeReport(_message.Message):
     __slots__ = ("job_id", "node_rank", "hostname", "agent_pid", "report_seq", "ranks", "local_world_size")

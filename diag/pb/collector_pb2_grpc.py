@@ -54,6 +54,11 @@ class CollectorStub:
                 request_serializer=diag_dot_pb_dot_collector__pb2.TimelineRequest.SerializeToString,
                 response_deserializer=diag_dot_pb_dot_collector__pb2.TimelineReply.FromString,
                 _registered_method=True)
+        self.GetPerfView = channel.unary_unary(
+                '/diag.pb.Collector/GetPerfView',
+                request_serializer=diag_dot_pb_dot_collector__pb2.PerfViewRequest.SerializeToString,
+                response_deserializer=diag_dot_pb_dot_collector__pb2.PerfView.FromString,
+                _registered_method=True)
 
 
 class CollectorServicer:
@@ -86,6 +91,13 @@ class CollectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPerfView(self, request, context):
+        """The latest performance window of every rank (xpu-diag top).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CollectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +120,11 @@ def add_CollectorServicer_to_server(servicer, server):
                     servicer.GetTimeline,
                     request_deserializer=diag_dot_pb_dot_collector__pb2.TimelineRequest.FromString,
                     response_serializer=diag_dot_pb_dot_collector__pb2.TimelineReply.SerializeToString,
+            ),
+            'GetPerfView': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPerfView,
+                    request_deserializer=diag_dot_pb_dot_collector__pb2.PerfViewRequest.FromString,
+                    response_serializer=diag_dot_pb_dot_collector__pb2.PerfView.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -218,6 +235,33 @@ class Collector:
             '/diag.pb.Collector/GetTimeline',
             diag_dot_pb_dot_collector__pb2.TimelineRequest.SerializeToString,
             diag_dot_pb_dot_collector__pb2.TimelineReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPerfView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/diag.pb.Collector/GetPerfView',
+            diag_dot_pb_dot_collector__pb2.PerfViewRequest.SerializeToString,
+            diag_dot_pb_dot_collector__pb2.PerfView.FromString,
             options,
             channel_credentials,
             insecure,
