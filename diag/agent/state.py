@@ -67,7 +67,7 @@ class NodeState:
             header.rank, header.local_rank, header.world_size, header.pid,
             header.start_mono_ns, header.start_mono_ns)
         if self.perf is not None:   # a restarted worker's window starts afresh
-            self.perf.start(header.rank, header.start_mono_ns)
+            self.perf.start(header.rank)
 
     def remove_region(self, region: str) -> None:
         self._region_rank.pop(region, None)

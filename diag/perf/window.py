@@ -2,7 +2,7 @@
 
 Memory per rank is bounded whatever the job length: ``slots`` time slots of
 the window, each with at most ``max_ops`` op keys, each with a histogram of at
-most ~170 log buckets (a quarter octave each, so a percentile is within ~9%).
+most ~170 log buckets (a quarter octave each, so a percentile is within 12.5%).
 No threads, no I/O; the agent calls it under its state lock.
 """
 
@@ -62,8 +62,10 @@ class _Slot:
 
 
 class _Rank:
-    def __init__(self, now: int):
-        self.first_ns = now
+    def __init__(self):
+        # The window starts at the rank's first recorded op, not at its
+        # interpreter's start: imports and rendezvous would dilute the rates.
+        self.first_ns = None
         self.slots: collections.deque = collections.deque()
         self.totals: dict = {}   # key -> [count, timed, timed_ns, bytes, flops]
         self.launches_total = 0
@@ -82,9 +84,9 @@ class PerfWindow:
         self.max_ops = max_ops
         self.ranks: dict[int, _Rank] = {}
 
-    def start(self, rank: int, start_ns: int) -> None:
-        """A new worker for ``rank`` (started at ``start_ns``): a fresh window."""
-        self.ranks[rank] = _Rank(min(start_ns, self.clock()))
+    def start(self, rank: int) -> None:
+        """A new worker for ``rank``: a fresh window."""
+        self.ranks[rank] = _Rank()
 
     def _slot(self, state: _Rank, now: int) -> _Slot:
         index = now // self.slot_ns
@@ -100,7 +102,10 @@ class PerfWindow:
         now = self.clock()
         state = self.ranks.get(rank)
         if state is None:
-            state = self.ranks[rank] = _Rank(now)
+            state = self.ranks[rank] = _Rank()
+        if state.first_ns is None:
+            first = records[0]
+            state.first_ns = min(now, first.t_mono_ns - first.duration_ns) if first.t_mono_ns else now
         slot = self._slot(state, now)
         for rec in records:
             if rec.event == fmt.EVENT_END and rec.kind in TIMED_KINDS:
@@ -161,13 +166,16 @@ class PerfWindow:
     def message(self, rank: int) -> pb.PerfRank | None:
         """The rank's window as it stands now (None if never seen)."""
         state = self.ranks.get(rank)
-        if state is None:
+        if state is None or state.first_ns is None:
             return None
         now = self.clock()
         self._slot(state, now)   # drops the slots that left the window
         ops: dict = {}
         hists: dict = {}
-        msg = pb.PerfRank(window_s=min(self.window_ns, max(0, now - state.first_ns)) / 1e9,
+        # The span the kept slots cover (between window - slot and window), so
+        # rates divide by the time their counts came from.
+        since = max(state.first_ns, state.slots[0].index * self.slot_ns)
+        msg = pb.PerfRank(window_s=max(0, now - since) / 1e9,
                           step_name=self.step_name, last_step_ns=state.last_step_ns,
                           launches_total=state.launches_total, steps_total=state.steps_total)
         for slot in state.slots:
