@@ -82,6 +82,27 @@ def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, s
         return proc, f.read().strip(), seen
 
 
+def perf_window() -> pb.PerfRank:
+    """A rank's performance window as an agent of a GPT-2 job sends it (docs/metrics.md):
+    5 ops with percentiles plus their totals, every report."""
+    perf = pb.PerfRank(window_s=60.0, launches=1_200_000, steps=600, step_ns=60_000_000_000,
+                       last_step_ns=100_000_000, step_name="optimizer.step",
+                       launches_total=9_000_000, steps_total=4500)
+    for name, kind in (("cublasGemmEx", pb.OP_KIND_GEMM), ("cublasLtMatmul", pb.OP_KIND_GEMM),
+                       ("ncclAllReduce", pb.OP_KIND_COLLECTIVE), ("ncclAllGather", pb.OP_KIND_COLLECTIVE),
+                       ("optimizer.step", pb.OP_KIND_HOST_FUNC)):
+        perf.ops.add(name=name, kind=kind, producer=pb.PRODUCER_HOOK, comm_id=0x1234567890abcdef,
+                     comm_size=16, count=150_000, timed_count=18_750, timed_ns=9_000_000_000,
+                     bytes=1 << 40, timed_bytes=1 << 37, flops=1 << 50, timed_flops=1 << 47,
+                     p50_ns=450_000, p99_ns=2_100_000, max_ns=9_000_000)
+        perf.totals.add(name=name, kind=kind, comm_id=0x1234567890abcdef, count=1_125_000,
+                        timed_count=140_000, timed_ns=70_000_000_000, bytes=1 << 43, flops=1 << 53)
+    return perf
+
+
+PERF = perf_window()
+
+
 def make_report(node: int, world: int, stall_since: float | None, now: float) -> pb.NodeReport:
     ranks = []
     for local in range(RANKS_PER_AGENT):
@@ -90,6 +111,7 @@ def make_report(node: int, world: int, stall_since: float | None, now: float) ->
                             last_op="all_reduce")
         r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world)
         r.stats.add(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, count=10, total_ns=5_000_000, max_ns=900_000)
+        r.perf.CopyFrom(PERF)
         if stall_since is not None and local != 3:  # local rank 3 is the culprit: not in the collective
             r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,
                                                       seq=101, age_ns=int((now - stall_since) * 1e9)))
