@@ -78,44 +78,67 @@ def _outliers(figs: list[RankFigures], field: str) -> tuple[float, set[int]]:
     return median, far
 
 
-def render(view, sort: str, now_text: str = ""):
-    from rich.table import Table
-    from rich.text import Text
+HEADS = ("rank", "node", "gpu", "TFLOP/s", "GEMM/s", "AR busbw GB/s", "wait %", "step ms",
+         "launch/s", "slowest p99", "age s")
+LEFT = ("node", "slowest p99")
+
+
+def table_rows(view, sort: str) -> list[list[tuple[str, str]]]:
+    """Sorted rows of (text, style) cells; style "" or a rich style name."""
     items = rows(view)
     field, reverse = SORTS[sort]
     items.sort(key=lambda item: getattr(item[1], field), reverse=reverse)
     figs = [f for _, f in items]
-    marks = {name: _outliers(figs, name)[1] for name in
-             ("gemm_tflops", "allreduce_busbw", "wait_share", "step_s")}
-    title = (f"xpu-diag top · job {view.job_id} · {len(items)} ranks · sort: {sort} "
-             f"(keys t b w s r, q quits) {now_text}\nTFLOP/s: GEMMs; AR busbw: all-reduce; "
-             f"wait: share of wall time in collectives; red/yellow: >20% from the median")
-    table = Table(title=title, title_justify="left", expand=False)
-    for head in ("rank", "node", "gpu", "TFLOP/s", "GEMM/s", "AR busbw GB/s", "wait %",
-                 "step ms", "launch/s", "slowest p99", "age s"):
-        table.add_column(head, justify="left" if head in ("node", "slowest p99") else "right",
-                         no_wrap=True)
+    medians = {name: _outliers(figs, name) for name in
+               ("gemm_tflops", "allreduce_busbw", "wait_share", "step_s")}
+    out = []
     for view_rank, f in items:
         def cell(text, name, low_is_bad=True):
-            style = ""
-            if f.rank in marks[name]:
-                median = _outliers(figs, name)[0]
-                bad = (getattr(f, name) < median) == low_is_bad
-                style = "bold red" if bad else "bold yellow"
-            return Text(text, style=style)
+            median, far = medians[name]
+            if f.rank not in far:
+                return text, ""
+            bad = (getattr(f, name) < median) == low_is_bad
+            return text, "bold red" if bad else "bold yellow"
         slow = max((o for o in f.ops if o.p99_s > 0 and o.kind in derive.COMM_KINDS),
                    key=lambda o: o.p99_s, default=None)
-        table.add_row(
-            str(f.rank), view_rank.hostname or f"node {view_rank.node_rank}",
-            str(view_rank.local_rank), cell(f"{f.gemm_tflops:.1f}", "gemm_tflops"),
-            f"{f.gemm_count / f.window_s:.0f}" if f.window_s else "-",
+        out.append([
+            (str(f.rank), ""), (view_rank.hostname or f"node {view_rank.node_rank}", ""),
+            (str(view_rank.local_rank), ""), cell(f"{f.gemm_tflops:.1f}", "gemm_tflops"),
+            (f"{f.gemm_count / f.window_s:.0f}" if f.window_s else "-", ""),
             cell(f"{f.allreduce_busbw / 1e9:.2f}", "allreduce_busbw"),
             cell(f"{100 * f.wait_share:.1f}", "wait_share", low_is_bad=False),
             cell(f"{1e3 * f.step_s:.1f}" if f.steps else "-", "step_s", low_is_bad=False),
-            f"{f.launches_per_s:.0f}",
-            f"{slow.name} {1e3 * slow.p99_s:.2f} ms" if slow else "-",
-            f"{view_rank.age_s:.1f}")
+            (f"{f.launches_per_s:.0f}", ""),
+            (f"{slow.name} {1e3 * slow.p99_s:.2f} ms" if slow else "-", ""),
+            (f"{view_rank.age_s:.1f}", "")])
+    return out
+
+
+def title(view, sort: str, now_text: str = "") -> str:
+    return (f"xpu-diag top · job {view.job_id} · {len(view.ranks)} ranks · sort: {sort} "
+            f"(keys t b w s r, q quits) {now_text}\nTFLOP/s: GEMMs; AR busbw: all-reduce; "
+            f"wait: share of wall time in collectives; red/yellow: >20% from the median")
+
+
+def render(view, sort: str, now_text: str = ""):
+    from rich.table import Table
+    from rich.text import Text
+    table = Table(title=title(view, sort, now_text), title_justify="left", expand=False)
+    for head in HEADS:
+        table.add_column(head, justify="left" if head in LEFT else "right", no_wrap=True)
+    for row in table_rows(view, sort):
+        table.add_row(*(Text(text, style=style) for text, style in row))
     return table
+
+
+def plain(view, sort: str) -> str:
+    """The same table as text, where rich is not installed (outliers marked *)."""
+    cells = [list(HEADS)] + [[t + ("*" if s else "") for t, s in row]
+                             for row in table_rows(view, sort)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(HEADS))]
+    lines = ["  ".join(c.ljust(w) if HEADS[i] in LEFT else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    return title(view, sort) + "\n" + "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager
@@ -144,8 +167,13 @@ def main(argv=None) -> int:
         ns = parse_args(sys.argv[1:] if argv is None else argv)
         source = Source(ns.collector, ns.job)
         if ns.once:
-            from rich.console import Console
-            Console().print(render(source.fetch(), ns.sort))
+            view = source.fetch()
+            try:
+                from rich.console import Console
+            except ImportError:
+                sys.stdout.write(plain(view, ns.sort))
+                return 0
+            Console().print(render(view, ns.sort))
             return 0
         return _live(source, ns)
     except (ConfigError, PerfError) as exc:

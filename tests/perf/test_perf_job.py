@@ -151,3 +151,26 @@ def test_top_renders_under_tmux(job):
         print(text)
     finally:
         _tmux("kill-server", check=False)
+
+
+def test_top_once_and_its_plain_text_form(job):
+    from diag.perf import top
+    out = subprocess.run([sys.executable, "-m", "diag.cli", "top", "--job", str(job["dir"]), "--once",
+                          "--sort", "rank"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "COLUMNS": "160"})
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"│\s+0 │.*\n│\s+1 │", out.stdout), out.stdout
+    view = top.Source(None, str(job["dir"])).fetch()
+    assert view.job_id == "perfjob" and [r.rank for r in view.ranks] == [0, 1]
+    text = top.plain(view, "rank").splitlines()
+    assert text[2].split()[0] == "rank" and [ln.split()[0] for ln in text[3:]] == ["0", "1"]
+    # a wrong token is one line, not a traceback
+    bad = subprocess.run([sys.executable, "-m", "diag.cli", "top", "--collector", view_address(job),
+                          "--once"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "XPU_TIMER_JOB_TOKEN": "wrong"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "UNAUTHENTICATED" in bad.stderr
+
+
+def view_address(job) -> str:
+    with open(job["dir"] / "collector.json") as f:
+        return json.load(f)["address"]
