@@ -49,7 +49,8 @@ def summarize(text: str) -> dict:
         elif name == "xpu_diag_step_seconds":
             row["step_ms"] = round(float(value) * 1e3, 2)
         elif name == "xpu_diag_op_duration_seconds" and lab["op"] == "ncclAllReduce":
-            row[f"allreduce_p{lab['quantile'][2:] or '50'}_ms"] = round(float(value) * 1e3, 3)
+            which = {"0.5": "p50", "0.99": "p99"}.get(lab["quantile"], lab["quantile"])
+            row[f"allreduce_{which}_ms"] = round(float(value) * 1e3, 3)
     return out
 
 
