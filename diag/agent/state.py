@@ -154,7 +154,7 @@ class NodeState:
         for rank in sorted(self.ranks):
             out.append(self._rank_progress(self.ranks[rank], now))
             self.ranks[rank].stats = {}
-            window = self.perf.message(rank) if self.perf is not None else None
+            window = self.perf.message(rank, totals=False) if self.perf is not None else None
             if window is not None:
                 out[-1].perf.CopyFrom(window)
         return out

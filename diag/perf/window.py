@@ -163,8 +163,10 @@ class PerfWindow:
             bucket = bucket_of(timed)
             hist[bucket] = hist.get(bucket, 0) + 1
 
-    def message(self, rank: int) -> pb.PerfRank | None:
-        """The rank's window as it stands now (None if never seen)."""
+    def message(self, rank: int, totals: bool = True) -> pb.PerfRank | None:
+        """The rank's window as it stands now (None if never seen). ``totals``:
+        with the cumulative counters, which only the agent's Prometheus
+        endpoint needs (the reports to the collector leave them out)."""
         state = self.ranks.get(rank)
         if state is None or state.first_ns is None:
             return None
@@ -203,7 +205,7 @@ class PerfWindow:
                         flops=acc[FLOPS], timed_flops=acc[TIMED_FLOPS],
                         p50_ns=min(percentile(hist, 0.5), acc[MAX_NS]),
                         p99_ns=min(percentile(hist, 0.99), acc[MAX_NS]), max_ns=acc[MAX_NS])
-        for (name, kind, comm_id, _producer), t in sorted(state.totals.items()):
+        for (name, kind, comm_id, _producer), t in sorted(state.totals.items() if totals else ()):
             msg.totals.add(name=name, kind=kind, comm_id=comm_id, count=t[0], timed_count=t[1],
                            timed_ns=t[2], bytes=t[3], flops=t[4])
         return msg
