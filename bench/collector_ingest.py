@@ -41,6 +41,7 @@ def parse_args(argv):
     p.add_argument("--agents", type=int, default=2000, help="simulated agents (8 ranks each)")
     p.add_argument("--seconds", type=float, default=20.0, help="measured window after all agents connected")
     p.add_argument("--interval", type=float, default=1.0, help="report interval per agent")
+    p.add_argument("--no-perf", action="store_true", help="reports without the performance window (the old load)")
     p.add_argument("--hang-timeout", type=float, default=5.0, help="collector --hang-timeout for the latency probe")
     return p.parse_args(argv)
 
@@ -82,6 +83,25 @@ def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, s
         return proc, f.read().strip(), seen
 
 
+def perf_window() -> pb.PerfRank:
+    """A rank's performance window as an agent of a GPT-2 job sends it (docs/metrics.md):
+    5 ops with percentiles, every report (the cumulative totals stay on the agent)."""
+    perf = pb.PerfRank(window_s=60.0, launches=1_200_000, steps=600, step_ns=60_000_000_000,
+                       last_step_ns=100_000_000, step_name="optimizer.step",
+                       launches_total=9_000_000, steps_total=4500)
+    for name, kind in (("cublasGemmEx", pb.OP_KIND_GEMM), ("cublasLtMatmul", pb.OP_KIND_GEMM),
+                       ("ncclAllReduce", pb.OP_KIND_COLLECTIVE), ("ncclAllGather", pb.OP_KIND_COLLECTIVE),
+                       ("optimizer.step", pb.OP_KIND_HOST_FUNC)):
+        perf.ops.add(name=name, kind=kind, producer=pb.PRODUCER_HOOK, comm_id=0x1234567890abcdef,
+                     comm_size=16, count=150_000, timed_count=18_750, timed_ns=9_000_000_000,
+                     bytes=1 << 40, timed_bytes=1 << 37, flops=1 << 50, timed_flops=1 << 47,
+                     p50_ns=450_000, p99_ns=2_100_000, max_ns=9_000_000)
+    return perf
+
+
+PERF = perf_window()
+
+
 def make_report(node: int, world: int, stall_since: float | None, now: float) -> pb.NodeReport:
     ranks = []
     for local in range(RANKS_PER_AGENT):
@@ -90,6 +110,8 @@ def make_report(node: int, world: int, stall_since: float | None, now: float) ->
                             last_op="all_reduce")
         r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world)
         r.stats.add(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, count=10, total_ns=5_000_000, max_ns=900_000)
+        if PERF is not None:
+            r.perf.CopyFrom(PERF)
         if stall_since is not None and local != 3:  # local rank 3 is the culprit: not in the collective
             r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,
                                                       seq=101, age_ns=int((now - stall_since) * 1e9)))
@@ -179,6 +201,9 @@ def ingested_rate(stats, t0: float, t1: float) -> float | None:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    global PERF
+    if args.no_perf:
+        PERF = None
     token = secrets.token_urlsafe(16)
     with tempfile.TemporaryDirectory(prefix="collector-bench-") as workdir:
         proc, address, seen = start_collector(workdir, token, args)

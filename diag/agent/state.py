@@ -67,7 +67,7 @@ class NodeState:
             header.rank, header.local_rank, header.world_size, header.pid,
             header.start_mono_ns, header.start_mono_ns)
         if self.perf is not None:   # a restarted worker's window starts afresh
-            self.perf.start(header.rank, header.start_mono_ns)
+            self.perf.start(header.rank)
 
     def remove_region(self, region: str) -> None:
         self._region_rank.pop(region, None)
@@ -154,7 +154,7 @@ class NodeState:
         for rank in sorted(self.ranks):
             out.append(self._rank_progress(self.ranks[rank], now))
             self.ranks[rank].stats = {}
-            window = self.perf.message(rank) if self.perf is not None else None
+            window = self.perf.message(rank, totals=False) if self.perf is not None else None
             if window is not None:
                 out[-1].perf.CopyFrom(window)
         return out

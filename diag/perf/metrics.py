@@ -130,7 +130,8 @@ class Exporter:
         try:
             self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         except (OSError, ValueError) as exc:
-            return (f"metrics endpoint {addr}:{port} not served ({getattr(exc, "strerror", None) or exc}); "
+            why = getattr(exc, "strerror", None) or exc
+            return (f"metrics endpoint {addr}:{port} not served ({why}); "
                     f"training goes on; pick another --metrics-port / --metrics-addr")
         self.port = self.server.server_address[1]
         return None

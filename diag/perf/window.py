@@ -2,7 +2,7 @@
 
 Memory per rank is bounded whatever the job length: ``slots`` time slots of
 the window, each with at most ``max_ops`` op keys, each with a histogram of at
-most ~170 log buckets (a quarter octave each, so a percentile is within ~9%).
+most ~170 log buckets (a quarter octave each, so a percentile is within 12.5%).
 No threads, no I/O; the agent calls it under its state lock.
 """
 
@@ -62,8 +62,10 @@ class _Slot:
 
 
 class _Rank:
-    def __init__(self, now: int):
-        self.first_ns = now
+    def __init__(self):
+        # The window starts at the rank's first recorded op, not at its
+        # interpreter's start: imports and rendezvous would dilute the rates.
+        self.first_ns = None
         self.slots: collections.deque = collections.deque()
         self.totals: dict = {}   # key -> [count, timed, timed_ns, bytes, flops]
         self.launches_total = 0
@@ -82,9 +84,9 @@ class PerfWindow:
         self.max_ops = max_ops
         self.ranks: dict[int, _Rank] = {}
 
-    def start(self, rank: int, start_ns: int) -> None:
-        """A new worker for ``rank`` (started at ``start_ns``): a fresh window."""
-        self.ranks[rank] = _Rank(min(start_ns, self.clock()))
+    def start(self, rank: int) -> None:
+        """A new worker for ``rank``: a fresh window."""
+        self.ranks[rank] = _Rank()
 
     def _slot(self, state: _Rank, now: int) -> _Slot:
         index = now // self.slot_ns
@@ -100,7 +102,10 @@ class PerfWindow:
         now = self.clock()
         state = self.ranks.get(rank)
         if state is None:
-            state = self.ranks[rank] = _Rank(now)
+            state = self.ranks[rank] = _Rank()
+        if state.first_ns is None:
+            first = records[0]
+            state.first_ns = min(now, first.t_mono_ns - first.duration_ns) if first.t_mono_ns else now
         slot = self._slot(state, now)
         for rec in records:
             if rec.event == fmt.EVENT_END and rec.kind in TIMED_KINDS:
@@ -158,16 +163,21 @@ class PerfWindow:
             bucket = bucket_of(timed)
             hist[bucket] = hist.get(bucket, 0) + 1
 
-    def message(self, rank: int) -> pb.PerfRank | None:
-        """The rank's window as it stands now (None if never seen)."""
+    def message(self, rank: int, totals: bool = True) -> pb.PerfRank | None:
+        """The rank's window as it stands now (None if never seen). ``totals``:
+        with the cumulative counters, which only the agent's Prometheus
+        endpoint needs (the reports to the collector leave them out)."""
         state = self.ranks.get(rank)
-        if state is None:
+        if state is None or state.first_ns is None:
             return None
         now = self.clock()
         self._slot(state, now)   # drops the slots that left the window
         ops: dict = {}
         hists: dict = {}
-        msg = pb.PerfRank(window_s=min(self.window_ns, max(0, now - state.first_ns)) / 1e9,
+        # The span the kept slots cover (between window - slot and window), so
+        # rates divide by the time their counts came from.
+        since = max(state.first_ns, state.slots[0].index * self.slot_ns)
+        msg = pb.PerfRank(window_s=max(0, now - since) / 1e9,
                           step_name=self.step_name, last_step_ns=state.last_step_ns,
                           launches_total=state.launches_total, steps_total=state.steps_total)
         for slot in state.slots:
@@ -195,7 +205,7 @@ class PerfWindow:
                         flops=acc[FLOPS], timed_flops=acc[TIMED_FLOPS],
                         p50_ns=min(percentile(hist, 0.5), acc[MAX_NS]),
                         p99_ns=min(percentile(hist, 0.99), acc[MAX_NS]), max_ns=acc[MAX_NS])
-        for (name, kind, comm_id, _producer), t in sorted(state.totals.items()):
+        for (name, kind, comm_id, _producer), t in sorted(state.totals.items() if totals else ()):
             msg.totals.add(name=name, kind=kind, comm_id=comm_id, count=t[0], timed_count=t[1],
                            timed_ns=t[2], bytes=t[3], flops=t[4])
         return msg

@@ -130,3 +130,24 @@ def test_full_ring_drops_and_counts_and_training_goes_on(tmp_path):
     assert result_lines(outputs) == result_lines(expected)
     for header, records, dropped in records_by_rank(tmp_path).values():
         assert header.capacity == 4 and len(records) == 4 and dropped > 10
+
+
+def test_optimizer_steps_are_recorded_as_ends_that_are_never_in_flight(tmp_path):
+    """torch.optim's step() is traced by default (the performance view's step
+    time): one END per step with its host duration, and no START, so a step is
+    never the op a hang report names."""
+    from diag.agent.state import NodeState
+    from diag.perf import derive
+    from diag.perf.window import PerfWindow
+    run_ranks("optim_steps.py", tmp_path, world=1)
+    [(header, records, _)] = records_by_rank(tmp_path).values()
+    steps = [r for r in records if r.name == "optimizer.step"]
+    assert [r.event for r in steps] == [fmt.EVENT_END] * 5
+    assert all(r.kind == fmt.KIND_HOST_FUNC and 0 < r.duration_ns < 10**9 for r in steps)
+    state = NodeState(perf=PerfWindow())
+    state.add_region("r", header)
+    state.apply("r", records)
+    [progress] = state.report()
+    assert not progress.HasField("oldest_in_flight")
+    fig = derive.figures(0, progress.perf)
+    assert fig.steps == 4 and fig.step_s >= 0.02   # each step follows a 20 ms sleep

@@ -1,0 +1,202 @@
+"""``xpu-diag top``: one row per rank, refreshed each second (rich).
+
+Reaches the collector with ``--job <timeline-path>/<job>`` (its collector.json)
+or ``--collector HOST:PORT`` with $XPU_TIMER_JOB_TOKEN. Keys while it runs:
+t / b / w / s / r sort by GEMM TFLOP/s, all-reduce busbw, wait share, step
+time, rank; q quits. Cells far from the column's median are highlighted
+(docs/metrics.md says how).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import statistics
+import sys
+import time
+
+from diag.common import options
+from diag.common.options import ConfigError
+from diag.perf import derive
+from diag.perf.api import PerfError, RankFigures
+
+SORTS = {"tflops": ("gemm_tflops", True), "busbw": ("allreduce_busbw", True),
+         "wait": ("wait_share", True), "step": ("step_s", True), "rank": ("rank", False)}
+KEYS = {"t": "tflops", "b": "busbw", "w": "wait", "s": "step", "r": "rank"}
+OUTLIER = 0.2   # a cell more than 20% from its column's median is highlighted
+
+
+def parse_args(argv):
+    p = options.parser("xpu-diag top", "live per-rank performance view of a running job")
+    p.add_argument("--job", metavar="DIR", help="<timeline-path>/<job> (reads collector.json)")
+    p.add_argument("--collector", metavar="HOST:PORT", help="with $XPU_TIMER_JOB_TOKEN set")
+    p.add_argument("--sort", default="rank", choices=sorted(SORTS), help="initial sort (rank)")
+    p.add_argument("--interval", default="1s", help="refresh period (1s)")
+    p.add_argument("--once", action="store_true", help="print one table and exit")
+    ns = p.parse_args(argv)
+    ns.interval = options.duration(ns.interval, "--interval")
+    return ns
+
+
+class Source:
+    """The collector's GetPerfView, over one channel."""
+
+    def __init__(self, collector, job_dir):
+        import grpc
+
+        from diag.collector import access
+        from diag.pb import collector_pb2_grpc as pb_grpc
+        try:
+            self.address, token = access.resolve(collector, job_dir)
+        except access.AccessError as exc:
+            raise PerfError(str(exc)) from None
+        self._grpc = grpc
+        self.channel = grpc.insecure_channel(self.address)
+        self.stub = pb_grpc.CollectorStub(self.channel)
+        self.metadata = access.metadata(token)
+
+    def fetch(self):
+        from diag.pb import collector_pb2 as pb
+        try:
+            return self.stub.GetPerfView(pb.PerfViewRequest(), metadata=self.metadata, timeout=5)
+        except self._grpc.RpcError as exc:
+            raise PerfError(f"collector {self.address}: {exc.code().name}: {exc.details()}") from None
+
+
+def rows(view) -> list[tuple[object, RankFigures]]:
+    return [(r, derive.figures(r.rank, r.perf)) for r in view.ranks]
+
+
+def _outliers(figs: list[RankFigures], field: str) -> tuple[float, set[int]]:
+    values = [getattr(f, field) for f in figs if getattr(f, field) > 0]
+    if len(values) < 2:
+        return 0.0, set()
+    median = statistics.median(values)
+    far = {f.rank for f in figs if getattr(f, field) > 0
+           and abs(getattr(f, field) - median) > OUTLIER * median}
+    return median, far
+
+
+HEADS = ("rank", "node", "gpu", "TFLOP/s", "GEMM/s", "AR busbw GB/s", "wait %", "step ms",
+         "launch/s", "slowest p99", "age s")
+LEFT = ("node", "slowest p99")
+
+
+def table_rows(view, sort: str) -> list[list[tuple[str, str]]]:
+    """Sorted rows of (text, style) cells; style "" or a rich style name."""
+    items = rows(view)
+    field, reverse = SORTS[sort]
+    items.sort(key=lambda item: getattr(item[1], field), reverse=reverse)
+    figs = [f for _, f in items]
+    medians = {name: _outliers(figs, name) for name in
+               ("gemm_tflops", "allreduce_busbw", "wait_share", "step_s")}
+    out = []
+    for view_rank, f in items:
+        def cell(text, name, low_is_bad=True):
+            median, far = medians[name]
+            if f.rank not in far:
+                return text, ""
+            bad = (getattr(f, name) < median) == low_is_bad
+            return text, "bold red" if bad else "bold yellow"
+        slow = max((o for o in f.ops if o.p99_s > 0 and o.kind in derive.COMM_KINDS),
+                   key=lambda o: o.p99_s, default=None)
+        out.append([
+            (str(f.rank), ""), (view_rank.hostname or f"node {view_rank.node_rank}", ""),
+            (str(view_rank.local_rank), ""), cell(f"{f.gemm_tflops:.1f}", "gemm_tflops"),
+            (f"{f.gemm_count / f.window_s:.0f}" if f.window_s else "-", ""),
+            cell(f"{f.allreduce_busbw / 1e9:.2f}", "allreduce_busbw"),
+            cell(f"{100 * f.wait_share:.1f}", "wait_share", low_is_bad=False),
+            cell(f"{1e3 * f.step_s:.1f}" if f.steps else "-", "step_s", low_is_bad=False),
+            (f"{f.launches_per_s:.0f}", ""),
+            (f"{slow.name} {1e3 * slow.p99_s:.2f} ms" if slow else "-", ""),
+            (f"{view_rank.age_s:.1f}", "")])
+    return out
+
+
+def title(view, sort: str, now_text: str = "") -> str:
+    return (f"xpu-diag top · job {view.job_id} · {len(view.ranks)} ranks · sort: {sort} "
+            f"(keys t b w s r, q quits) {now_text}\nTFLOP/s: GEMMs; AR busbw: all-reduce; "
+            f"wait: share of wall time in collectives; red/yellow: >20% from the median")
+
+
+def render(view, sort: str, now_text: str = ""):
+    from rich.table import Table
+    from rich.text import Text
+    table = Table(title=title(view, sort, now_text), title_justify="left", expand=False)
+    for head in HEADS:
+        table.add_column(head, justify="left" if head in LEFT else "right", no_wrap=True)
+    for row in table_rows(view, sort):
+        table.add_row(*(Text(text, style=style) for text, style in row))
+    return table
+
+
+def plain(view, sort: str) -> str:
+    """The same table as text, where rich is not installed (outliers marked *)."""
+    cells = [list(HEADS)] + [[t + ("*" if s else "") for t, s in row]
+                             for row in table_rows(view, sort)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(HEADS))]
+    lines = ["  ".join(c.ljust(w) if HEADS[i] in LEFT else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    return title(view, sort) + "\n" + "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _keys():
+    """Single key presses from a terminal; nothing when stdin is not one."""
+    if not sys.stdin.isatty():
+        yield lambda timeout: (time.sleep(timeout), None)[1]
+        return
+    import termios
+    import tty
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read(timeout):
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return os.read(fd, 1).decode(errors="ignore") if ready else None
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def main(argv=None) -> int:
+    try:
+        ns = parse_args(sys.argv[1:] if argv is None else argv)
+        source = Source(ns.collector, ns.job)
+        if ns.once:
+            view = source.fetch()
+            try:
+                from rich.console import Console
+            except ImportError:
+                sys.stdout.write(plain(view, ns.sort))
+                return 0
+            Console().print(render(view, ns.sort))
+            return 0
+        return _live(source, ns)
+    except (ConfigError, PerfError) as exc:
+        sys.stderr.write(f"xpu-diag top: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def _live(source: Source, ns) -> int:
+    from rich.live import Live
+    sort = ns.sort
+    with _keys() as read_key, Live(auto_refresh=False, screen=False) as live:
+        while True:
+            try:
+                live.update(render(source.fetch(), sort, time.strftime("%H:%M:%S")), refresh=True)
+            except PerfError as exc:
+                live.update(f"xpu-diag top: {exc} (retrying)", refresh=True)
+            deadline = time.monotonic() + ns.interval
+            while (left := deadline - time.monotonic()) > 0:
+                key = read_key(left)
+                if key == "q":
+                    return 0
+                if key in KEYS:
+                    sort = KEYS[key]
+                    break
