@@ -32,8 +32,10 @@ SLOW_DOC = "slow.json"
 
 
 class SlowWatch:
-    def __init__(self, config: Config, events: EventStore, registry: SessionRegistry, say) -> None:
+    def __init__(self, config: Config, events: EventStore, registry: SessionRegistry, say,
+                 timelines=None) -> None:
         self._config = config
+        self._timelines = timelines   # diag.timeline.gather.TimelineGatherer, or None
         self._events = events
         self._registry = registry
         self._say = say
@@ -58,6 +60,8 @@ class SlowWatch:
     def _declare(self, event: SlowEvent, snap: Snapshot, now_unix: float) -> None:
         event_id, path = self._events.reserve_dir(now_unix)
         doc = slow_document(event, self._config, event_id, path, now_unix)
+        if self._timelines is not None:   # the window the verdict was judged on, as far as the rings hold it
+            self._timelines.request(event_id, snap.now, int(self._config.perf_window_s * 1e9), event_path=path)
         if self._config.slow_action == "dump":
             ranks = sorted(set(event.finding.ranks) | set(_one_healthy(event, snap)))
             opened = self._events.open_event(event_id, path, doc, set(ranks), snap.now, doc_name=SLOW_DOC)

@@ -41,7 +41,7 @@ class Watchdog:
         self._stats_at: float | None = None
         self._stats_reports = 0
         self._drops_said = 0  # job-wide dropped-record total at the last DROPPED line
-        self.slow = SlowWatch(config, events, registry, self._say)
+        self.slow = SlowWatch(config, events, registry, self._say, timelines)
 
     def start(self) -> None:
         if self._thread is None:

@@ -5,7 +5,8 @@ torch.optim's global step hooks (``register_optimizer_step_pre_hook`` /
 patched. Each step is one HOST_FUNC ``END`` record named ``optimizer.step``
 with its host duration, and no ``START``: the step is never "in flight", so a
 hang inside a collective called from step() is still reported as that
-collective, not as the step.
+collective, not as the step. The garbage collector's time since the last step
+(gc_time.py) rides along as one ``gc`` record.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import time
 
 from diag.perf.api import DEFAULT_STEP_NAME
 from diag.records import format as fmt
+from diag.tracer import gc_time
 
 _started = threading.local()
 
 
 def install(tracer, optim_module) -> None:
     try:
+        gc_time.install()
         from torch.optim import optimizer as opt
         opt.register_optimizer_step_pre_hook(lambda *_: _pre())
         opt.register_optimizer_step_post_hook(lambda *_: _post(tracer))
@@ -41,5 +44,8 @@ def _post(tracer) -> None:
     _started.t0 = None
     try:
         tracer.writer.end(0, fmt.KIND_HOST_FUNC, DEFAULT_STEP_NAME, time.monotonic_ns() - t0)
+        gc_ns = gc_time.take()
+        if gc_ns:
+            tracer.writer.end(0, fmt.KIND_HOST_FUNC, gc_time.NAME, gc_ns)
     except Exception as exc:
         tracer.disable(f"writing a record failed: {exc!r}")

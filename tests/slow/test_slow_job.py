@@ -50,6 +50,12 @@ def test_the_straggler_is_named_once_per_episode(jobs):
     mine = [c["wait_share"] for r in docs[0]["per_rank"] if r["rank"] == 2 for c in r["comms"]]
     assert min(peers) > 2 * max(mine), docs[0]["per_rank"]
     assert slow.matching(r"slow: ranks 2 recovered \(straggler\)"), slow.output()
+    # each event has the window's timeline: every rank, its all_reduces among them
+    for path in glob.glob(str(jobs["tmp"] / "straggler" / "*" / "slow.json")):
+        trace = json.load(open(os.path.join(os.path.dirname(path), "timeline.json")))
+        names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+        assert {n.split(" (")[0] for n in names} >= {f"rank {r}" for r in range(4)}, names
+        assert sum(1 for e in trace["traceEvents"] if e.get("name") == "all_reduce") > 100
 
 
 def test_a_healthy_job_with_a_checkpoint_stays_quiet(jobs):

@@ -151,3 +151,19 @@ def test_optimizer_steps_are_recorded_as_ends_that_are_never_in_flight(tmp_path)
     assert not progress.HasField("oldest_in_flight")
     fig = derive.figures(0, progress.perf)
     assert fig.steps == 4 and fig.step_s >= 0.02   # each step follows a 20 ms sleep
+
+
+def test_garbage_collection_time_rides_along_with_the_steps(tmp_path):
+    """The gc callback only counts; the time is written at the next step, as
+    one ``gc`` END per step that had collections, since the previous one: at least the script's own
+    gc.collect(), at most the whole step (building the heap collects too)."""
+    outputs = run_ranks("optim_gc.py", tmp_path, world=1)
+    measured = [tuple(map(float, line.split()[1:])) for out, _ in outputs for line in out.splitlines()
+                if line.startswith("GC_MS")]
+    [(_, records, _)] = records_by_rank(tmp_path).values()
+    gcs = [r for r in records if r.name == "gc"]
+    assert len(gcs) == 5 and all(r.event == fmt.EVENT_END and r.kind == fmt.KIND_HOST_FUNC for r in gcs)
+    # the first also holds what was collected since torch.optim was imported
+    assert gcs[0].duration_ns / 1e6 >= 0.95 * measured[0][0]
+    for rec, (collect_ms, step_ms) in zip(gcs[1:], measured[1:]):
+        assert 0.95 * collect_ms <= rec.duration_ns / 1e6 <= step_ms, (rec.duration_ns, collect_ms, step_ms)
