@@ -49,7 +49,6 @@ def job(tmp_path_factory):
         yield {"launch": launch, "url": url, "port": port, "dir": tmp / "perfjob", "first": first}
         stop.write_text("")
         assert launch.wait(60) == 0, launch.output()
-        # the two ranks share one pipe: their lines may land on one line
         assert len(re.findall(r"rank \d done after", launch.output())) == 2, launch.output()
     finally:
         launch.kill()
