@@ -130,3 +130,13 @@ def test_full_ring_drops_and_counts_and_training_goes_on(tmp_path):
     assert result_lines(outputs) == result_lines(expected)
     for header, records, dropped in records_by_rank(tmp_path).values():
         assert header.capacity == 4 and len(records) == 4 and dropped > 10
+
+
+def test_tracer_keeps_no_process_group_alive(tmp_path):
+    # A group that outlives destroy_process_group() is torn down at interpreter
+    # exit, where gloo aborts the worker (issue 11: SIGABRT, "terminate called
+    # without an active exception"). The tracer must hold groups weakly.
+    outputs = run_ranks("pg_freed.py", tmp_path)
+    assert [line for out, _ in outputs for line in out.splitlines()
+            if line.startswith("ALIVE")] == ["ALIVE 0", "ALIVE 0"], outputs
+    assert all(len(records) >= 3 for _, records, _ in records_by_rank(tmp_path).values())
