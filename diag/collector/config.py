@@ -13,6 +13,7 @@ import os
 import re
 from typing import Mapping, Sequence
 
+from diag.common.atomic import probe_writable_dir
 from diag.common.units import UnitError, parse_duration, parse_size
 
 TOKEN_ENV = "XPU_TIMER_JOB_TOKEN"
@@ -137,8 +138,7 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
 def check_timeline_writable(path: str) -> None:
     """Create ``path`` if needed and prove it is writable; raises ConfigError."""
     try:
-        os.makedirs(path, exist_ok=True)
+        probe_writable_dir(path)
     except OSError as exc:
-        raise ConfigError(f"--timeline-path: cannot create {path!r}: {exc.strerror}; pick a writable directory") from None
-    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"--timeline-path: {path!r} is not a writable directory; pick a writable one")
+        raise ConfigError(f"--timeline-path: cannot write in {path!r}: {exc.strerror or exc}; "
+                          f"pick a writable directory") from None

@@ -3,7 +3,7 @@
 Our own options sit among torchrun's, before the training script; everything
 else goes to torch.distributed.run verbatim. torchrun's own parser (with our
 options added to it) finds where its options end, so nothing is guessed.
-Pure: reads no files and starts nothing; errors are one-line ``ConfigError``.
+Pure: reads no files, creates nothing and starts nothing; errors are one-line ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -194,7 +194,10 @@ def _build(ns, torchrun_argv, own, names, env, unbuffered) -> Config:
                           f"{', '.join(HANG_ACTIONS)}")
     if own["collector"] is not None:
         check_host_port(own["collector"], names["collector"])
-    check_writable_dir(own["timeline_path"], names["timeline_path"])
+    if not own["timeline_path"]:
+        # Whether it can be written is tried by the runner, on the node that
+        # writes it (the one that starts the collector), before anything starts.
+        raise ConfigError(f"{names['timeline_path']}: empty path; use e.g. /root/timeline")
     if own["fault_list"] is not None and not own["fault_list"]:
         raise ConfigError("--fault-list: empty path; give the faults.json netcheck wrote")
     time_every = _positive_int(own["hook_time_every"], names["hook_time_every"])
@@ -230,24 +233,6 @@ def check_host_port(text: str, option: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"{option}: {text!r} is not HOST:PORT; use e.g. 10.0.0.1:29501")
     return host, int(port)
-
-
-def check_writable_dir(path: str, option: str) -> None:
-    """The directory exists and is writable, or could be created (its nearest
-    existing ancestor is a writable directory). Creates nothing."""
-    if not path:
-        raise ConfigError(f"{option}: empty path; use e.g. /root/timeline")
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe):
-        raise ConfigError(f"{option}: {path!r} cannot be created: {probe!r} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option}: {path!r} is not writable ({probe!r} denies writing); "
-                          f"pick another directory")
 
 
 def _nnodes_max(nnodes: str) -> int:

@@ -122,6 +122,7 @@ def test_hang_action_kill_lets_torchrun_restart_the_workers(launches, tmp_path):
 @pytest.mark.parametrize("args, option", [
     (["--hang-timeout", "soon", STALL], "--hang-timeout"),
     (["--timeline-path", "{file}/timeline", STALL], "--timeline-path"),
+    (["--timeline-path", "/proc/nope", STALL], "--timeline-path"),   # was: exit 0, no hang detection
     (["--nproc-per-node", "2"], "training script"),
 ])
 def test_bad_options_give_one_line_errors(launches, tmp_path, args, option):
