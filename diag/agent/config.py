@@ -8,7 +8,9 @@ import socket
 
 from diag.agent import dumps
 
-ENV_REPORT_INTERVAL = "XPU_TIMER_REPORT_INTERVAL"
+from diag.common import envnames
+
+ENV_REPORT_INTERVAL = envnames.REPORT_INTERVAL
 
 
 @dataclasses.dataclass(frozen=True)

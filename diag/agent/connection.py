@@ -13,6 +13,7 @@ import time
 
 import grpc
 
+from diag.common import envnames
 from diag.pb import collector_pb2_grpc as pb_grpc
 
 TOKEN_KEY = "x-xpu-diag-token"
@@ -82,7 +83,7 @@ class Connection:
             return
         if code == grpc.StatusCode.UNAUTHENTICATED:
             self.agent.log(f"the collector at {self.config.collector} refused this agent's job "
-                           f"token (XPU_TIMER_JOB_TOKEN must be the same on every node)")
+                           f"token ({envnames.JOB_TOKEN} must be the same on every node)")
         else:
             detail = exc.details() if hasattr(exc, "details") else str(exc)
             self.agent.log(f"collector at {self.config.collector} unreachable "
