@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diag.common import dumpnames
 from viewer.atomic import write_text
 from viewer.discover import Event
 from viewer.load import Loaded
@@ -85,6 +86,6 @@ def render(event: Event, loaded: Loaded, out: Path, formats: set[str]) -> Result
     for g in groups:
         res.summary.add_stack(*g)
     if "text" in formats:
-        res.summary.write(out / "summary.txt")
-        res.written.append(out / "summary.txt")
+        res.summary.write(out / dumpnames.SUMMARY_TXT)
+        res.written.append(out / dumpnames.SUMMARY_TXT)
     return res

@@ -16,6 +16,7 @@ import time
 
 import grpc
 
+from diag.common import dumpnames
 from diag.common.atomic import write_atomic
 from diag.collector.config import Config
 from diag.pb import collector_pb2 as pb
@@ -30,11 +31,11 @@ MAX_EVENTS_KEPT = 16
 INDENT_UP_TO_WORLD = 256
 BIG_FLUSH_EVERY_S = 2.0
 
-FORMAT_FILES = {
-    pb.StackDump.FORMAT_PYSPY_JSON: ("py", "json"),
-    pb.StackDump.FORMAT_GDB_TEXT: ("gdb", "txt"),
-    pb.StackDump.FORMAT_EU_STACK_TEXT: ("eu-stack", "txt"),
-    pb.StackDump.FORMAT_ERROR_TEXT: ("error", "txt"),
+FORMAT_TAGS = {
+    pb.StackDump.FORMAT_PYSPY_JSON: dumpnames.PYSPY,
+    pb.StackDump.FORMAT_GDB_TEXT: dumpnames.GDB,
+    pb.StackDump.FORMAT_EU_STACK_TEXT: dumpnames.EU_STACK,
+    pb.StackDump.FORMAT_ERROR_TEXT: dumpnames.ERROR,
 }
 
 
@@ -49,8 +50,7 @@ class UploadError(Exception):
 
 def dump_filename(rank: int, world_size: int, fmt: int) -> str:
     """``rank00002-of-00004.py.json``; the arguments must be validated ints."""
-    kind, ext = FORMAT_FILES[fmt]
-    return f"rank{rank:05d}-of-{world_size:05d}.{kind}.{ext}"
+    return dumpnames.dump_filename(rank, world_size, FORMAT_TAGS[fmt])
 
 
 class HangEvent:
@@ -103,7 +103,7 @@ class HangEvent:
             # Indented for people reading small jobs; compact past that (16k ranks: 7.9 MB -> 6.5 MB, 3x faster).
             data = json.dumps(self._doc, indent=1 if self.world_size <= INDENT_UP_TO_WORLD else None).encode()
             self._dirty = False
-        write_atomic(os.path.join(self.path, "hang.json"), data)
+        write_atomic(os.path.join(self.path, dumpnames.HANG_JSON), data)
 
 
 class EventStore:
@@ -166,7 +166,7 @@ class EventStore:
                                    f"(world_size {event.world_size})")
         if not 0 <= dump.rank < event.world_size:
             raise UploadError(bad, f"rank {dump.rank} is out of range 0..{event.world_size - 1}")
-        if dump.format not in FORMAT_FILES:
+        if dump.format not in FORMAT_TAGS:
             raise UploadError(bad, f"unknown stack dump format {dump.format}")
         if len(dump.content) > self._config.max_dump_bytes:
             raise UploadError(grpc.StatusCode.RESOURCE_EXHAUSTED,
