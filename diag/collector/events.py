@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import threading
 import time
 
@@ -18,6 +19,7 @@ import grpc
 
 from diag.common import dumpnames
 from diag.common.atomic import write_atomic
+from diag.common.ranks import fold
 from diag.collector.config import Config
 from diag.pb import collector_pb2 as pb
 
@@ -64,6 +66,7 @@ class HangEvent:
         self.accept_until = now + accept_s
         self.expected = expected          # ranks whose agents were asked for stacks
         self.killed = False
+        self.stacks_said = False          # the STACKS line was printed
         self._doc = doc
         self._dumps: dict[int, list[str]] = {}
         self._complete: set[int] = set()
@@ -87,6 +90,16 @@ class HangEvent:
         with self._lock:
             quiet = now - self._last_upload >= DUMP_QUIET_S
             return all(r in self._complete or (quiet and r in self._dumps) for r in self.expected)
+
+    def stacks_line(self) -> str:
+        """One line for the log once the stacks are in (or the dump deadline
+        passed): how many ranks, and the command that shows them."""
+        with self._lock:
+            got, missing = len(self._dumps), sorted(self.expected - set(self._dumps))
+        where = shlex.quote(os.path.abspath(self.path))
+        gap = f"; no stacks from ranks {fold(missing)}" if missing else ""
+        return (f"STACKS: event {self.event_id}: stacks of {got} rank(s) are in{gap}; "
+                f"see them with: stack-viewer --path {where}")
 
     def flush(self, now: float | None = None, force: bool = False) -> None:
         """Rewrite hang.json if dumps arrived since the last write. For big
