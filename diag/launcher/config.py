@@ -61,9 +61,24 @@ def torchrun_parser() -> argparse.ArgumentParser:
     parser = get_args_parser()
     parser.prog = "xpu_timer_launch"
     parser.allow_abbrev = False  # an abbreviated own option would leak to torchrun
+    parser.usage = "xpu_timer_launch [xpu-diag options] [torchrun options] train.py [args]"
+    parser.description = ("torchrun with hang detection: the same options, plus ours "
+                          "(docs/launcher.md). torchrun's own options follow ours.")
     group = parser.add_argument_group("xpu-diag options (defaults in parentheses, env in brackets)")
+    group.add_argument("--version", action="version", version=version_line())
     options.add_arguments(group, options.LAUNCHER, prefix="xpu_")
+    # Ours first in --help: torchrun's forty options would otherwise bury them.
+    parser._action_groups.remove(group)
+    parser._action_groups.insert(0, group)
+    for other in parser._action_groups[1:]:
+        if other.title in ("options", "optional arguments"):
+            other.title = "torchrun options (passed to torch.distributed.run unchanged)"
     return options.one_line(parser, _rewrite)  # no usage dump, no exit from inside parsing
+
+
+def version_line() -> str:
+    from diag import __version__
+    return f"xpu_timer_launch (xpu-diag) {__version__}"
 
 
 def _rewrite(message: str) -> str:

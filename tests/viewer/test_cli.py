@@ -161,3 +161,10 @@ def test_viewer_imports_neither_torch_nor_grpc(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "LOADED []" in proc.stdout
+
+
+def test_version_needs_no_path(capsys):
+    from diag import __version__
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"stack-viewer (xpu-diag) {__version__}\n"
