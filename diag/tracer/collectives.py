@@ -304,11 +304,17 @@ class CompletionPoller:
             with self._cond:
                 while not self._pending:
                     self._cond.wait()
-                pending = list(self._pending)
-            for op, works in pending:
-                if _all_completed(works):
-                    self.waited(op)
+            self._sweep()
             time.sleep(self.INTERVAL)
+
+    def _sweep(self) -> None:
+        # Its own frame: no reference to a work (and through it, its process
+        # group) outlives the sweep while the thread sleeps on the condition.
+        with self._cond:
+            pending = list(self._pending)
+        for op, works in pending:
+            if _all_completed(works):
+                self.waited(op)
 
     def waited(self, op) -> None:
         """END ``op`` once; forget its works. Failures surface in the caller's
