@@ -22,7 +22,8 @@ from viewer.api import NoStacks, ViewerError
 
 NAME = dumpnames.DUMP_NAME
 _DUMP_EXT = (".json", ".txt", ".log", ".dump", ".stack", ".stacks")
-_SKIP_NAMES = (dumpnames.HANG_JSON, dumpnames.SUMMARY_TXT)  # summary.txt: our own output, on a rerun
+# summary.txt: our own output, on a rerun; slow.json, timeline.json: not stacks (docs/timeline.md)
+_SKIP_NAMES = (dumpnames.HANG_JSON, dumpnames.SUMMARY_TXT, dumpnames.SLOW_JSON, dumpnames.TIMELINE_JSON)
 
 
 @dataclass

@@ -106,6 +106,19 @@ class Connection:
                 time.sleep(1.0 * (attempt + 1))
         return False
 
+    def upload_timeline(self, upload) -> bool:
+        """UploadTimeline once, with a timeout; never raises. Not retried: the
+        collector closes the request at its deadline anyway."""
+        try:
+            ack = self._stub.UploadTimeline(upload, metadata=self._metadata, timeout=30)
+            if not ack.ok:
+                self.agent.log(f"collector refused the timeline: {ack.message}", every=0)
+            return ack.ok
+        except grpc.RpcError as exc:
+            detail = exc.details() if hasattr(exc, "details") else ""
+            self.agent.log(f"uploading the timeline failed: {exc.code().name} {detail}", every=0)
+            return False
+
     def close(self) -> None:
         with self._call_lock:
             if self._call is not None:

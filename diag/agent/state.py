@@ -46,8 +46,9 @@ class RankState:
 class NodeState:
     """Everything the agent knows about its node's ranks."""
 
-    def __init__(self, clock=time.monotonic_ns):
+    def __init__(self, clock=time.monotonic_ns, perf=None):
         self.clock = clock
+        self.perf = perf   # a diag.perf.window.PerfWindow, or None: no performance view
         self.ranks: dict[int, RankState] = {}
         self._region_rank: dict[str, tuple[int, int]] = {}   # region -> (rank, pid)
         self._region_producer: dict[str, int] = {}
@@ -65,6 +66,8 @@ class NodeState:
         self.ranks[header.rank] = RankState(
             header.rank, header.local_rank, header.world_size, header.pid,
             header.start_mono_ns, header.start_mono_ns)
+        if self.perf is not None:   # a restarted worker's window starts afresh
+            self.perf.start(header.rank, header.start_mono_ns)
 
     def remove_region(self, region: str) -> None:
         self._region_rank.pop(region, None)
@@ -101,6 +104,8 @@ class NodeState:
                 self._end(state, region, rec)
             elif rec.event == fmt.EVENT_COUNT:
                 self._stat(state, rec.name, rec.kind, rec.count, 0, 0, 0)
+        if self.perf is not None and records:
+            self.perf.observe(state.rank, producer, records)
 
     def _start(self, state, region, producer, rec) -> None:
         state.in_flight[(region, rec.op_id)] = InFlight(
@@ -149,6 +154,9 @@ class NodeState:
         for rank in sorted(self.ranks):
             out.append(self._rank_progress(self.ranks[rank], now))
             self.ranks[rank].stats = {}
+            window = self.perf.message(rank) if self.perf is not None else None
+            if window is not None:
+                out[-1].perf.CopyFrom(window)
         return out
 
     @staticmethod

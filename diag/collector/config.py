@@ -54,6 +54,9 @@ class Config:
     max_agents: int = 4096
     eval_interval_s: float = 0.5
     stats_interval_s: float = 60.0
+    perf_window_s: float = 60.0
+    slow_threshold: float = 0.10
+    slow_action: str = "report"
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 
 HANG_JSON = "hang.json"
-SUMMARY_TXT = "summary.txt"   # stack-viewer's own output, written next to the dumps
+SLOW_JSON = "slow.json"           # a SLOW event with stacks: its document instead of hang.json
+TIMELINE_JSON = "timeline.json"   # the event's trace (docs/timeline.md), not stacks
+SUMMARY_TXT = "summary.txt"       # stack-viewer's own output, written next to the dumps
 
 # tag -> extension, per dumper
 PYSPY, GDB, EU_STACK, ERROR = "py", "gdb", "eu-stack", "error"

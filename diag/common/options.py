@@ -99,6 +99,18 @@ def yes_no(value: str, name: str) -> bool:
     return word in TRUE
 
 
+def fraction(value: str, name: str) -> float:
+    """``10%`` or ``0.1``: a share strictly between 0 and 1."""
+    raw = str(value).strip()
+    try:
+        number = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        number = -1.0
+    if not 0.0 < number < 1.0:
+        raise ConfigError(f"{name}: {value!r} is not a share between 0 and 1; use e.g. 10% or 0.1")
+    return number
+
+
 def seconds_text(value: float) -> str:
     """A duration as text that ``duration`` reads back exactly (repr is exact)."""
     return f"{value!r}s"
@@ -239,9 +251,35 @@ HOOK_COMPLETION = Option(
     "--hook-completion", envnames.HOOK_COMPLETION, None, choice("fence", "event"),
     metavar="{fence,event}", help="how the hook sees untimed collectives complete: fence "
     "(drainer, no launch cost, per poll) or event (exact per op)")
+TIMELINE_WINDOW = Option(
+    "--timeline-window", envnames.TIMELINE_WINDOW, "30s", duration, metavar="D",
+    dest="timeline_window_s", format=seconds_text,
+    help="seconds of every rank's spans the agent keeps for timeline.json (docs/timeline.md)")
 REPORT_INTERVAL = Option(
     None, envnames.REPORT_INTERVAL, "1s", duration, dest="report_interval",
     help="how often the agent reports to the collector", format=seconds_text)
+
+# The performance view and its Prometheus endpoint (docs/metrics.md); the agent's.
+PERF_WINDOW = Option(
+    "--perf-window", envnames.PERF_WINDOW, "60s", duration, metavar="D", dest="perf_window_s",
+    format=seconds_text, help="the performance view's sliding window")
+PERF_STEP = Option(
+    "--perf-step", envnames.PERF_STEP, "optimizer.step", nonempty("optimizer.step"),
+    metavar="NAME", help="the host function whose calls mark steps: optimizer.step "
+    "(torch.optim, traced by default) or a Class.function of XPU_TIMER_HOST_TRACING_FUNC")
+METRICS_PORT = Option(
+    "--metrics-port", envnames.METRICS_PORT, None, integer(1, "9464"), metavar="N",
+    help="serve Prometheus metrics on http://<node>:N/metrics from each node's agent (off)")
+METRICS_ADDR = Option(
+    "--metrics-addr", envnames.METRICS_ADDR, "0.0.0.0", nonempty("0.0.0.0 or 127.0.0.1"),
+    metavar="HOST", help="the address the metrics port binds")
+# The slow-rank verdicts (docs/slow.md); the collector's, over --perf-window.
+SLOW_THRESHOLD = Option(
+    "--slow-threshold", envnames.SLOW_THRESHOLD, "10%", fraction, metavar="F",
+    help="a rank this far under its peers' median GEMM TFLOP/s for a window is a slow GPU")
+SLOW_ACTION = Option(
+    "--slow-action", envnames.SLOW_ACTION, "report", choice("report", "dump"),
+    metavar="{report,dump}", help="on SLOW, also dump the stacks of the slow rank and of one healthy rank")
 
 # The collector's own (python -m diag.collector; the launcher sets them).
 LISTEN = Option("--listen", None, "127.0.0.1:0", host_port("127.0.0.1:0 or 0.0.0.0:50051", True),
@@ -269,14 +307,17 @@ STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_i
 # Who takes what. A Config of each program has one field per option, named dest.
 LAUNCHER: tuple[Option, ...] = (
     HANG_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
-    FAULT_LIST_MAX_AGE, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL)
+    FAULT_LIST_MAX_AGE, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
+    PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION)
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
-    DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL)
+    DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL, PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher forwards from its Config to the collector it starts.
-TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, HANG_ACTION)
+TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, HANG_ACTION, PERF_WINDOW,
+                                    SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher hands to the agent's AgentConfig (same field names).
-AGENT: tuple[Option, ...] = (REPORT_INTERVAL,)
+AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW, PERF_WINDOW, PERF_STEP, METRICS_PORT,
+                             METRICS_ADDR)
 # What the launcher exports to the workers (the hook reads these).
 TO_WORKERS: tuple[Option, ...] = (HOOK_TIME_EVERY, HOOK_COMPLETION)
 

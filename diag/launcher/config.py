@@ -43,6 +43,13 @@ class Config:
     hook_time_every: int | None = None  # the hook device-times 1 call in N (its default: 8)
     hook_completion: str | None = None  # how the hook sees unsampled collectives complete
     report_interval: float = 1.0        # the agent's
+    timeline_window_s: float = 30.0     # the agent's timeline ring (docs/timeline.md)
+    perf_window_s: float = 60.0
+    perf_step: str = "optimizer.step"
+    metrics_port: int | None = None
+    metrics_addr: str = "0.0.0.0"
+    slow_threshold: float = 0.10
+    slow_action: str = "report"
 
     @property
     def starts_collector(self) -> bool:

@@ -25,7 +25,7 @@ class CommWindow:
     op: str                 # the busiest op on it (all_reduce, ncclAllReduce ...)
     count: int              # collectives completed
     wait_s: float           # time inside them (device time where the hook timed it, else host)
-    p50_s: float            # median duration of one: what a typical step waits, blind to one long pause
+    typical_s: float        # mean duration of one without the window's longest: blind to one long pause
     busbw_bps: float | None  # bus bandwidth of the device-timed samples, bytes/s
     bytes_per_op: float     # mean payload, for comparing like with like
 

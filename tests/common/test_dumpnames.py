@@ -15,4 +15,5 @@ def test_every_collector_dump_name_is_read_back_by_the_viewer_as_the_same_rank_a
         assert match and match.groups()[:3] == ("00003", "01024", tag), name
     native = {dumpnames.GDB, dumpnames.EU_STACK, dumpnames.PYSPY}
     assert set(load._NATIVE_ORDER) == native and native < set(events.FORMAT_TAGS.values())
-    assert dumpnames.HANG_JSON in discover._SKIP_NAMES and dumpnames.SUMMARY_TXT in discover._SKIP_NAMES
+    for doc in (dumpnames.HANG_JSON, dumpnames.SLOW_JSON, dumpnames.TIMELINE_JSON, dumpnames.SUMMARY_TXT):
+        assert doc in discover._SKIP_NAMES, doc     # never read as a stack dump

@@ -29,6 +29,7 @@ int scenario_two_devices(int argc, char** argv);
 int scenario_capture_race(int argc, char** argv);
 int scenario_destroy_race(int argc, char** argv);
 int scenario_bypass(int argc, char** argv);
+int scenario_train(int argc, char** argv);
 
 // An "empty kernel" for the fake device, exported so its name resolves.
 extern "C" void xt_test_empty_kernel(void** args);
