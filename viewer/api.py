@@ -26,13 +26,14 @@ class Frame(NamedTuple):
 
     ``line`` is 0 when unknown (native frames); ``file`` is a short file name or
     a library's base name; ``kind`` is PYTHON or NATIVE (THREAD/ROOT for the
-    synthetic first levels of the merged tree).
+    synthetic first levels of the merged tree). ``lib`` is not in the label.
     """
 
     func: str
     file: str
     line: int
     kind: str
+    lib: bool = False   # Python frame of the stdlib, torch or site-packages (not the user's code)
 
     @property
     def label(self) -> str:

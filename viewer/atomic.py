@@ -10,8 +10,13 @@ from viewer.api import ViewerError
 
 def write_text(path: Path, text: str) -> None:
     """Atomically replace ``path`` with ``text`` (UTF-8). Raises ViewerError."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomically replace ``path`` with ``data``. Raises ViewerError."""
     path = Path(path)
     try:
-        write_atomic(path, text.encode("utf-8"))
+        write_atomic(path, data)
     except OSError as e:
         raise ViewerError(f"{path}: cannot write ({e.strerror}); choose a writable --out") from None

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from diag import __version__
 from viewer.api import NoStacks, ViewerError
 from viewer.render import FORMATS
 
@@ -42,6 +43,7 @@ def parse_args(argv: list[str]) -> Config:
     """Pure: argv -> validated Config. Raises SystemExit(2) with a one-line message."""
     p = argparse.ArgumentParser(prog="stack-viewer", description="Merge per-rank stack dumps into flame "
                                 "graphs, a call tree and a summary of who is stuck where.")
+    p.add_argument("--version", action="version", version=f"stack-viewer (xpu-diag) {__version__}")
     p.add_argument("--path", required=True, type=Path,
                    help="timeline root, one event directory, or any directory of per-rank dumps")
     p.add_argument("--event", default="latest", help="event name (or job/event) under --path; default latest")

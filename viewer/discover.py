@@ -17,12 +17,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diag.common import dumpnames
 from viewer.api import NoStacks, ViewerError
 
-NAME = re.compile(r"^rank(\d+)-of-(\d+)\.([A-Za-z][\w-]*)\.(json|txt)$")
+NAME = dumpnames.DUMP_NAME
 _DUMP_EXT = (".json", ".txt", ".log", ".dump", ".stack", ".stacks")
-# summary.txt: our own output, on a rerun; timeline.json: a trace, not stacks (docs/timeline.md)
-_SKIP_NAMES = ("hang.json", "summary.txt", "timeline.json")
+# summary.txt: our own output, on a rerun; slow.json, timeline.json: not stacks (docs/timeline.md)
+_SKIP_NAMES = (dumpnames.HANG_JSON, dumpnames.SUMMARY_TXT, dumpnames.SLOW_JSON, dumpnames.TIMELINE_JSON)
 
 
 @dataclass
@@ -57,13 +58,13 @@ def _listdir(path: Path) -> list[Path]:
 
 
 def _is_event(entries: list[Path]) -> bool:
-    return any(p.name == "hang.json" or (p.is_file() and p.suffix in _DUMP_EXT) for p in entries)
+    return any(p.name == dumpnames.HANG_JSON or (p.is_file() and p.suffix in _DUMP_EXT) for p in entries)
 
 
 def _event_key(path: Path) -> tuple:
     """Newest last: hang.json's declared time, else the directory's mtime."""
     try:
-        declared = float(json.loads((path / "hang.json").read_text())["declared_unix"])
+        declared = float(json.loads((path / dumpnames.HANG_JSON).read_text())["declared_unix"])
     except (OSError, ValueError, KeyError, TypeError):
         try:
             declared = path.stat().st_mtime
@@ -116,7 +117,7 @@ def choose_event(path: Path, event: str) -> tuple[Path, list[Path]]:
 
 
 def _load_hang(path: Path, notes: list[str]) -> dict | None:
-    f = path / "hang.json"
+    f = path / dumpnames.HANG_JSON
     if not f.exists():
         return None
     try:

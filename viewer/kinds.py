@@ -8,6 +8,7 @@ common frames the pale one, so the odd rank out stands out at a glance.
 from __future__ import annotations
 
 import re
+import sys
 
 from viewer.api import NATIVE, PYTHON, ROOT, THREAD, Frame
 
@@ -32,6 +33,35 @@ COLOURS = {
     ROOT: ("#ececec", "#ececec"),
 }
 LEGEND = ((PYTHON, "Python"), (RUNTIME, "torch/NCCL/CUDA"), (LIBC, "libc/kernel"), (OTHER, "other native"))
+
+
+# Where library Python lives: the stdlib and site/dist-packages of any install
+# (a venv, pyenv, /usr/lib), and frozen or generated modules.
+_LIB_PATH = re.compile(r"/lib(64)?/python\d[\d.]*/|[/\\](site|dist)-packages[/\\]|^<")
+_LIB_TOP = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch"}
+# The tracer's own wrapper frames (diag/tracer/collectives.py names them): not the user's code.
+TRACER_FRAME = "xpu_diag_traced"
+
+
+def is_library(path: str, short: str) -> bool:
+    """A Python file of the stdlib, torch or site-packages, from the dumped
+    path (absolute where py-spy gives it) or else its short name."""
+    if path.startswith("/") or path.startswith("<"):
+        if _LIB_PATH.search(path):
+            return True
+    elif "site-packages/" in short or "dist-packages/" in short:
+        return True
+    top = short.split("/", 1)[0]
+    top = top[:-3] if top.endswith(".py") else top
+    return top in _LIB_TOP and not (path.startswith("/") and "/" not in short)
+
+
+def user_frame(frames) -> "Frame | None":
+    """The innermost Python frame of the user's own code (frames are root first)."""
+    for f in reversed(frames):
+        if f.kind == PYTHON and not f.lib and f.func != TRACER_FRAME:
+            return f
+    return None
 
 
 def kind_of(frame: Frame) -> str:

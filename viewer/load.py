@@ -14,12 +14,13 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from diag.common import dumpnames
 from viewer.api import PYTHON, ParseResult, ThreadStack, ViewerError
 from viewer.discover import DumpFile, Event
 from viewer.parsers import parse_file
 
 MAIN = "MainThread"
-_NATIVE_ORDER = ("gdb", "eu-stack", "py")
+_NATIVE_ORDER = (dumpnames.GDB, dumpnames.EU_STACK, dumpnames.PYSPY)
 _MIN_SHARD = 256  # fewer files than this a process: not worth a worker
 
 
@@ -74,7 +75,7 @@ def thread_keys(threads: list[ThreadStack]) -> list[tuple[str, ThreadStack]]:
 
 
 def _kind(f: DumpFile) -> str:
-    if f.fmt in ("gdb", "eu-stack", "py"):
+    if f.fmt in _NATIVE_ORDER:
         return f.fmt
     from viewer.parsers import sniff
     try:

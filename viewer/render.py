@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diag.common import dumpnames
 from viewer.atomic import write_text
 from viewer.discover import Event
 from viewer.load import Loaded
@@ -30,7 +31,17 @@ def _groups(loaded: Loaded, view: str) -> list[tuple[str, tuple, int]]:
     return [(thread, frames, bits_of(ranks)) for (thread, frames), ranks in loaded.views[view].items()]
 
 
+def blamed_ranks(hang: dict | None) -> int:
+    """Bitset of the ranks hang.json blames: its culprits and never_entered."""
+    hang = hang if isinstance(hang, dict) else {}
+    ranks = [r for r in hang.get("culprits") or [] if isinstance(r, int) and r >= 0]
+    ranks += [n["rank"] for n in hang.get("never_entered") or []
+              if isinstance(n, dict) and isinstance(n.get("rank"), int) and n["rank"] >= 0]
+    return bits_of(ranks)
+
+
 def _flames(loaded: Loaded, event: Event, out: Path, formats: set[str], res: Result) -> None:
+    blamed = blamed_ranks(event.hang)
     for view, groups in ((v, _groups(loaded, v)) for v in ("py", "native")):
         stem, name = _VIEW_NAMES[view]
         title = f"{name} stacks of {event.path.name}"
@@ -40,7 +51,7 @@ def _flames(loaded: Loaded, event: Event, out: Path, formats: set[str], res: Res
         for fmt, ext in (("svg", ".svg"), ("html", ".html")):
             if fmt not in formats:
                 continue
-            w = FlameSvg(title, subtitle, loaded.world, html=(fmt == "html"))
+            w = FlameSvg(title, subtitle, loaded.world, html=(fmt == "html"), culprits=blamed)
             for g in groups:
                 w.add_stack(*g)
             if not groups:
@@ -85,6 +96,6 @@ def render(event: Event, loaded: Loaded, out: Path, formats: set[str]) -> Result
     for g in groups:
         res.summary.add_stack(*g)
     if "text" in formats:
-        res.summary.write(out / "summary.txt")
-        res.written.append(out / "summary.txt")
+        res.summary.write(out / dumpnames.SUMMARY_TXT)
+        res.written.append(out / dumpnames.SUMMARY_TXT)
     return res

@@ -13,6 +13,7 @@ import re
 from typing import Mapping, Sequence
 
 from diag.common import envnames, options
+from diag.common.atomic import probe_writable_dir
 from diag.common.options import DEFAULT_SILENT_AFTER_S, ConfigError
 
 TOKEN_ENV = envnames.JOB_TOKEN
@@ -109,8 +110,7 @@ def to_argv(config: Config) -> list[str]:
 def check_timeline_writable(path: str) -> None:
     """Create ``path`` if needed and prove it is writable; raises ConfigError."""
     try:
-        os.makedirs(path, exist_ok=True)
+        probe_writable_dir(path)
     except OSError as exc:
-        raise ConfigError(f"--timeline-path: cannot create {path!r}: {exc.strerror}; pick a writable directory") from None
-    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"--timeline-path: {path!r} is not a writable directory; pick a writable one")
+        raise ConfigError(f"--timeline-path: cannot write in {path!r}: {exc.strerror or exc}; "
+                          f"pick a writable directory") from None

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import threading
 import time
 
 import grpc
 
+from diag.common import dumpnames
 from diag.common.atomic import write_atomic
+from diag.common.ranks import fold
 from diag.collector.config import Config
 from diag.pb import collector_pb2 as pb
 
@@ -30,11 +33,11 @@ MAX_EVENTS_KEPT = 16
 INDENT_UP_TO_WORLD = 256
 BIG_FLUSH_EVERY_S = 2.0
 
-FORMAT_FILES = {
-    pb.StackDump.FORMAT_PYSPY_JSON: ("py", "json"),
-    pb.StackDump.FORMAT_GDB_TEXT: ("gdb", "txt"),
-    pb.StackDump.FORMAT_EU_STACK_TEXT: ("eu-stack", "txt"),
-    pb.StackDump.FORMAT_ERROR_TEXT: ("error", "txt"),
+FORMAT_TAGS = {
+    pb.StackDump.FORMAT_PYSPY_JSON: dumpnames.PYSPY,
+    pb.StackDump.FORMAT_GDB_TEXT: dumpnames.GDB,
+    pb.StackDump.FORMAT_EU_STACK_TEXT: dumpnames.EU_STACK,
+    pb.StackDump.FORMAT_ERROR_TEXT: dumpnames.ERROR,
 }
 
 
@@ -49,15 +52,14 @@ class UploadError(Exception):
 
 def dump_filename(rank: int, world_size: int, fmt: int) -> str:
     """``rank00002-of-00004.py.json``; the arguments must be validated ints."""
-    kind, ext = FORMAT_FILES[fmt]
-    return f"rank{rank:05d}-of-{world_size:05d}.{kind}.{ext}"
+    return dumpnames.dump_filename(rank, world_size, FORMAT_TAGS[fmt])
 
 
 class HangEvent:
     """One declared hang: its directory, hang.json and the dumps received."""
 
     def __init__(self, event_id: str, path: str, doc: dict, expected: set[int], now: float, accept_s: float,
-                 doc_name: str = "hang.json"):
+                 doc_name: str = dumpnames.HANG_JSON):
         self.event_id = event_id
         self.doc_name = doc_name          # hang.json, or slow.json for a SLOW event with stacks
         self.path = path
@@ -66,6 +68,7 @@ class HangEvent:
         self.accept_until = now + accept_s
         self.expected = expected          # ranks whose agents were asked for stacks
         self.killed = False
+        self.stacks_said = False          # the STACKS line was printed
         self._doc = doc
         self._dumps: dict[int, list[str]] = {}
         self._complete: set[int] = set()
@@ -89,6 +92,16 @@ class HangEvent:
         with self._lock:
             quiet = now - self._last_upload >= DUMP_QUIET_S
             return all(r in self._complete or (quiet and r in self._dumps) for r in self.expected)
+
+    def stacks_line(self) -> str:
+        """One line for the log once the stacks are in (or the dump deadline
+        passed): how many ranks, and the command that shows them."""
+        with self._lock:
+            got, missing = len(self._dumps), sorted(self.expected - set(self._dumps))
+        where = shlex.quote(os.path.abspath(self.path))
+        gap = f"; no stacks from ranks {fold(missing)}" if missing else ""
+        return (f"STACKS: event {self.event_id}: stacks of {got} rank(s) are in{gap}; "
+                f"see them with: stack-viewer --path {where}")
 
     def flush(self, now: float | None = None, force: bool = False) -> None:
         """Rewrite hang.json if dumps arrived since the last write. For big
@@ -133,7 +146,7 @@ class EventStore:
         raise OSError(f"no free event directory name for {base} under {self._job_dir}")
 
     def open_event(self, event_id: str, path: str, doc: dict, expected: set[int], now: float,
-                   doc_name: str = "hang.json") -> HangEvent:
+                   doc_name: str = dumpnames.HANG_JSON) -> HangEvent:
         """Register the event: uploads are accepted from now on. The caller
         writes ``doc_name`` with ``event.flush(force=True)``."""
         event = HangEvent(event_id, path, doc, expected, now, self._accept_s, doc_name)
@@ -169,7 +182,7 @@ class EventStore:
                                    f"(world_size {event.world_size})")
         if not 0 <= dump.rank < event.world_size:
             raise UploadError(bad, f"rank {dump.rank} is out of range 0..{event.world_size - 1}")
-        if dump.format not in FORMAT_FILES:
+        if dump.format not in FORMAT_TAGS:
             raise UploadError(bad, f"unknown stack dump format {dump.format}")
         if len(dump.content) > self._config.max_dump_bytes:
             raise UploadError(grpc.StatusCode.RESOURCE_EXHAUSTED,

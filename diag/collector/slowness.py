@@ -18,6 +18,7 @@ from diag.collector.config import Config
 from diag.collector.events import EventStore
 from diag.collector.servicer import SessionRegistry
 from diag.collector.state import Snapshot
+from diag.common import dumpnames
 from diag.common.atomic import write_atomic
 from diag.common.ranks import fold
 from diag.pb import collector_pb2 as pb
@@ -28,7 +29,7 @@ from diag.slow.detector import SlowDetector
 log = logging.getLogger("diag.collector")
 # A rank whose perf view is older than this is not judged (its agent is slow or gone).
 STALE_AFTER_S = 5.0
-SLOW_DOC = "slow.json"
+SLOW_DOC = dumpnames.SLOW_JSON
 
 
 class SlowWatch:

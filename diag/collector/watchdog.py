@@ -88,6 +88,8 @@ class Watchdog:
             self._no_throw(self.timelines.tick, "closing timeline requests", now)
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", now)
+            if not event.stacks_said:
+                self._no_throw(self._maybe_say_stacks, "saying the stacks are in", event, now)
             if self._config.hang_action == "kill" and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
 
@@ -128,6 +130,12 @@ class Watchdog:
         self._say(doc["verdict"])
         event.flush(snap.now, force=True)
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)
+
+    def _maybe_say_stacks(self, event: HangEvent, now: float) -> None:
+        """Once per event: the stacks are all in, or the dump deadline passed."""
+        if event.dumps_in(now) or now - event.declared >= self._config.dump_timeout_s:
+            event.stacks_said = True
+            self._say(event.stacks_line())
 
     def _maybe_kill(self, event: HangEvent, now: float) -> None:
         timed_out = now - event.declared >= self._config.dump_timeout_s

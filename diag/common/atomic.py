@@ -26,3 +26,14 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = 0o644, fsync:
         except FileNotFoundError:
             pass
         raise
+
+
+def probe_writable_dir(path: str | os.PathLike) -> None:
+    """Create ``path`` if needed and prove that files can be written in it, by
+    creating and removing one. ``os.access`` is not proof: for root it says
+    yes on /proc and on read-only bind mounts. Raises OSError."""
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".xpu-diag-probe-", dir=path)
+    os.close(fd)
+    os.unlink(tmp)

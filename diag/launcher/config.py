@@ -3,7 +3,7 @@
 Our own options sit among torchrun's, before the training script; everything
 else goes to torch.distributed.run verbatim. torchrun's own parser (with our
 options added to it) finds where its options end, so nothing is guessed.
-Pure: reads no files and starts nothing; errors are one-line ``ConfigError``.
+Pure: reads no files, creates nothing and starts nothing; errors are one-line ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -68,9 +68,24 @@ def torchrun_parser() -> argparse.ArgumentParser:
     parser = get_args_parser()
     parser.prog = "xpu_timer_launch"
     parser.allow_abbrev = False  # an abbreviated own option would leak to torchrun
+    parser.usage = "xpu_timer_launch [xpu-diag options] [torchrun options] train.py [args]"
+    parser.description = ("torchrun with hang detection: the same options, plus ours "
+                          "(docs/launcher.md). torchrun's own options follow ours.")
     group = parser.add_argument_group("xpu-diag options (defaults in parentheses, env in brackets)")
+    group.add_argument("--version", action="version", version=version_line())
     options.add_arguments(group, options.LAUNCHER, prefix="xpu_")
+    # Ours first in --help: torchrun's forty options would otherwise bury them.
+    parser._action_groups.remove(group)
+    parser._action_groups.insert(0, group)
+    for other in parser._action_groups[1:]:
+        if other.title in ("options", "optional arguments"):
+            other.title = "torchrun options (passed to torch.distributed.run unchanged)"
     return options.one_line(parser, _rewrite)  # no usage dump, no exit from inside parsing
+
+
+def version_line() -> str:
+    from diag import __version__
+    return f"xpu_timer_launch (xpu-diag) {__version__}"
 
 
 def _rewrite(message: str) -> str:
@@ -126,32 +141,15 @@ def _script(script: str, rest: list[str]):
 
 
 def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
-    """Checks that need more than one option's text (the parsers did the rest)."""
-    check_writable_dir(own["timeline_path"], options.TIMELINE_PATH.flag)
+    """Checks that need more than one option's text (the parsers did the rest).
+    Whether --timeline-path can be written is tried by the runner, on the node
+    that writes it (the one that starts the collector), before anything starts."""
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
     return Config(
         torchrun_argv=torchrun_argv, job_id=_job_id(ns, env, rdzv_host, rdzv_port, nnodes_max),
         node_rank=int(ns.node_rank), nnodes_max=nnodes_max, rdzv_host=rdzv_host,
         rdzv_port=rdzv_port, unbuffered=unbuffered, **own)
-
-
-def check_writable_dir(path: str, option: str) -> None:
-    """The directory exists and is writable, or could be created (its nearest
-    existing ancestor is a writable directory). Creates nothing."""
-    if not path:
-        raise ConfigError(f"{option}: empty path; use e.g. /root/timeline")
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    if not os.path.isdir(probe):
-        raise ConfigError(f"{option}: {path!r} cannot be created: {probe!r} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option}: {path!r} is not writable ({probe!r} denies writing); "
-                          f"pick another directory")
 
 
 def _nnodes_max(nnodes: str) -> int:

@@ -4,18 +4,33 @@ from __future__ import annotations
 
 import sys
 
-from diag.launcher.config import ConfigError, parse_args
+from diag.launcher.config import ConfigError, parse_args, version_line
 
 EXIT_USAGE = 2
+EXIT_NO_TORCH = 1
+
+
+def no_torch_line(exc: ImportError) -> str:
+    """torch is the user's to install (an unpinned one pulls the CUDA stack)."""
+    return (f"xpu_timer_launch: cannot import {exc.name} in {sys.executable} ({exc}); install the "
+            f"torch your cluster uses first (pip install torch==<version>), in this environment")
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--version"]:   # also without torch (the parser needs it)
+        print(version_line())
+        return 0
     try:
         config = parse_args(argv)
     except ConfigError as exc:
         sys.stderr.write(f"xpu_timer_launch: {exc}\n")
         return EXIT_USAGE
+    except ImportError as exc:
+        if not (exc.name or "").split(".")[0] == "torch":
+            raise
+        sys.stderr.write(no_torch_line(exc) + "\n")
+        return EXIT_NO_TORCH
     from diag.launcher import runner
     return runner.run(config)
 

@@ -21,9 +21,11 @@ from diag.agent import dumps
 from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from diag.common import envnames, options
+from diag.common.atomic import probe_writable_dir
 from diag.launcher import collector_proc, torchrun
 from diag.launcher.config import Config
 
+EXIT_USAGE = 2  # as for a bad option (main.py)
 ENV_TOKEN = envnames.JOB_TOKEN
 ENV_SHM_DIR = envnames.SHM_DIR
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
@@ -58,6 +60,10 @@ def run(config: Config) -> int:
         code = check_fault_list(config)
         if code is not None:
             return code
+    problem = timeline_problem(config)
+    if problem is not None:
+        say(problem)
+        return EXIT_USAGE
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
     try:
         return _run(config)
@@ -96,6 +102,40 @@ def _run(config: Config) -> int:
         if proc is not None:
             collector_proc.stop(proc)
         shutil.rmtree(shm_dir, ignore_errors=True)
+
+
+def timeline_problem(config: Config) -> str | None:
+    """Why this node cannot write hang events under --timeline-path, or None.
+
+    Tried by writing, not by os.access (which says yes to root on /proc), and
+    only where the collector starts: other nodes write nothing there. A bad
+    path must stop the launch: the collector would refuse it, and the job
+    would run without hang detection."""
+    if not config.starts_collector:
+        return None
+    path = config.timeline_path
+    try:
+        probe_writable_dir(path)
+        return None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if path == options.TIMELINE_PATH.default:
+        home = os.path.expanduser("~")
+        suggestion = (os.path.join(home, "xpu-timeline") if os.access(home, os.W_OK)
+                      else f"/tmp/xpu-timeline-{_user()}")
+        return (f"--timeline-path: the default {path!r} is not writable by user "
+                f"{_user()} ({why}); pass --timeline-path DIR or set {envnames.TIMELINE_PATH}, "
+                f"e.g. --timeline-path {suggestion}")
+    return (f"--timeline-path: cannot write in {path!r} ({why}); pass a writable "
+            f"directory, e.g. --timeline-path /tmp/xpu-timeline")
+
+
+def _user() -> str:
+    try:
+        import pwd
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return f"uid {os.geteuid()}"
 
 
 def make_shm_dir(config: Config) -> str:

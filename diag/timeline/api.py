@@ -11,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 import typing
 
+from diag.common import dumpnames
+
 DEFAULT_WINDOW_S = 30.0   # the option: diag.common.options.TIMELINE_WINDOW
 # Per rank, completed spans kept at most (oldest dropped first, counted):
 # ~20 k spans is ~1 min of a GPT-2 step's device-timed GEMMs and NCCL calls
 # at 1 in 8 sampling; about 150 bytes each (tests/timeline/test_ring.py).
 DEFAULT_MAX_SPANS = 20_000
 DEFAULT_MAX_IN_FLIGHT = 4096
-TIMELINE_FILE = "timeline.json"
+TIMELINE_FILE = dumpnames.TIMELINE_JSON
 # How long the collector waits for the agents' uploads: they see a command
 # at their next report (about 1 s), then snapshot and upload in well under 1 s.
 DEFAULT_WAIT_S = 10.0

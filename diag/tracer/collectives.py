@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import threading
 import time
+import weakref
 
 from diag.records import format as fmt
 
@@ -91,7 +92,11 @@ class GroupInfo:
 
     def __init__(self, c10d):
         self._c10d = c10d
-        self._cache = {}
+        # Weak on both sides: a ProcessGroup kept alive past
+        # destroy_process_group() is torn down at interpreter exit instead,
+        # and gloo then aborts the worker ("terminate called without an
+        # active exception"). The tracer must never own a group.
+        self._cache = weakref.WeakKeyDictionary()
 
     def lookup(self, group):
         c10d = self._c10d
@@ -99,15 +104,21 @@ class GroupInfo:
         pg = world if group is None else group
         if pg is None:
             return None
-        info = self._cache.get(pg)
-        if info is None or info[3] is not world:
+        try:
+            info = self._cache.get(pg)
+        except TypeError:  # not weak-referenceable: look it up every time
+            info = None
+        if info is None or info[3]() is not world:
             try:
                 rank, size = c10d.get_rank(pg), c10d.get_world_size(pg)
                 comm_id = 0 if pg is world else stable_comm_id(c10d._get_process_group_name(pg))
+                info = (comm_id, rank, size, weakref.ref(world))
             except Exception:  # not a member, not initialised: trace nothing
                 return None
-            info = (comm_id, rank, size, world)
-            self._cache[pg] = info
+            try:
+                self._cache[pg] = info
+            except TypeError:
+                pass
         return info
 
 
@@ -293,11 +304,17 @@ class CompletionPoller:
             with self._cond:
                 while not self._pending:
                     self._cond.wait()
-                pending = list(self._pending)
-            for op, works in pending:
-                if _all_completed(works):
-                    self.waited(op)
+            self._sweep()
             time.sleep(self.INTERVAL)
+
+    def _sweep(self) -> None:
+        # Its own frame: no reference to a work (and through it, its process
+        # group) outlives the sweep while the thread sleeps on the condition.
+        with self._cond:
+            pending = list(self._pending)
+        for op, works in pending:
+            if _all_completed(works):
+                self.waited(op)
 
     def waited(self, op) -> None:
         """END ``op`` once; forget its works. Failures surface in the caller's

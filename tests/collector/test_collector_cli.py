@@ -55,6 +55,9 @@ def test_unwritable_timeline_path_is_refused(tmp_path):
         check_timeline_writable(str(blocker / "sub"))
     check_timeline_writable(str(tmp_path / "new" / "dir"))
     assert (tmp_path / "new" / "dir").is_dir()
+    # os.access says yes on /proc (for root, and the tests run as root); writing says no.
+    with pytest.raises(ConfigError, match="--timeline-path: cannot write in '/proc'"):
+        check_timeline_writable("/proc")
 
 
 def test_busy_port_is_a_one_line_error(tmp_path):

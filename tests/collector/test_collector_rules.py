@@ -301,3 +301,38 @@ def test_dropped_records_are_reported_when_they_start_and_when_they_double(tmp_p
         "raise XPU_TIMER_RING_CAPACITY",
         "DROPPED: ranks 1-3 dropped 21 progress records (ring full; the op counts under-report); "
         "raise XPU_TIMER_RING_CAPACITY"]
+
+
+def test_one_stacks_line_when_the_stacks_are_in_with_the_viewer_command(tmp_path):
+    watchdog, state, _, out = make_watchdog(tmp_path)
+    state.ingest(stalled_rank2_report(age_s=11.0), T0)
+    watchdog.tick(now=T0, now_unix=1795000000.0)
+    event = watchdog.declared[0]
+    for rank in range(4):
+        watchdog.tick(now=T0 + 0.5 + rank)
+        assert not stacks_lines(out)                          # not before the last rank is in
+        event.add_dump(rank, f"rank{rank:05d}-of-00004.py.json", True, T0 + 1 + rank)
+    watchdog.tick(now=T0 + 5)
+    watchdog.tick(now=T0 + 6)
+    assert stacks_lines(out) == [
+        f"STACKS: event {event.event_id}: stacks of 4 rank(s) are in; "
+        f"see them with: stack-viewer --path {tmp_path}/job1/{event.event_id}"]
+
+
+def test_the_stacks_line_names_the_ranks_missing_at_the_dump_deadline(tmp_path):
+    watchdog, state, _, out = make_watchdog(tmp_path, dump_timeout_s=30.0)
+    state.ingest(stalled_rank2_report(age_s=11.0), T0)
+    watchdog.tick(now=T0, now_unix=1795000000.0)
+    event = watchdog.declared[0]
+    event.add_dump(0, "rank00000-of-00004.py.json", True, T0 + 1)
+    event.add_dump(1, "rank00001-of-00004.py.json", False, T0 + 1)
+    watchdog.tick(now=T0 + 29)
+    assert not stacks_lines(out)
+    watchdog.tick(now=T0 + 30)
+    assert stacks_lines(out) == [(
+        f"STACKS: event {event.event_id}: stacks of 2 rank(s) are in; no stacks from ranks 2-3; "
+        f"see them with: stack-viewer --path {tmp_path}/job1/{event.event_id}")]
+
+
+def stacks_lines(out):
+    return [line for line in out.getvalue().splitlines() if line.startswith("STACKS:")]

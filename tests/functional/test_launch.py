@@ -64,6 +64,9 @@ def test_stalled_rank_is_flagged_with_stacks_of_all_ranks(launches, tmp_path):
 
     event = _wait_for_stacks(tmp_path, 4, 90)
     assert event.startswith(str(tmp_path / "stalltest")), event
+    said = job.wait_line(r"^STACKS: ", 120)   # once every rank's dumpers are done
+    assert said is not None and said[1].endswith(
+        f"stacks of 4 rank(s) are in; see them with: stack-viewer --path {event}"), job.output()
     assert "wait_for_data" in frame_names(os.path.join(event, "rank00002-of-00004.py.json"))
     for rank in (0, 1, 3):
         names = frame_names(os.path.join(event, f"rank{rank:05d}-of-00004.py.json"))
@@ -122,6 +125,7 @@ def test_hang_action_kill_lets_torchrun_restart_the_workers(launches, tmp_path):
 @pytest.mark.parametrize("args, option", [
     (["--hang-timeout", "soon", STALL], "--hang-timeout"),
     (["--timeline-path", "{file}/timeline", STALL], "--timeline-path"),
+    (["--timeline-path", "/proc/nope", STALL], "--timeline-path"),   # was: exit 0, no hang detection
     (["--nproc-per-node", "2"], "training script"),
 ])
 def test_bad_options_give_one_line_errors(launches, tmp_path, args, option):

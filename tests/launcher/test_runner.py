@@ -1,10 +1,18 @@
 """What the launcher hands its workers (diag/launcher/runner.py)."""
 
+import glob
 import os
+import shutil
 import stat
+import subprocess
+import sys
+
+import pytest
 
 from diag.launcher import runner
 from diag.launcher.config import parse_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_worker_env_prepends_bootstrap_and_hook(tmp_path, monkeypatch):
@@ -46,3 +54,38 @@ def test_unknown_dump_tool_names_are_said_once_not_silently_dropped(capsys):
                    f"{', '.join(runner.dumps.ALL_TOOLS)}); dumping with py-spy"]
     assert runner.dump_tools({"XPU_TIMER_DUMP_TOOLS": "gdb"}) == ("gdb",)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("path", ["/proc/nope", "/proc", "{file}/sub"])
+def test_an_unwritable_timeline_stops_the_launch_before_anything_starts(tmp_path, capsys, path):
+    # os.access says yes to root on /proc (the tests run as root); the runner writes to find out.
+    (tmp_path / "file").write_text("x")
+    path = path.replace("{file}", str(tmp_path / "file"))
+    config = parse_args(["--timeline-path", path, "--rdzv-id", "bad-tl", "t.py"], {})
+    assert runner.run(config) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"xpu_timer_launch: --timeline-path: cannot write in {path!r}"), err
+    assert glob.glob("/dev/shm/xpu_diag-bad-tl-*") == []       # nothing was started
+
+
+def test_only_the_node_that_starts_the_collector_needs_the_timeline(tmp_path):
+    for argv in (["--collector", "10.0.0.1:5000"], ["--nnodes", "2", "--node-rank", "1"]):
+        config = parse_args(argv + ["--timeline-path", "/proc/nope", "t.py"], {})
+        assert runner.timeline_problem(config) is None
+    good = parse_args(["--timeline-path", str(tmp_path / "tl"), "t.py"], {})
+    assert runner.timeline_problem(good) is None and os.listdir(tmp_path / "tl") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_the_default_timeline_as_non_root_says_what_to_pass():
+    # A real non-root user (nobody) meets the default /root/timeline.
+    code = ("from diag.launcher.config import parse_args; from diag.launcher import runner; "
+            "print(runner.timeline_problem(parse_args(['t.py'], {})))")
+    out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                          sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, HOME="/nonexistent"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        "--timeline-path: the default '/root/timeline' is not writable by user nobody "
+        "(Permission denied); pass --timeline-path DIR or set XPU_TIMER_TIMELINE_PATH, "
+        "e.g. --timeline-path /tmp/xpu-timeline-nobody")

@@ -167,3 +167,13 @@ def test_garbage_collection_time_rides_along_with_the_steps(tmp_path):
     assert gcs[0].duration_ns / 1e6 >= 0.95 * measured[0][0]
     for rec, (collect_ms, step_ms) in zip(gcs[1:], measured[1:]):
         assert 0.95 * collect_ms <= rec.duration_ns / 1e6 <= step_ms, (rec.duration_ns, collect_ms, step_ms)
+
+
+def test_tracer_keeps_no_process_group_alive(tmp_path):
+    # A group that outlives destroy_process_group() is torn down at interpreter
+    # exit, where gloo aborts the worker (issue 11: SIGABRT, "terminate called
+    # without an active exception"). The tracer must hold groups weakly.
+    outputs = run_ranks("pg_freed.py", tmp_path)
+    assert [line for out, _ in outputs for line in out.splitlines()
+            if line.startswith("ALIVE")] == ["ALIVE 0", "ALIVE 0"], outputs
+    assert all(len(records) >= 3 for _, records, _ in records_by_rank(tmp_path).values())

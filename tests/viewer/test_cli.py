@@ -161,3 +161,25 @@ def test_viewer_imports_neither_torch_nor_grpc(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "LOADED []" in proc.stdout
+
+
+def test_version_needs_no_path(capsys):
+    from diag import __version__
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"stack-viewer (xpu-diag) {__version__}\n"
+
+
+def test_stacks_svg_comes_from_the_graphviz_package_not_a_hand_run_dot(tmp_path):
+    # With the package hidden (and `dot` still on PATH) there is no stacks.svg: the
+    # viewer renders through the package, and says how to render by hand.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nclass NoGraphviz:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'graphviz':\n"
+        "            raise ModuleNotFoundError('No module named graphviz', name=name)\n"
+        "sys.meta_path.insert(0, NoGraphviz())\n")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).parents[2]}"}
+    proc = viewer("--path", CASES / "gloo4", "--out", tmp_path / "out", "--format", "dot", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "the graphviz Python package is missing: render with `dot -Tsvg" in proc.stderr
+    assert not (tmp_path / "out" / "stacks.svg").exists()

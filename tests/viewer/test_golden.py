@@ -29,9 +29,12 @@ def test_gloo_golden_names_the_stalled_rank():
     assert "all_reduce@torch/distributed/distributed_c10d.py:3252@0-1,3|2 3\n" in folded
 
 
-def test_behind_rank_is_marked_from_hang_json():
+def test_never_entered_culprits_and_mismatch_come_from_hang_json():
     summary = (EXPECTED / "formats" / "summary.txt").read_text()
-    assert "rank 1: broadcast group 7 seq 40  <- BEHIND (others at seq 41)" in summary
+    assert ("rank 1: broadcast group 7 seq 40  <- NEVER ENTERED broadcast seq 41 (last started seq 40)"
+            in summary)
+    assert "  culprits: rank 1\n" in summary
+    assert "  mismatch: the ranks diverged at seq 40: rank 1 broadcast 4 B" in summary
 
 
 def test_corrupt_inputs_are_counted_not_fatal():

@@ -7,13 +7,11 @@ carries its folded rank set, and boxes held by a minority are filled red.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Sequence
 
 from viewer.api import ROOT, Frame
-from viewer.atomic import write_text
+from viewer.atomic import write_bytes, write_text
 from viewer.kinds import is_hot
 from viewer.merge import Node, RankLabels, Tree
 
@@ -70,18 +68,21 @@ class Dot:
         return "\n".join(lines) + "\n"
 
     def write(self, path: Path) -> None:
-        write_text(path, self.render())
+        text = self.render()
+        write_text(path, text)
         svg = path.with_suffix(".svg")
-        dot = shutil.which("dot")
-        if dot is None:
+        try:
+            import graphviz  # a dependency; it runs the `dot` program, which is not
+        except ImportError:
+            self.rendered = f"the graphviz Python package is missing: render with `dot -Tsvg {path} -o {svg}`"
+            return
+        try:
+            data = graphviz.Source(text, engine="dot").pipe(format="svg", quiet=True)
+        except graphviz.ExecutableNotFound:
             self.rendered = f"graphviz not installed: render with `dot -Tsvg {path} -o {svg}`"
             return
-        tmp = svg.with_name(f".{svg.name}.tmp")
-        try:
-            subprocess.run([dot, "-Tsvg", str(path), "-o", str(tmp)], check=True, timeout=120,
-                           capture_output=True)
-            tmp.replace(svg)
-            self.rendered = f"rendered {svg}"
-        except (subprocess.SubprocessError, OSError) as e:
-            tmp.unlink(missing_ok=True)
+        except (graphviz.CalledProcessError, OSError) as e:
             self.rendered = f"dot failed ({e.__class__.__name__}); render with `dot -Tsvg {path} -o {svg}`"
+            return
+        write_bytes(svg, data)
+        self.rendered = f"rendered {svg}"

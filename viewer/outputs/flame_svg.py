@@ -13,7 +13,7 @@ from typing import Sequence
 
 from viewer.api import ROOT, THREAD, Frame
 from viewer.atomic import write_text
-from viewer.kinds import COLOURS, LEGEND, colour, is_hot, kind_of
+from viewer.kinds import COLOURS, LEGEND, LIBC, colour, is_hot, kind_of
 from viewer.load import MAIN
 from viewer.merge import Node, RankLabels, Tree
 from viewer.outputs.flame_js import SCRIPT
@@ -81,8 +81,12 @@ def _header(title: str, subtitle: str) -> list[str]:
 class FlameSvg:
     """Writer: one flame graph of one view (Python or native frames)."""
 
-    def __init__(self, title: str, subtitle: str, world: int, html: bool = False):
+    def __init__(self, title: str, subtitle: str, world: int, html: bool = False, culprits: int = 0):
+        """``culprits``: bitset of the ranks hang.json names (culprits, never
+        entered); their groups are linked first, even in a 1-against-1 split."""
         self.title, self.subtitle, self.world, self.html = title, subtitle, world, html
+        self.culprits = culprits
+        self.units = 0
         self.tree = Tree()
         self.odd: list = []
         self.forks: list = []
@@ -91,21 +95,42 @@ class FlameSvg:
     def add_stack(self, thread: str, frames: Sequence[Frame], ranks: int) -> None:
         self.tree.add(thread, frames, ranks)
 
+    def _weights(self) -> dict[int, int]:
+        """id(thread node) -> how many layout units one rank counts for.
+
+        Every thread of every rank is one unit, so with 8 threads a rank the
+        main thread would get an eighth of the page, and at 1,024 ranks its
+        odd frames a sliver. The main thread, where hangs show, is weighted
+        to half the page (a whole factor, so zoom stays exact)."""
+        threads = list(self.tree.root.children.values())
+        main = next((t for t in threads if t.frame.func == MAIN), None)
+        if main is None or not main.width:
+            return {}
+        others = sum(t.width for t in threads) - main.width
+        factor = -(-others // main.width)   # ceil
+        return {id(main): factor} if factor > 1 else {}
+
     def _frames(self) -> tuple[list[str], int]:
         tree = self.tree
         labels = RankLabels(self.world)
-        units = max(tree.root.width, 1)
+        weights = self._weights()
+        units = max(sum(t.width * weights.get(id(t), 1) for t in tree.root.children.values()), 1)
         scale = (WIDTH - 2 * PAD) / units
+        self.units = units
         out, max_depth, ident, thread_name = [], 0, 0, ""
         top = HEADER + ROW * len(self.odd)
-        stack = [(tree.root, 0, 0, tree.root.width, False)]
+        culprits = self.culprits
+        stack = [(tree.root, 0, 0, tree.root.width, False, 1, False)]
         while stack:
-            node, depth, x, thread_w, parent_hot = stack.pop()
+            node, depth, x, thread_w, parent_hot, k, parent_blamed = stack.pop()
             f, w = node.frame, node.width
             if f.kind == THREAD:
-                thread_w, thread_name = w, f.func
+                thread_w, thread_name, k = w, f.func, weights.get(id(node), 1)
             max_depth = max(max_depth, depth)
             hot = f.kind not in (ROOT, THREAD) and is_hot(w, thread_w)
+            # Only ranks hang.json blames pass here: their branch, even 1 against 1.
+            blamed = bool(culprits) and f.kind not in (ROOT, THREAD) and not node.ranks & ~culprits
+            uw = units if f.kind == ROOT else w * k
             if f.kind == ROOT:
                 label, info = f"all ({self.world} ranks)", f"{w} rank-threads"
             else:
@@ -113,11 +138,11 @@ class FlameSvg:
                 info = f"{w} of {thread_w} ranks ({100.0 * w / max(thread_w, 1):.1f}%), {kind_of(f)}"
             fill = colour(f, hot)
             self.ids[id(node)] = f"f{ident}"
-            if hot and not parent_hot:
+            if (hot and not parent_hot) or (blamed and not parent_blamed and w < thread_w):
                 self.forks.append((node, thread_name))
-            px, pw, py = PAD + x * scale, max(w * scale, 2.0 if hot else 0.5), top + depth * ROW
+            px, pw, py = PAD + x * scale, max(uw * scale, 2.0 if hot else 0.5), top + depth * ROW
             out.append(
-                f'<g id="f{ident}" class="f{" hot" if hot else ""}" data-x="{x}" data-w="{w}" '
+                f'<g id="f{ident}" class="f{" hot" if hot else ""}" data-x="{x}" data-w="{uw}" '
                 f'data-d="{depth}" data-c="{fill}" data-n="{escape(info)}" data-l="{escape(label)}">'
                 f"<title>{escape(label)}\n{escape(info)}</title>"
                 f'<rect x="{px:.2f}" y="{py}" width="{pw:.2f}" height="{ROW - 1}" fill="{fill}" rx="2"/>'
@@ -127,9 +152,9 @@ class FlameSvg:
             starts = []
             for c in kids:
                 starts.append(cx)
-                cx += c.width
+                cx += c.width * (weights.get(id(c), 1) if f.kind == ROOT else k)
             for c, cx in reversed(list(zip(kids, starts))):
-                stack.append((c, depth + 1, cx, thread_w, hot))
+                stack.append((c, depth + 1, cx, thread_w, hot, k, blamed))
         return out, max_depth
 
     def _odd(self) -> list[tuple[Node, Node, str]]:
@@ -151,11 +176,25 @@ class FlameSvg:
                     out.append((target if target is not None and target.ranks == own else node, node, thread))
                 for c in reversed(node.sorted_children()):
                     todo.append((c, target if target is not None and target.ranks == c.ranks else c))
-        out.sort(key=lambda t: (t[2] != MAIN, t[0].width))  # the main thread's groups first
-        return out[:MAX_ODD]
+        seen, unique = set(), []
+        for item in out:   # a fork can be both a minority and blamed
+            if (id(item[0]), id(item[1])) not in seen:
+                seen.add((id(item[0]), id(item[1])))
+                unique.append(item)
+        unique.sort(key=self._relevance)
+        return unique[:MAX_ODD]
+
+    def _relevance(self, group) -> tuple:
+        """Sort key, most relevant first: the main thread (where a hang shows);
+        then groups with ranks hang.json blames; then threads not parked in a
+        libc wait (an idle gloo runLoop or pool thread of a healthy rank is
+        noise); then fewest ranks."""
+        target, leaf, thread = group
+        idle = thread != MAIN and kind_of(leaf.frame) == LIBC
+        return (thread != MAIN, not target.ranks & self.culprits, idle, target.width)
 
     def _odd_links(self, labels: RankLabels) -> list[str]:
-        """Header links to the minority groups: main thread first, then fewest ranks (click: zoom)."""
+        """Header links to the minority groups, most relevant first (click: zoom)."""
         out = []
         for i, (target, leaf, thread) in enumerate(self.odd):
             n = target.width
@@ -175,7 +214,7 @@ class FlameSvg:
         height = HEADER + ROW * len(self.odd) + (depth + 1) * ROW + FOOTER
         body = (_header(self.title, self.subtitle) + self._odd_links(RankLabels(self.world, limit=60))
                 + frames + [f'<text id="details" x="{PAD}" y="{height - 12}"> </text>'])
-        return _svg(height, body, self.title, self.tree.root.width)
+        return _svg(height, body, self.title, self.units)
 
     def write(self, path: Path) -> None:
         svg = self.render()

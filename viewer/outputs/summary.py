@@ -2,7 +2,9 @@
 
 Ranks are grouped by their main thread's whole stack, biggest group first;
 the ranks outside the biggest group are listed with their innermost frame
-(the usual culprits); with hang.json, each rank's collective, group and seq.
+and the innermost frame of the user's own code; with hang.json, each rank's
+collective, group and seq, and the collector's culprits, never-entered ranks
+and mismatch, read as hang.json states them (never recomputed here).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Sequence
 from diag.common.ranks import fold
 from viewer.api import PYTHON, Frame
 from viewer.atomic import write_text
+from viewer.kinds import user_frame
 from viewer.load import MAIN
 from viewer.merge import ranks_of
 
@@ -36,6 +39,13 @@ def _innermost(frames: Sequence[Frame]) -> str:
     return (py or list(frames))[-1].label
 
 
+def _user(frames: Sequence[Frame]) -> str:
+    """The innermost frame of the user's own code (outside the stdlib, torch and
+    site-packages); empty when the stack has none (native-only dumps)."""
+    f = user_frame(frames)
+    return f.label if f is not None else ""
+
+
 def _n(count: int) -> str:
     return f"{count} rank" + ("" if count == 1 else "s")
 
@@ -55,12 +65,14 @@ class Summary:
         """Biggest first; ties by lowest rank."""
         return sorted(self.groups.items(), key=lambda kv: (-kv[1].bit_count(), (kv[1] & -kv[1]).bit_length()))
 
-    def rows(self) -> list[tuple[str, str, int, str, str]]:
-        """(group no, folded ranks, count, innermost frame, collective) for the table."""
+    def rows(self) -> list[tuple[str, str, int, str, str, str]]:
+        """(group no, folded ranks, count, innermost frame, innermost user frame,
+        collective) for the table."""
         out = []
         for i, (frames, bits) in enumerate(self.sorted_groups(), 1):
             ranks = ranks_of(bits)
-            out.append((f"#{i}", fold(ranks), len(ranks), _innermost(frames), self._collective(ranks)))
+            out.append((f"#{i}", fold(ranks), len(ranks), _innermost(frames), _user(frames),
+                        self._collective(ranks)))
         return out
 
     def _collective(self, ranks: list[int]) -> str:
@@ -70,9 +82,11 @@ class Summary:
 
     def _group_lines(self) -> list[str]:
         lines = [f"Where the main thread is stuck ({self.ctx.view} frames), biggest group first:"]
-        for no, ranks, count, inner, coll in self.rows():
+        for no, ranks, count, inner, user, coll in self.rows():
             lines.append(f"  {no:<4} {_n(count):<12} {'rank' if count == 1 else 'ranks'} {ranks}")
             lines.append(f"       at  {inner}" + (f"   [{coll}]" if coll else ""))
+            if user and user != inner:
+                lines.append(f"       in  {user}   (your code)")
         if not self.groups:
             lines.append("  (no main-thread stacks)")
         return lines
@@ -81,35 +95,39 @@ class Summary:
         groups = self.sorted_groups()
         if len(groups) < 2:
             return []
-        by_frame: dict[str, int] = defaultdict(int)
+        by_frame: dict[tuple[str, str], int] = defaultdict(int)
         for frames, bits in groups[1:]:
-            by_frame[_innermost(frames)] |= bits
+            by_frame[(_innermost(frames), _user(frames))] |= bits
         lines = ["", f"Odd ranks out (not in group #1), innermost {self.ctx.view} frame:"]
-        for inner, bits in sorted(by_frame.items(), key=lambda kv: (kv[1] & -kv[1]).bit_length()):
+        for (inner, user), bits in sorted(by_frame.items(), key=lambda kv: (kv[1] & -kv[1]).bit_length()):
             r = ranks_of(bits)
-            lines.append(f"  {'rank' if len(r) == 1 else 'ranks'} {fold(r)}: {inner}")
+            mine = f"   (your code: {user})" if user and user != inner else ""
+            lines.append(f"  {'rank' if len(r) == 1 else 'ranks'} {fold(r)}: {inner}{mine}")
         return lines
 
     def _hang_lines(self) -> list[str]:
+        """What the collector concluded, as hang.json says it: the verdict,
+        the mismatch, the culprits and who never entered; never recomputed."""
         hang = self.ctx.hang
         if not hang:
             return []
         lines = ["", "Collectives (hang.json):"]
         if hang.get("verdict"):
             lines.append(f"  {hang['verdict']}")
+        mismatch = hang.get("mismatch")
+        if isinstance(mismatch, dict) and isinstance(mismatch.get("summary"), str):
+            lines.append(f"  mismatch: {mismatch['summary']}")
+        culprits = [r for r in hang.get("culprits") or [] if isinstance(r, int)]
+        if "culprits" in hang:
+            lines.append(f"  culprits: {_ranks_text(culprits) if culprits else 'none named'}")
+        never = {n["rank"]: n for n in hang.get("never_entered") or []
+                 if isinstance(n, dict) and isinstance(n.get("rank"), int)}
         by_state: dict[str, list[int]] = defaultdict(list)
-        top: dict[object, int] = {}
-        rows = [r for r in hang.get("ranks") or [] if isinstance(r, dict) and isinstance(r.get("rank"), int)]
-        for r in rows:
-            if isinstance(r.get("seq"), int):
-                top[r.get("comm_id")] = max(top.get(r.get("comm_id"), 0), r["seq"])
-        for r in rows:
-            state = _op(r)
-            if isinstance(r.get("seq"), int) and r["seq"] < top.get(r.get("comm_id"), 0):
-                state += f"  <- BEHIND (others at seq {top[r.get('comm_id')]})"
-            by_state[state].append(r["rank"])
+        for r in hang.get("ranks") or []:
+            if isinstance(r, dict) and isinstance(r.get("rank"), int):
+                by_state[_op(r) + _never_text(never.get(r["rank"]))].append(r["rank"])
         for state, ranks in sorted(by_state.items(), key=lambda kv: (-len(kv[1]), min(kv[1]))):
-            lines.append(f"  {'rank' if len(ranks) == 1 else 'ranks'} {fold(ranks)}: {state}")
+            lines.append(f"  {_ranks_text(ranks)}: {state}")
         for s in hang.get("suspects") or []:
             if isinstance(s, dict):
                 last = f", last op {s['last_op']}" if s.get("last_op") else ""
@@ -151,12 +169,24 @@ class Summary:
         from rich.table import Table
 
         table = Table(title=f"Where ranks are stuck ({self.ctx.view} frames, world {self.ctx.world})")
-        for col in ("group", "ranks", "count", "innermost frame", "collective"):
+        for col in ("group", "ranks", "count", "innermost frame", "your code", "collective"):
             table.add_column(col, overflow="fold")
         for i, row in enumerate(self.rows()):
             style = None if i == 0 else "bold red"
-            table.add_row(row[0], row[1], str(row[2]), row[3], row[4], style=style)
+            table.add_row(row[0], row[1], str(row[2]), row[3], row[4], row[5], style=style)
         console.print(table)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {fold(ranks)}"
+
+
+def _never_text(n: dict | None) -> str:
+    if n is None:
+        return ""
+    last = n.get("last_started_seq")
+    return (f"  <- NEVER ENTERED {n.get('op')} seq {n.get('seq')}"
+            + (f" (last started seq {last})" if last is not None else ""))
 
 
 def _op(r: dict) -> str:

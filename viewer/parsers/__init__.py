@@ -17,7 +17,7 @@ _frames: dict[Frame, Frame] = {}
 _HEX = re.compile(r"^0x[0-9a-fA-F]+$")
 
 
-def frame(func: str, file: str, line: int, kind: str) -> Frame:
+def frame(func: str, file: str, line: int, kind: str, lib: bool = False) -> Frame:
     """An interned Frame: equal frames of 16k ranks share one object.
 
     Raw addresses are replaced by ``??``: ASLR makes them differ per rank,
@@ -25,7 +25,7 @@ def frame(func: str, file: str, line: int, kind: str) -> Frame:
     """
     if _HEX.match(func):
         func = "??"
-    f = Frame(func, file, line, kind)
+    f = Frame(func, file, line, kind, lib)
     return _frames.setdefault(f, f)
 
 

@@ -11,6 +11,7 @@ import json
 import re
 
 from viewer.api import NATIVE, PYTHON, Frame, ParseResult, ThreadStack
+from viewer.kinds import TRACER_FRAME, is_library
 from viewer.parsers import basename, frame, native_name
 
 _decoder = json.JSONDecoder()
@@ -46,13 +47,15 @@ def _frame(f: dict) -> Frame:
             fr = frame(native_name(str(f["name"])), basename(module), 0, NATIVE)
         else:
             short = f.get("short_filename") or basename(str(f.get("filename") or "?"))
-            fr = frame(str(f["name"]), short, int(f.get("line") or 0), PYTHON)
+            fr = frame(str(f["name"]), short, int(f.get("line") or 0), PYTHON,
+                       is_library(str(f.get("filename") or ""), short))
         _cache[key] = fr
     return fr
 
 
 def _thread(obj: dict) -> ThreadStack:
-    frames = tuple(map(_frame, reversed(obj["frames"])))
+    # The tracer's wrapper sits between the user's call and torch's: not user code.
+    frames = tuple(f for f in map(_frame, reversed(obj["frames"])) if f.func != TRACER_FRAME)
     name = str(obj.get("thread_name") or "thread")
     tid = int(obj.get("os_thread_id") or obj.get("thread_id") or 0)
     return ThreadStack(name, tid, frames)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from viewer.api import NATIVE, PYTHON, ParseResult, ThreadStack
+from viewer.kinds import TRACER_FRAME, is_library
 from viewer.parsers import frame, native_name
 
 _THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+) \([^)]*\)(?:: "(.*)")?\s*$')
@@ -43,7 +44,9 @@ def parse(text: str) -> ParseResult:
             continue
         fm = _PYFRAME.match(line)
         if fm and cur is not None:
-            cur[2].append(frame(fm.group(1), fm.group(2), int(fm.group(3)), PYTHON))
+            if fm.group(1) != TRACER_FRAME:   # the tracer's wrapper: not user code
+                cur[2].append(frame(fm.group(1), fm.group(2), int(fm.group(3)), PYTHON,
+                                     is_library(fm.group(2), fm.group(2))))
             continue
         fm = _NATIVE.match(line)
         if fm and cur is not None:
