@@ -1,0 +1,80 @@
+"""GPT-2 small DDP (bf16 autocast, AdamW, batch 8 x 1024) for RUN_S seconds,
+for the SLOW verdicts on real GPUs (tests/gpu/session.sh x2slow).
+
+  SLOW_MODE=gpu   rank SLOW_RANK's GPU is slowed for real: a side stream keeps
+                  memory-bound kernels (not GEMMs) running beside its training
+                  for about DUTY of each step. No clock or GPU setting changes.
+  SLOW_MODE=host  rank SLOW_RANK sleeps SLEEP_SHARE of each step on the host
+                  before its forward (its GEMMs stay healthy).
+  PAUSE_AT=s      every rank writes a checkpoint then (rank 0 writes the model
+                  with torch.save and the others wait in a barrier).
+The slowdown starts after WARM_S seconds (it says so on stdout)."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from transformers import GPT2Config, GPT2LMHeadModel
+
+env = os.environ.get
+local = int(env("LOCAL_RANK"))
+torch.cuda.set_device(local)
+dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024)).cuda()
+ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+tokens = torch.randint(0, 50257, (8, 1024), device="cuda")
+mode, slow_rank = env("SLOW_MODE", ""), int(env("SLOW_RANK", "-1"))
+run_s, warm_s, pause_at = float(env("RUN_S", "60")), float(env("WARM_S", "20")), float(env("PAUSE_AT", "-1"))
+side, buf = torch.cuda.Stream(), torch.ones(512 << 20, device="cuda", dtype=torch.bfloat16)  # 1 GiB
+
+
+def step():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = ddp(tokens, labels=tokens).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def side_kernel_ms() -> float:
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); [buf.mul_(1.0) for _ in range(10)]; b.record(); b.synchronize()
+    return a.elapsed_time(b) / 10
+
+
+t0, steps, slow, load, sleep_s = time.monotonic(), 0, False, 0, 0.0
+done = torch.zeros(1, device="cuda")
+while done.item() == 0:
+    t = time.monotonic() - t0
+    if not slow and t >= warm_s and rank == slow_rank and mode:
+        step_s = t / max(steps, 1)
+        if mode == "gpu":
+            load = max(1, int(float(env("DUTY", "0.6")) * step_s * 1e3 / side_kernel_ms()))
+            print(f"rank {rank}: side-stream load {load} kernels a step from now", flush=True)
+        else:
+            share = float(env("SLEEP_SHARE", "0.2"))
+            sleep_s = share / (1 - share) * step_s
+            print(f"rank {rank}: sleeping {1e3 * sleep_s:.0f} ms a step from now", flush=True)
+        slow = True
+    if load:
+        with torch.cuda.stream(side):
+            for _ in range(load):
+                buf.mul_(1.0)
+    time.sleep(sleep_s)
+    step()
+    steps += 1
+    if 0 <= pause_at <= t:
+        pause_at = -1
+        if rank == 0:
+            torch.save(model.state_dict(), f"/tmp/slow_gpt2_ckpt_{os.getpid()}.pt")
+            time.sleep(float(env("PAUSE_S", "10")))
+        dist.barrier()
+    if steps % 10 == 0:
+        done.fill_(float(t > run_s))
+        dist.all_reduce(done)
+torch.cuda.synchronize()
+print(f"rank {rank} done after {steps} steps", flush=True)
+dist.destroy_process_group()
