@@ -56,18 +56,34 @@ def slow_gpus(windows: dict[int, RankWindow], th: Thresholds) -> list[SlowFindin
     for w in windows.values():
         if w.gemm_tflops and w.gemm_samples >= th.min_gemm_samples and w.gemm_flops_per_call > 0:
             roles[round(math.log2(w.gemm_flops_per_call))].append(w)
+    victims = _waiting_ranks(windows, th)
     out = []
     for members in roles.values():
         if len(members) < 2:
             continue
         for w in members:
             peers = statistics.median(p.gemm_tflops for p in members if p is not w)
-            if w.gemm_tflops <= (1.0 - th.slow + RESOLUTION) * peers:
+            if w.gemm_tflops <= (1.0 - th.slow + RESOLUTION) * peers and w.rank not in victims:
                 out.append(SlowFinding(
                     RULE_SLOW_GPU, (w.rank,), w.gemm_tflops, peers, "TFLOP/s",
                     f"GEMM {_num(w.gemm_tflops)} TFLOP/s vs job median {_num(peers)} "
                     f"({100 * (w.gemm_tflops / peers - 1):+.0f}%)"))
     return sorted(out, key=lambda f: f.ranks)
+
+
+def _waiting_ranks(windows: dict[int, RankWindow], th: Thresholds) -> set[int]:
+    """Ranks that wait ``wait_gap`` longer than the job's least-waiting rank.
+
+    A slow GPU sets the pace, so it waits least. A rank that waits for a peer
+    has NCCL kernels spinning beside its own GEMMs (DDP overlaps them), which
+    costs those GEMMs SMs: on H200 x2 a peer of a host-side straggler read
+    -11 % GEMM TFLOP/s with a healthy GPU. Such a rank is a victim, never a
+    slow GPU."""
+    shares = {r: sum(_typical_wait_share(w, c) for c in w.comms) for r, w in windows.items()}
+    if not shares:
+        return set()
+    least = min(shares.values())
+    return {r for r, share in shares.items() if share - least >= th.wait_gap}
 
 
 def _num(value: float) -> str:
@@ -124,11 +140,18 @@ def _host_side(w: RankWindow, windows: dict[int, RankWindow]) -> str:
     gc_peers = statistics.median(p.gc_s / p.span_s for p in others)
     if w.gc_s / w.span_s - gc_peers >= 0.05:
         return f"; it spends {100 * w.gc_s / w.span_s:.0f}% of the time in garbage collection"
+    per_step = [p.launches_per_s * p.span_s / p.steps for p in others if p.steps]
+    if w.steps and per_step:
+        mine, theirs = w.launches_per_s * w.span_s / w.steps, statistics.median(per_step)
+        if theirs > 0 and mine >= 1.05 * theirs:
+            return (f"; it launches {mine:.0f} kernels a step vs {theirs:.0f} for its peers "
+                    f"(extra GPU work outside GEMMs and collectives)")
     rate_peers = statistics.median(p.launches_per_s for p in others)
     if rate_peers > 0 and w.launches_per_s < 0.8 * rate_peers:
         return (f"; it launches {w.launches_per_s:.0f} kernels/s vs {rate_peers:.0f} for its peers "
                 f"(its host side is late)")
-    return "; its time goes outside GEMMs and collectives (host side: data loading, Python, CPU)"
+    return ("; its time goes outside GEMMs and collectives (on the host: data loading, Python, CPU; "
+            "or in other GPU kernels)")
 
 
 def slow_links(windows: dict[int, RankWindow], th: Thresholds, slow_gpu_ranks: set[int]) -> list[SlowFinding]:

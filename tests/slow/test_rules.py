@@ -162,3 +162,21 @@ def test_from_perf_keeps_ddp_waits_and_drops_one_checkpoint():
     typical = (75 * 20e-3 + 299 * 1e-3) / 374          # per call, the checkpoint left out
     assert abs(c.typical_s - typical) < 1e-9 and c.typical_s > 3 * 1e-3   # the p50 (1 ms) would hide it
     assert abs(c.wait_s - (75 * 20e-3 + 299 * 1e-3 + 20) / timed * 3000) < 1e-6
+
+
+def test_a_rank_that_waits_is_never_the_slow_gpu():
+    # H200 x2, rank 0 sleeping on the host: rank 1 waits 48 % and its GEMMs,
+    # beside spinning NCCL kernels, read 11 % under rank 0's
+    w = {0: rank(0, tflops=272.5, comms=[comm(typical=0.0005)]),
+         1: rank(1, tflops=241.9, comms=[comm(typical=0.048)])}
+    [f] = rules.judge(w, TH)
+    assert (f.rule, f.ranks) == (RULE_STRAGGLER, (0,))
+
+
+def test_extra_gpu_work_is_the_stragglers_clue():
+    w = {r: rank(r, comms=[comm(typical=0.02)]) for r in range(2)}
+    w[1] = RankWindow(1, 0, 1, "host", 60.0, 790.0, 200, 2 * 4096**3, (comm(typical=0.001),), 100, 0.0,
+                      20000.0 * 1.08)
+    [f] = rules.judge(w, TH)
+    assert (f.rule, f.ranks) == (RULE_STRAGGLER, (1,))
+    assert "it launches 12960 kernels a step vs 12000 for its peers (extra GPU work" in f.detail

@@ -12,9 +12,10 @@ job() {  # name run_s env...
     --timeline-path "$out/timeline" --perf-window "$W" tests/gpu/scripts/slow_gpt2.py > "$out/$name.log" 2>&1
   echo "== $name: exit $?"; grep -E "SLOW: |HANG: |from now|done after" "$out/$name.log"
 }
-job slowgpu 75 SLOW_MODE=gpu SLOW_RANK=1 WARM_S=20
-job straggler 75 SLOW_MODE=host SLOW_RANK=0 WARM_S=20
-job healthy 150 PAUSE_AT=60 PAUSE_S=10
+want() { [[ " ${SLOW_JOBS:-slowgpu straggler healthy} " == *" $1 "* ]]; }
+want slowgpu && job slowgpu 75 SLOW_MODE=gpu SLOW_RANK=1 WARM_S=20 DUTY=${SLOW_DUTY:-0.3}
+want straggler && job straggler 75 SLOW_MODE=host SLOW_RANK=0 WARM_S=20
+want healthy && job healthy 150 PAUSE_AT=60 PAUSE_S=10
 for f in "$out"/timeline/*/*/slow.json; do [ -e "$f" ] && cp "$f" "$out/$(basename "$(dirname "$(dirname "$f")")")-slow.json"; done
 python3 - "$out" <<'PY'
 import glob, json, sys
