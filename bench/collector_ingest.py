@@ -87,7 +87,8 @@ def make_report(node: int, world: int, stall_since: float | None, now: float) ->
         rank = node * RANKS_PER_AGENT + local
         r = pb.RankProgress(rank=rank, local_rank=local, world_size=world, pid=10000 + rank, alive=True,
                             last_op="all_reduce")
-        r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world)
+        r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world,
+                    lane=pb.OP_KIND_COLLECTIVE, group_name="default")
         r.stats.add(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, count=10, total_ns=5_000_000, max_ns=900_000)
         if stall_since is not None and local != 3:  # local rank 3 is the culprit: not in the collective
             r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,

@@ -25,7 +25,7 @@ from diag.pb import collector_pb2 as pb
 class Agent:
     def __init__(self, config: AgentConfig, clock=time.monotonic_ns):
         self.config = config
-        self.state = NodeState(clock)
+        self.state = NodeState(clock, log=self.log)
         self.lock = threading.Lock()          # guards state
         self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log)
         self._stop = threading.Event()

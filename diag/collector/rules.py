@@ -89,11 +89,18 @@ def _hung_groups(snap: Snapshot, timeout_s: float, silent_nodes: set[int]) -> tu
     return tuple(out)
 
 
-def _last_started(progress, comm_id: int) -> int | None:
+def comm_lane(progress, comm_id: int, lane: int):
+    """The rank's CommProgress for one lane of one group, or None. Seqs of the
+    collective and p2p lanes are unrelated (docs/records.md)."""
     for comm in progress.comms:
-        if comm.comm_id == comm_id:
-            return comm.last_started_seq
+        if comm.comm_id == comm_id and comm.lane == lane:
+            return comm
     return None
+
+
+def _last_started(progress, comm_id: int, lane: int) -> int | None:
+    comm = comm_lane(progress, comm_id, lane)
+    return None if comm is None else comm.last_started_seq
 
 
 def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]) -> tuple[NeverEntered, ...]:
@@ -111,7 +118,7 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
             if (rank in in_group or rank in out or rank in silent or rank >= snap.world_size
                     or not entry.progress.alive):
                 continue
-            started = _last_started(entry.progress, group.op.comm_id)
+            started = _last_started(entry.progress, group.op.comm_id, KIND_COLLECTIVE)
             if started is None and group.op.comm_id == 0:
                 started = 0
             if started is not None and started < group.op.seq:

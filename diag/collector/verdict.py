@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diag.collector.api import KIND_NAMES, Findings, HungGroup, OpKey
-from diag.collector.rules import NOT_IN_ANY, in_flight_age
+from diag.collector.api import KIND_COLLECTIVE, KIND_NAMES, Findings, HungGroup, OpKey
+from diag.collector.rules import NOT_IN_ANY, comm_lane, in_flight_age
 from diag.collector.state import Snapshot
 from diag.common.ranks import fold
 
@@ -83,7 +83,8 @@ def dropped_line(dropping: dict[int, int]) -> str:
             f"(ring full; the op counts under-report); raise XPU_TIMER_RING_CAPACITY")
 
 
-def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_id: int) -> dict[str, Any]:
+def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_id: int,
+              lane: int) -> dict[str, Any]:
     p = entry.progress
     row: dict[str, Any] = {"rank": rank, "node_rank": entry.node_rank, "hostname": hostnames.get(entry.node_rank, ""),
                            "pid": p.pid, "op": None, "kind": None, "comm_id": None, "seq": None,
@@ -94,8 +95,9 @@ def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_
         op = p.oldest_in_flight
         row.update(op=op.name, kind=KIND_NAMES.get(op.kind, str(op.kind)), comm_id=op.comm_id, seq=op.seq,
                    in_flight_s=round(age, 3))
-    row["last_completed_seq"] = next((c.last_completed_seq for c in p.comms if c.comm_id == comm_id), None)
-    row["last_started_seq"] = next((c.last_started_seq for c in p.comms if c.comm_id == comm_id), None)
+    comm = comm_lane(p, comm_id, lane)
+    row["last_completed_seq"] = None if comm is None else comm.last_completed_seq
+    row["last_started_seq"] = None if comm is None else comm.last_started_seq
     return row
 
 
@@ -105,7 +107,8 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
     store fills in as the stack files arrive."""
     hostnames = {n: a.hostname for n, a in snap.agents.items()}
     # Seq columns refer to the group of the largest hung collective (the one the culprits are behind on).
-    comm_id = next((g.op.comm_id for g in findings.hung if g.op.is_comm_op), 0)
+    first = next((g.op for g in findings.hung if g.op.is_comm_op), None)
+    comm_id, lane = (first.comm_id, first.kind) if first else (0, KIND_COLLECTIVE)
     return {
         "version": HANG_JSON_VERSION,
         "job_id": job_id,
@@ -125,6 +128,6 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
                            "last_started_seq": n.last_started_seq} for n in findings.never_entered],
         "silent_ranks": findings.silent_ranks,
         "missing_ranks": list(findings.missing_ranks),
-        "ranks": [_rank_row(r, e, snap, hostnames, comm_id) for r, e in sorted(snap.ranks.items())
+        "ranks": [_rank_row(r, e, snap, hostnames, comm_id, lane) for r, e in sorted(snap.ranks.items())
                   if r < findings.world_size],
     }
