@@ -27,18 +27,10 @@ from diag.records import format as fmt
 FINGERPRINT_DEPTH = 64
 RECENT_SPANS = 16     # tracer comm ops remembered to tie hook communicators to groups
 
-# The hook names ops after the NCCL calls; the tracer after torch.distributed.
-NCCL_TO_TORCH = {"ncclAllReduce": "all_reduce", "ncclAllGather": "all_gather",
-                 "ncclReduceScatter": "reduce_scatter", "ncclBroadcast": "broadcast",
-                 "ncclReduce": "reduce", "ncclSend": "send", "ncclRecv": "recv"}
+NCCL_TO_TORCH, torch_name = fmt.NCCL_TO_TORCH, fmt.torch_name
 # Tracer names that issue the NCCL call of the same torch name.
 _TORCH_FAMILY = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
                  "isend": "send", "irecv": "recv", "barrier": "all_reduce"}
-
-
-def torch_name(name: str) -> str:
-    """The torch.distributed name of an op, whichever producer named it."""
-    return NCCL_TO_TORCH.get(name, name)
 
 
 @dataclasses.dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from diag.collector.api import (KIND_COLLECTIVE, Findings, HungGroup, NeverEntered, OpKey, SilentAgent,
                                 Suspect)
+from diag.collector import divergence
 from diag.collector.state import Snapshot
 
 # Never-entered analysis is O(world) per hung collective; a pathological job
@@ -40,9 +41,12 @@ def analyse(snap: Snapshot, timeout_s: float, silent_after_s: float) -> Findings
     silent_ranks = {r for a in silent for r in a.ranks}
     missing = tuple(r for r in range(snap.world_size) if r not in snap.ranks)
     never = _never_entered(snap, hung, silent_ranks)
-    suspects = _suspects(snap, hung_ranks | silent_ranks, never, silent)
+    mismatches, labels, stuck = divergence.analyse_groups(snap, hung, MAX_GROUPS_EXPLAINED)
+    names = {g.comm_id: g.short() for g in labels}
+    suspects = _suspects(snap, hung_ranks | silent_ranks, never, silent, names)
     return Findings(world_size=snap.world_size, hung=hung, suspects=suspects, never_entered=never,
-                    silent_agents=silent, missing_ranks=missing)
+                    silent_agents=silent, missing_ranks=missing, mismatches=mismatches, groups=labels,
+                    stuck=stuck)
 
 
 def in_flight_age(entry, now: float) -> float | None:
@@ -127,7 +131,7 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
 
 
 def _suspects(snap: Snapshot, skip: set[int], never: tuple[NeverEntered, ...],
-              silent: tuple[SilentAgent, ...]) -> tuple[Suspect, ...]:
+              silent: tuple[SilentAgent, ...], names: dict[int, str]) -> tuple[Suspect, ...]:
     out = []
     now = snap.now
     for rank, entry in sorted(snap.ranks.items()):
@@ -139,7 +143,8 @@ def _suspects(snap: Snapshot, skip: set[int], never: tuple[NeverEntered, ...],
     idle = {s.rank for s in out}
     for n in never:
         if n.rank not in idle:
-            out.append(Suspect(n.rank, f"never entered {n.op.name} (group {n.op.comm_id}, seq {n.op.seq})",
+            group = names.get(n.op.comm_id, n.op.comm_id)
+            out.append(Suspect(n.rank, f"never entered {n.op.name} (group {group}, seq {n.op.seq})",
                                snap.ranks[n.rank].progress.last_op or None))
     for agent in silent:
         for rank in agent.ranks:

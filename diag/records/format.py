@@ -44,6 +44,17 @@ DTYPE_NAMES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
 REDOP_NAMES = ("sum", "prod", "max", "min", "avg")
 
 
+# The hook names ops after the NCCL calls, the tracer after torch.distributed.
+NCCL_TO_TORCH = {"ncclAllReduce": "all_reduce", "ncclAllGather": "all_gather",
+                 "ncclReduceScatter": "reduce_scatter", "ncclBroadcast": "broadcast",
+                 "ncclReduce": "reduce", "ncclSend": "send", "ncclRecv": "recv"}
+
+
+def torch_name(name: str) -> str:
+    """The torch.distributed name of an op, whichever producer named it."""
+    return NCCL_TO_TORCH.get(name, name)
+
+
 def pack_coll_args(reduce_op: int = -1, peer: int = -1) -> int:
     """The ``flops`` field of a collective/p2p record: bits 0-7 reduce op + 1,
     bits 32-63 root or peer + 1 (0 = none). Collectives carry no FLOPs."""
