@@ -42,8 +42,15 @@ def op_phrase(op: OpKey, findings: Findings | None = None) -> str:
     return f"{name} (group {label.phrase() if label else op.comm_id},{lane} seq {seq})"
 
 
-def _group_phrase(g: HungGroup, findings: Findings) -> str:
-    return f"{ranks_phrase(g.ranks)} in {op_phrase(g.op, findings)} for {g.max_age_s:.1f} s"
+def _group_phrases(findings: Findings) -> list[str]:
+    """One clause per hung op. Ranks whose reported ops differ only in a seq
+    that the stuck seq corrects (one burst, completion known per burst) are
+    one op: their clauses merge."""
+    merged: dict[str, tuple[list[int], float]] = {}
+    for g in findings.hung:
+        ranks, age = merged.setdefault(op_phrase(g.op, findings), ([], 0.0))
+        merged[op_phrase(g.op, findings)] = (ranks + list(g.ranks), max(age, g.max_age_s))
+    return [f"{ranks_phrase(sorted(ranks))} in {phrase} for {age:.1f} s" for phrase, (ranks, age) in merged.items()]
 
 
 def _explain(findings: Findings) -> list[str]:
@@ -71,9 +78,9 @@ def _explain(findings: Findings) -> list[str]:
 
 def hang_line(findings: Findings, event_dir: str) -> str:
     """The one verdict line; starts with ``HANG: ``."""
-    groups = [_group_phrase(g, findings) for g in findings.hung[:MAX_GROUPS_IN_LINE]]
-    if len(findings.hung) > MAX_GROUPS_IN_LINE:
-        groups.append(f"{len(findings.hung) - MAX_GROUPS_IN_LINE} more hung ops in hang.json")
+    groups = _group_phrases(findings)
+    if len(groups) > MAX_GROUPS_IN_LINE:
+        groups = groups[:MAX_GROUPS_IN_LINE] + [f"{len(groups) - MAX_GROUPS_IN_LINE} more hung ops in hang.json"]
     clauses = groups + [m.summary for m in findings.mismatches if m.summary] + _explain(findings)
     if not findings.culprits:
         clauses.append("no rank is behind: every reporting rank waits" if not findings.mismatches
