@@ -47,9 +47,20 @@ class Lane:
         self.started = max(self.started, rec.seq)
         self.size, self.comm_rank = rec.comm_size, rec.comm_rank
         reduce_op, peer = fmt.unpack_coll_args(rec.flops)
-        self.recent.append(pb.Fingerprint(seq=rec.seq, name=rec.name, bytes=rec.bytes,
-                                          dtype=fmt.dtype_of(rec.flags), reduce_op=reduce_op,
-                                          peer=peer))
+        self.recent.append((rec.seq, pb.Fingerprint(name=rec.name, bytes=rec.bytes,
+                                                    dtype=fmt.dtype_of(rec.flags),
+                                                    reduce_op=reduce_op, peer=peer)))
+
+    def window(self, out: pb.FingerprintWindow) -> None:
+        """Fill ``out`` with the consecutive tail of the recent ops (a START
+        lost to a full ring breaks the run; older ops are then left out)."""
+        ops = list(self.recent)
+        start = len(ops) - 1
+        while start > 0 and ops[start - 1][0] == ops[start][0] - 1:
+            start -= 1
+        if ops:
+            out.first_seq = ops[start][0]
+            out.ops.extend(fp for _, fp in ops[start:])
 
     def end(self, seq: int) -> None:
         self.completed = max(self.completed, seq)
@@ -120,10 +131,8 @@ class CommTable:
             msg = pb.CommProgress(comm_id=group, last_started_seq=lane.started,
                                   last_completed_seq=lane.completed, comm_size=lane.size, lane=kind,
                                   group_name=self.names.get(group, ""), comm_rank=lane.comm_rank)
-            if with_fingerprints:
-                for fp in lane.recent:
-                    msg.recent.append(fp)
-                    msg.recent[-1].completed = fp.seq <= lane.completed
+            if with_fingerprints and lane.recent:
+                lane.window(msg.recent)
             out.append(msg)
         return out
 

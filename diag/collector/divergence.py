@@ -63,10 +63,10 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8
 def _name_at(members, seq: int) -> str | None:
     """The op name a member's fingerprints give for ``seq``, if any."""
     for _, comm in members:
-        if comm is not None:
-            for fp in comm.recent:
-                if fp.seq == seq:
-                    return fp.name
+        if comm is not None and comm.HasField("recent"):
+            i = seq - comm.recent.first_seq
+            if 0 <= i < len(comm.recent.ops):
+                return comm.recent.ops[i].name
     return None
 
 
@@ -109,35 +109,48 @@ def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tupl
 
 def _first_difference(members, upto: int) -> tuple[int | None, tuple[Variant, ...]]:
     """The first seq <= ``upto`` (every member started it) at which the
-    members' fingerprints differ, and the variants there."""
-    prints = []
-    low = 0
+    members' fingerprints differ, and the variants there.
+
+    Members whose windows serialize alike have the same history: they are
+    compared once, as a class. After a hang nearly all members of a group
+    stopped at the same seq, so there are a few classes, not thousands."""
+    classes: dict[bytes, list] = {}
     for rank, comm in members:
-        if comm is None or not comm.recent:
+        if comm is None or not comm.HasField("recent"):
             continue
-        recent = comm.recent
-        first = recent[0].seq
-        low = max(low, first)
-        prints.append((rank, first, recent))
-    if len(prints) < 2:
+        window = comm.recent
+        entry = classes.get(key := window.SerializeToString())
+        if entry is None:
+            classes[key] = [window.first_seq, list(window.ops), [rank]]
+        else:
+            entry[2].append(rank)
+    if len(classes) < 2:
         return None, ()
+    low = max(first for first, _, _ in classes.values())
     for seq in range(low, upto + 1):
-        keys: dict[tuple, list[int]] = {}
-        for rank, first, recent in prints:
+        keys: dict[bytes, list] = {}
+        for first, ops, ranks in classes.values():
             i = seq - first
-            if i >= len(recent):
-                continue
-            fp = recent[i]
-            if fp.seq != seq:   # a gap (dropped records): find it the slow way
-                fp = next((f for f in recent if f.seq == seq), None)
-                if fp is None:
-                    continue
-            keys.setdefault((torch_name(fp.name), fp.bytes, fp.dtype, fp.reduce_op, fp.peer), []).append(rank)
-        if len(keys) > 1:
-            variants = [Variant(k, describe(*k), tuple(r)) for k, r in keys.items()]
-            variants.sort(key=lambda v: v.ranks[0])
-            return seq, tuple(variants)
+            if i < len(ops):
+                fp = ops[i]
+                found = keys.setdefault(fp.SerializeToString(), [fp, []])
+                found[1].extend(ranks)
+        if len(keys) > 1 and len({_key(fp) for fp, _ in keys.values()}) > 1:
+            return seq, _variants(keys.values())
     return None, ()
+
+
+def _key(fp) -> tuple:
+    return torch_name(fp.name), fp.bytes, fp.dtype, fp.reduce_op, fp.peer
+
+
+def _variants(found) -> tuple[Variant, ...]:
+    merged: dict[tuple, list[int]] = {}
+    for fp, ranks in found:
+        merged.setdefault(_key(fp), []).extend(ranks)
+    variants = [Variant(k, describe(*k), tuple(sorted(r))) for k, r in merged.items()]
+    variants.sort(key=lambda v: v.ranks[0])
+    return tuple(variants)
 
 
 def _minority(variants: tuple[Variant, ...]) -> tuple[tuple[int, ...], bool]:

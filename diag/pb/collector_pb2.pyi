@@ -78,22 +78,26 @@ class OpStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., count: _Optional[int] = ..., total_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
 class Fingerprint(_message.Message):
-    __slots__ = ("seq", "name", "bytes", "dtype", "reduce_op", "peer", "completed")
-    SEQ_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     REDUCE_OP_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
-    COMPLETED_FIELD_NUMBER: _ClassVar[int]
-    seq: int
     name: str
     bytes: int
     dtype: int
     reduce_op: int
     peer: int
-    completed: bool
-    def __init__(self, seq: _Optional[int] = ..., name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ..., completed: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ...) -> None: ...
+
+class FingerprintWindow(_message.Message):
+    __slots__ = ("first_seq", "ops")
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    first_seq: int
+    ops: _containers.RepeatedCompositeFieldContainer[Fingerprint]
+    def __init__(self, first_seq: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[Fingerprint, _Mapping]]] = ...) -> None: ...
 
 class CommProgress(_message.Message):
     __slots__ = ("comm_id", "last_started_seq", "last_completed_seq", "comm_size", "lane", "group_name", "recent", "comm_rank")
@@ -111,9 +115,9 @@ class CommProgress(_message.Message):
     comm_size: int
     lane: OpKind
     group_name: str
-    recent: _containers.RepeatedCompositeFieldContainer[Fingerprint]
+    recent: FingerprintWindow
     comm_rank: int
-    def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Iterable[_Union[Fingerprint, _Mapping]]] = ..., comm_rank: _Optional[int] = ...) -> None: ...
+    def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ...) -> None: ...
 
 class RankProgress(_message.Message):
     __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op")

@@ -62,16 +62,17 @@ def test_fingerprints_are_sent_only_while_stuck_and_stay_bounded():
     recs.append(rec(1, 101, clock.now - S // 2, seq=101, flags=dtype_bf16, flops=fmt.pack_coll_args(2, 3)))
     state.apply("py-r0", recs)
     [rank] = state.report()
-    assert [len(c.recent) for c in rank.comms] == [0]      # in flight for 0.5 s only
+    assert [c.HasField("recent") for c in rank.comms] == [False]   # in flight for 0.5 s only
     assert [s.flops for s in rank.stats] == [0]            # packed args are not FLOPs
     clock.now += S
     [rank] = state.report()
     [comm] = rank.comms
-    assert len(comm.recent) == FINGERPRINT_DEPTH and comm.recent[-1].seq == 101
-    first, last = comm.recent[0], comm.recent[-1]
-    assert (first.seq, first.bytes, first.dtype, first.reduce_op, first.peer, first.completed) == (
-        101 - FINGERPRINT_DEPTH + 1, 4 * (101 - FINGERPRINT_DEPTH + 1), 9, 0, -1, True)
-    assert (last.reduce_op, last.peer, last.completed) == (2, 3, False)
+    window = comm.recent
+    assert len(window.ops) == FINGERPRINT_DEPTH and window.first_seq == 101 - FINGERPRINT_DEPTH + 1
+    first, last = window.ops[0], window.ops[-1]
+    assert (first.bytes, first.dtype, first.reduce_op, first.peer) == (4 * window.first_seq, 9, 0, -1)
+    assert (last.reduce_op, last.peer) == (2, 3)
+    assert (comm.last_started_seq, comm.last_completed_seq) == (101, 100)
     op = rank.oldest_in_flight
     assert (op.dtype, op.reduce_op, op.peer) == (9, 2, 3)
 
@@ -97,3 +98,13 @@ def test_no_tie_without_an_enclosing_tracer_op_of_the_same_name():
                             rec(1, 2, 93 * S, name="ncclAllReduce", seq=2, comm_id=0xABC)])
     [rank] = state.report()
     assert set(lanes(rank)) == {(77, fmt.KIND_COLLECTIVE), (0xABC, fmt.KIND_COLLECTIVE)}
+
+
+def test_a_lost_start_cuts_the_window_to_its_consecutive_tail():
+    clock = Clock()
+    state = make(clock)
+    starts = [rec(1, i, 90 * S, seq=i) for i in (1, 2, 3, 5, 6)]   # seq 4's START was dropped
+    state.apply("py-r0", starts)
+    clock.now += 20 * S
+    window = state.report()[0].comms[0].recent
+    assert (window.first_seq, len(window.ops)) == (5, 2)

@@ -13,9 +13,9 @@ AR = ("ncclAllReduce", 7, 0, -1)          # name, dtype float32, sum, no peer
 BUCKET = ("ncclAllReduce", 9, 0, -1)      # bfloat16 DDP bucket
 
 
-def fp(seq, op, nbytes, done):
+def fp(op, nbytes):
     name, dtype, red, peer = op
-    return pb.Fingerprint(seq=seq, name=name, bytes=nbytes, dtype=dtype, reduce_op=red, peer=peer, completed=done)
+    return pb.Fingerprint(name=name, bytes=nbytes, dtype=dtype, reduce_op=red, peer=peer)
 
 
 def rank(r, world, ops, *, completed, age_s=12.0, comm_id=0, name="default", lane=pb.OP_KIND_COLLECTIVE,
@@ -26,8 +26,8 @@ def rank(r, world, ops, *, completed, age_s=12.0, comm_id=0, name="default", lan
     p = pb.RankProgress(rank=r, world_size=world, pid=100 + r, alive=True, last_op=ops[-1][0][0])
     comm = p.comms.add(comm_id=comm_id, last_started_seq=len(ops), last_completed_seq=completed,
                        comm_size=world, lane=lane, group_name=name)
-    for seq, (op, nbytes) in enumerate(ops, 1):
-        comm.recent.append(fp(seq, op, nbytes, seq <= completed))
+    comm.recent.first_seq = 1
+    comm.recent.ops.extend(fp(op, nbytes) for op, nbytes in ops)
     seq = in_flight or completed + 1
     if seq <= len(ops):
         op, nbytes = ops[seq - 1]
