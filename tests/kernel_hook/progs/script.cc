@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "progs.h"
 
@@ -22,8 +23,10 @@ ncclComm_t script_comm(int rank, int nranks) {
 }
 
 // One op "name:count:dtype[:arg]": arg is the reduce op (ar, rs), the root
-// (bc, red) or the peer (send, recv). "z:ms" sleeps.
-void run_op(const std::string& op, ncclComm_t comm, cudaStream_t s) {
+// (bc, red) or the peer (send, recv). "z:ms" sleeps. Send and recv go on a
+// stream of their own (p2p), as a pipeline stage's do, so they can complete
+// while a collective hangs.
+void run_op(const std::string& op, ncclComm_t comm, cudaStream_t s, cudaStream_t p2p) {
   char name[16] = {0};
   unsigned long count = 0;
   int dt = 7, arg = 0;
@@ -35,8 +38,8 @@ void run_op(const std::string& op, ncclComm_t comm, cudaStream_t s) {
   else if (n == "rs") ncclReduceScatter(nullptr, nullptr, count, dt, arg, comm, s);
   else if (n == "bc") ncclBroadcast(nullptr, nullptr, count, dt, arg, comm, s);
   else if (n == "red") ncclReduce(nullptr, nullptr, count, dt, 0, arg, comm, s);
-  else if (n == "send") ncclSend(nullptr, count, dt, arg, comm, s);
-  else if (n == "recv") ncclRecv(nullptr, count, dt, arg, comm, s);
+  else if (n == "send") ncclSend(nullptr, count, dt, arg, comm, p2p);
+  else if (n == "recv") ncclRecv(nullptr, count, dt, arg, comm, p2p);
   else fprintf(stderr, "script: unknown op %s\n", op.c_str());
 }
 
@@ -54,17 +57,36 @@ int scenario_script(int argc, char** argv) {
     if (colon != std::string::npos)
       fake_set_hang(spec.substr(0, colon).c_str(), atoi(spec.c_str() + colon + 1));
   }
-  cudaStream_t s;
+  cudaStream_t s, p2p;
   cudaStreamCreate(&s);
+  cudaStreamCreate(&p2p);
   ncclComm_t comm = script_comm(rank, world);
   key = std::string("OPS_R") + rank_s;
   std::string ops = getenv(key.c_str()) ? getenv(key.c_str()) : "";
-  for (size_t at = 0; at < ops.size();) {
+  // "t" hands the rest of the script to a second thread (a pipeline stage's
+  // p2p thread): the hook queues ops per thread, so its ops end on their own.
+  std::thread rest;
+  size_t at = 0;
+  for (; at < ops.size();) {
     size_t end = ops.find(',', at);
     if (end == std::string::npos) end = ops.size();
-    run_op(ops.substr(at, end - at), comm, s);
+    std::string op = ops.substr(at, end - at);
     at = end + 1;
+    if (op == "t") {
+      std::string tail = at < ops.size() ? ops.substr(at) : "";
+      rest = std::thread([tail, comm, s, p2p] {
+        for (size_t i = 0; i < tail.size();) {
+          size_t e = tail.find(',', i);
+          if (e == std::string::npos) e = tail.size();
+          run_op(tail.substr(i, e - i), comm, s, p2p);
+          i = e + 1;
+        }
+      });
+      break;
+    }
+    run_op(op, comm, s, p2p);
   }
+  if (rest.joinable()) rest.join();
   printf("launched\n");
   fflush(stdout);
   sleep(argc > 0 ? unsigned(atoi(argv[0])) : 30);
