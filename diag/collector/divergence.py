@@ -91,10 +91,16 @@ def _members(snap: Snapshot, comm_id: int, lane: int) -> list[tuple[int, object]
 
 def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tuple[Mismatch | None, int]:
     started = {r: (c.last_started_seq if c is not None else 0) for r, c in members}
-    completed = max((c.last_completed_seq for _, c in members if c is not None), default=0)
-    stuck = max(hung_seq, completed + 1)
     ranks = tuple(r for r, _ in members)
     diverged, variants = _first_difference(members, min(started.values()))
+    stuck = hung_seq
+    sizes = {c.comm_size for _, c in members if c is not None}
+    # "An op completes on all members or on none" holds for a group whose
+    # members agree: not past a divergence (a mismatched op may complete on
+    # one side only), nor for members whose count is not the group's size.
+    if diverged is None and sizes == {len(members)}:
+        completed = max((c.last_completed_seq for _, c in members if c is not None), default=0)
+        stuck = max(hung_seq, completed + 1)
     entered = [s for s in started.values() if s >= stuck]
     ahead: tuple[Ahead, ...] = ()
     if len(entered) == len(started):   # nobody is behind: who ran on past the others?
