@@ -74,7 +74,7 @@ class CommTable:
         self.names: dict[int, str] = {}       # group id -> display name (tracer)
         self.alias: dict[int, int] = {}       # hook comm id -> group id
         self._spans: collections.deque = collections.deque(maxlen=RECENT_SPANS)   # tracer ops
-        self._unmatched: collections.deque = collections.deque(maxlen=RECENT_SPANS)  # hook starts
+        self._unmatched: dict[int, tuple] = {}   # hook comm -> its latest untied start
 
     def group(self, rec) -> None:
         self.names[rec.comm_id] = rec.name
@@ -85,10 +85,13 @@ class CommTable:
         if producer == fmt.PRODUCER_PYTHON:
             self._spans.append([rec.op_id, rec.comm_id, _family(rec.name), rec.comm_size,
                                 rec.t_mono_ns, None])
-            self._tie_pending()
+            if self._unmatched:
+                self._retry(rec.t_mono_ns)
         elif producer == fmt.PRODUCER_HOOK and rec.comm_id not in self.alias:
-            self._unmatched.append((rec.comm_id, _family(rec.name), rec.comm_size, rec.t_mono_ns))
-            self._tie_pending()
+            entry = (_family(rec.name), rec.comm_size, rec.t_mono_ns)
+            if not self._tie(rec.comm_id, *entry) and (rec.comm_id in self._unmatched
+                                                      or len(self._unmatched) < RECENT_SPANS):
+                self._unmatched[rec.comm_id] = entry   # its tracer START may be read later
 
     def end(self, producer: int, rec) -> None:
         lane = self.lanes.get((producer, rec.comm_id, rec.kind))
@@ -99,20 +102,26 @@ class CommTable:
                 if span[0] == rec.op_id:
                     span[5] = rec.t_mono_ns
 
-    def _tie_pending(self) -> None:
-        """Tie hook comms to the tracer op whose span holds their start: that
-        Python call issued them. An ambiguous match (two spans) ties nothing."""
-        left = []
-        for comm, family, size, t in self._unmatched:
-            if comm in self.alias:
-                continue
-            hits = {s[1] for s in self._spans
-                    if s[2] == family and s[3] == size and s[4] <= t and (s[5] is None or t <= s[5])}
-            if len(hits) == 1:
-                self.alias[comm] = hits.pop()
-            elif not hits:
-                left.append((comm, family, size, t))
-        self._unmatched = collections.deque(left, maxlen=RECENT_SPANS)
+    def _tie(self, comm: int, family: str, size: int, t: int) -> bool:
+        """Tie a hook comm to the tracer op whose span holds its start: that
+        Python call issued it. An ambiguous match (two groups) ties nothing.
+        At most RECENT_SPANS checks per hook START of an untied comm."""
+        hits = {s[1] for s in self._spans
+                if s[2] == family and s[3] == size and s[4] <= t and (s[5] is None or t <= s[5])}
+        if len(hits) == 1:
+            self.alias[comm] = hits.pop()
+            self._unmatched.pop(comm, None)
+            return True
+        return False
+
+    def _retry(self, now: int) -> None:
+        """Hook starts that waited for their tracer START (another region, read
+        later). One older than a second before this tracer op cannot be in it."""
+        for comm, entry in list(self._unmatched.items()):
+            if entry[2] < now - 1_000_000_000:
+                del self._unmatched[comm]
+            else:
+                self._tie(comm, *entry)
 
     def group_of(self, producer: int, comm_id: int) -> int:
         """The id a producer's comm id is reported under."""
