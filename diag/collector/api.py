@@ -103,11 +103,13 @@ class Mismatch:
 
     @property
     def culprits(self) -> tuple[int, ...]:
-        """The minority; on a tie, the ranks that ran ahead, if not all did."""
+        """The minority; on a tie, the ranks that ran ahead, if not all did.
+        Without a divergence, running ahead alone blames no one: ranks launch
+        asynchronously, and some launch more before a hang than others."""
         if self.minority:
             return self.minority
         ahead = tuple(a.rank for a in self.ahead)
-        return ahead if 0 < len(ahead) < len(self.members) else ()
+        return ahead if self.diverged_seq is not None and 0 < len(ahead) < len(self.members) else ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,3 +140,11 @@ def test_a_named_subgroup_is_shown_by_name_with_its_ranks():
     _, line, doc = judge(ranks)
     assert 'in ncclAllReduce (group "tp" (ranks 1,3), seq 3)' in line
     assert doc["hung_ops"][0]["group"] == "tp" and doc["hung_ops"][0]["comm_id"] == 77
+
+
+def test_running_ahead_without_a_divergence_blames_no_one():
+    # Both ranks agree on every seq; rank 1's host launched two more before the hang.
+    ranks = [rank(0, 2, [(AR, 8)] * 5, completed=2), rank(1, 2, [(AR, 8)] * 7, completed=2)]
+    findings, line, doc = judge(ranks)
+    assert "rank 1 ran 2 ops ahead (at seq 7)" in line and doc["culprits"] == []
+    assert doc["mismatch"]["groups"][0]["diverged_seq"] is None
