@@ -143,20 +143,38 @@ _PEER_PARAMS = {"broadcast": "src", "reduce": "dst", "gather": "dst", "scatter":
 _REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")
 
 
+# Per-call lookups are cached by the dtype / op object: one dict hit.
+_flags_cache: dict = {}
+_redop_cache: dict = {}
+
+
 def dtype_flags(value) -> int:
     """Record flags bits 8-15 for a tensor (or list of them): NCCL dtype + 1."""
     while isinstance(value, (list, tuple)) and value:
         value = value[0]
-    code = _NCCL_DTYPES.get(str(getattr(value, "dtype", "")).rpartition(".")[2], -1)
-    return (code + 1) << fmt.FLAG_DTYPE_SHIFT
+    dtype = getattr(value, "dtype", None)
+    flags = _flags_cache.get(dtype)
+    if flags is None:
+        code = _NCCL_DTYPES.get(str(dtype).rpartition(".")[2], -1)
+        flags = _flags_cache.setdefault(dtype, (code + 1) << fmt.FLAG_DTYPE_SHIFT)
+    return flags
 
 
 def reduce_op_code(op) -> int:
     """NCCL number of a torch ReduceOp (default SUM); -1 for others (BAND, ...)."""
     if op is None:
         return 0
+    try:
+        return _redop_cache[op]
+    except (KeyError, TypeError):
+        pass
     name = getattr(op, "name", None) or str(op).rpartition(".")[2]
-    return _NCCL_REDOPS.get(str(name).upper(), -1)
+    code = _NCCL_REDOPS.get(str(name).upper(), -1)
+    try:
+        _redop_cache[op] = code
+    except TypeError:   # an unhashable op object (PREMUL_SUM with its factor)
+        pass
+    return code
 
 
 def stable_comm_id(group_name: str) -> int:
