@@ -132,11 +132,18 @@ class CommTable:
         return producer == fmt.PRODUCER_PYTHON and comm_id in self.alias.values()
 
     def progress(self, with_fingerprints: bool) -> list[pb.CommProgress]:
-        out = []
+        """One CommProgress per (group, lane). Where two hook communicators
+        tie to one group (torch's p2p communicators beside its main one), the
+        lane that went further is the group's."""
+        chosen: dict[tuple[int, int], tuple[int, Lane]] = {}
         for (producer, comm_id, kind), lane in sorted(self.lanes.items()):
             if self.shadowed(producer, comm_id):
                 continue
-            group = self.group_of(producer, comm_id)
+            key = (self.group_of(producer, comm_id), kind)
+            if key not in chosen or lane.started > chosen[key][1].started:
+                chosen[key] = (producer, lane)
+        out = []
+        for (group, kind), (_, lane) in sorted(chosen.items(), key=lambda kv: kv[0]):
             msg = pb.CommProgress(comm_id=group, last_started_seq=lane.started,
                                   last_completed_seq=lane.completed, comm_size=lane.size, lane=kind,
                                   group_name=self.names.get(group, ""), comm_rank=lane.comm_rank)

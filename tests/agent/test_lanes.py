@@ -108,3 +108,13 @@ def test_a_lost_start_cuts_the_window_to_its_consecutive_tail():
     clock.now += 20 * S
     window = state.report()[0].comms[0].recent
     assert (window.first_seq, len(window.ops)) == (5, 2)
+
+
+def test_two_hook_comms_of_one_group_report_one_lane_each():
+    state = make()
+    state.add_region("hook-r0", header(producer=HOOK))
+    state.apply("py-r0", [rec(1, 1, 90 * S, seq=1, comm_id=77), rec(1, 2, 95 * S, seq=2, comm_id=77)])
+    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclAllReduce", seq=3, comm_id=0xA),
+                            rec(1, 2, 96 * S, name="ncclAllReduce", seq=9, comm_id=0xB)])
+    [rank] = state.report()
+    assert lanes(rank) == {(77, fmt.KIND_COLLECTIVE): (9, 0)}
