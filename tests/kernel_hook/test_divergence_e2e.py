@@ -21,12 +21,12 @@ def _script(*ops):
     return ",".join(op for pair in zip(ops, [GAP] * len(ops)) for op in pair)
 
 
-def _run(tmp_path, env_extra):
+def _run(tmp_path, env_extra, nproc=2):
     timeline = str(tmp_path / "timeline")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XPU_TIMER_", "FAKE_", "OPS_", "HANG_"))}
     env.update(XPU_TIMER_TRACER_DISABLE="1", PYTHONPATH=ROOT, **env_extra)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--hang-timeout",
+        [sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", str(nproc), "--hang-timeout",
          f"{HANG_TIMEOUT_S}s", "--timeline-path", timeline, "--no-python", HOOKPROG, "script", "120"],
         cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -70,3 +70,15 @@ def test_pipeline_sends_never_hide_a_hung_all_reduce(built, tmp_path):
     assert report["culprits"] == [1]
     [rank0] = [r for r in report["ranks"] if r["rank"] == 0]
     assert (rank0["op"], rank0["seq"], rank0["last_started_seq"]) == ("ncclAllReduce", 2, 2)
+
+
+def test_a_different_collective_at_the_same_seq_names_the_minority(built, tmp_path):
+    # Ranks 0 and 1 all_reduce at seq 2; rank 2 all_gathers there: each hangs in its own.
+    ar, ag = "ar:256:7:0", "ag:64:7"
+    verdict, report = _run(tmp_path, {
+        "OPS_R0": _script(ar, ar), "HANG_R0": "ncclAllReduce:2",
+        "OPS_R1": _script(ar, ar), "HANG_R1": "ncclAllReduce:2",
+        "OPS_R2": _script(ar, ag), "HANG_R2": "ncclAllGather:1"}, nproc=3)
+    assert ("the ranks diverged at seq 2: ranks 0-1 all_reduce 1 KiB (float32, sum), "
+            "rank 2 all_gather 768 B (float32)") in verdict, verdict
+    assert report["culprits"] == [2] and report["mismatch"]["groups"][0]["minority"] == [2]
