@@ -114,12 +114,14 @@ class Mismatch:
 
 @dataclasses.dataclass(frozen=True)
 class StuckAt:
-    """The first seq of a hung group's lane that no member completed."""
+    """The first seq of a hung group's lane that no member completed, for a
+    hung op whose ranks all started it."""
 
     comm_id: int
     lane: int
     seq: int
     name: str
+    from_seq: int   # the seq the hung op's ranks reported (a burst's first op)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +164,8 @@ class Findings:
     stuck: tuple[StuckAt, ...] = ()
 
     def stuck_at(self, op: OpKey) -> StuckAt | None:
-        return next((s for s in self.stuck if (s.comm_id, s.lane) == (op.comm_id, op.kind)), None)
+        return next((s for s in self.stuck if (s.comm_id, s.lane, s.from_seq) == (op.comm_id, op.kind, op.seq)),
+                    None)
 
     def label(self, comm_id: int) -> GroupLabel | None:
         return next((g for g in self.groups if g.comm_id == comm_id), None)

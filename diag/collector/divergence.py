@@ -54,7 +54,14 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8
         if op.comm_id not in {g.comm_id for g in labels}:
             labels.append(GroupLabel(op.comm_id, name, fold(r for r, _ in members)))
         found, at = _compare(members, op.comm_id, op.kind, name, op.seq)
-        stuck.append(StuckAt(op.comm_id, op.kind, at, _name_at(members, at) or op.name))
+        started = {r: (c.last_started_seq if c is not None else 0) for r, c in members}
+        at_name = _name_at(members, at) or op.name
+        # Each hung op of this lane whose ranks all started the stuck seq is
+        # that op (its own seq is a burst's first); the others are their own.
+        for other in hung:
+            if ((other.op.comm_id, other.op.kind) == (op.comm_id, op.kind)
+                    and all(started.get(r, 0) >= at for r in other.ranks)):
+                stuck.append(StuckAt(op.comm_id, op.kind, at, at_name, other.op.seq))
         if found is not None:
             mismatches.append(found)
     return tuple(mismatches), tuple(labels), tuple(stuck)

@@ -18,6 +18,8 @@ rule with a fake clock.
 
 from __future__ import annotations
 
+import dataclasses
+
 from diag.collector.api import (KIND_COLLECTIVE, Findings, HungGroup, NeverEntered, OpKey, SilentAgent,
                                 Suspect)
 from diag.collector import divergence
@@ -43,9 +45,9 @@ def analyse(snap: Snapshot, timeout_s: float, silent_after_s: float, explain: bo
     hung_ranks = {r for g in hung for r in g.ranks}
     silent_ranks = {r for a in silent for r in a.ranks}
     missing = tuple(r for r in range(snap.world_size) if r not in snap.ranks)
-    never = _never_entered(snap, hung, silent_ranks)
     mismatches, labels, stuck = (divergence.analyse_groups(snap, hung, MAX_GROUPS_EXPLAINED) if explain
                                  else ((), (), ()))
+    never = _never_entered(snap, hung, silent_ranks, {(s.comm_id, s.lane): s.seq for s in stuck})
     names = {g.comm_id: g.short() for g in labels}
     suspects = _suspects(snap, hung_ranks | silent_ranks, never, silent, names)
     return Findings(world_size=snap.world_size, hung=hung, suspects=suspects, never_entered=never,
@@ -111,7 +113,8 @@ def _last_started(progress, comm_id: int, lane: int) -> int | None:
     return None if comm is None else comm.last_started_seq
 
 
-def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]) -> tuple[NeverEntered, ...]:
+def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int],
+                   stuck: dict[tuple[int, int], int]) -> tuple[NeverEntered, ...]:
     """Members of each hung collective's group that have not started its seq.
 
     The default group (comm 0) has every rank as a member; for other groups a
@@ -122,6 +125,9 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
     out: dict[int, NeverEntered] = {}
     for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
         in_group = set(group.ranks)
+        # The exact stuck seq (divergence.py) where the members' completions give it.
+        seq = max(group.op.seq, stuck.get((group.op.comm_id, group.op.kind), 0))
+        op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
         for rank, entry in snap.ranks.items():
             if (rank in in_group or rank in out or rank in silent or rank >= snap.world_size
                     or not entry.progress.alive):
@@ -129,8 +135,8 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
             started = _last_started(entry.progress, group.op.comm_id, KIND_COLLECTIVE)
             if started is None and group.op.comm_id == 0:
                 started = 0
-            if started is not None and started < group.op.seq:
-                out[rank] = NeverEntered(rank, group.op, started)
+            if started is not None and started < seq:
+                out[rank] = NeverEntered(rank, op, started)
     return tuple(out[r] for r in sorted(out))
 
 

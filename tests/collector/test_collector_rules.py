@@ -55,8 +55,9 @@ def test_idle_rank_behind_in_seq_is_the_culprit_and_named_in_the_line():
 
 def test_rank_stuck_in_an_earlier_collective_never_entered_the_later_one():
     state = JobState()
-    ranks = [rank_progress(r, 4, op=ALL_REDUCE, age_s=20.0, seq=41, started=41) for r in (0, 1, 3)]
-    ranks.insert(2, rank_progress(2, 4, op=dict(name="broadcast", kind=3), age_s=30.0, seq=40, started=40))
+    ranks = [rank_progress(r, 4, op=ALL_REDUCE, age_s=20.0, seq=41, started=41, completed=40) for r in (0, 1, 3)]
+    ranks.insert(2, rank_progress(2, 4, op=dict(name="broadcast", kind=3), age_s=30.0, seq=40, started=40,
+                                  completed=39))
     state.ingest(node_report(0, ranks), T0)
     findings = analyse(state, T0)
     assert [g.ranks for g in findings.hung] == [(0, 1, 3), (2,)]

@@ -148,3 +148,14 @@ def test_running_ahead_without_a_divergence_blames_no_one():
     findings, line, doc = judge(ranks)
     assert "rank 1 ran 2 ops ahead (at seq 7)" in line and doc["culprits"] == []
     assert doc["mismatch"]["groups"][0]["diverged_seq"] is None
+
+
+def test_a_rank_behind_the_exact_stuck_seq_never_entered_it():
+    # Rank 0 reports its burst's first op (seq 3); rank 1 saw 3 and 4 complete;
+    # rank 2 stopped after seq 4: it never entered seq 5, the op truly stuck.
+    burst = [(AR, 8)] * 6
+    ranks = [rank(0, 3, burst, completed=2), rank(1, 3, burst, completed=4),
+             rank(2, 3, burst[:4], completed=4)]
+    findings, line, doc = judge(ranks)
+    assert [(n.rank, n.op.seq, n.last_started_seq) for n in findings.never_entered] == [(2, 5, 4)]
+    assert 'rank 2 not in any collective (at seq 4 on group "default")' in line and doc["culprits"] == [2]
