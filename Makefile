@@ -28,6 +28,8 @@ system-deps:
 	  command -v dot >/dev/null || missing="$$missing graphviz"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
 	  command -v eu-stack >/dev/null || missing="$$missing elfutils"; \
+	  command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	  command -v tmux >/dev/null || missing="$$missing tmux"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing:$$missing"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \

@@ -25,6 +25,7 @@ BENCHES = {
     "hook_launch_gpu": ["hook_launch_bench.py"],
     "hook_step_gpu": ["hook_step_overhead.py"],
     "netcheck_scale": ["netcheck_scale.py"],
+    "slow_detect": ["slow_detect.py"],
 }
 
 

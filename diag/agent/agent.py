@@ -20,14 +20,22 @@ from diag.agent.connection import Connection
 from diag.agent.sampler import Sampler
 from diag.agent.state import NodeState
 from diag.pb import collector_pb2 as pb
+from diag.timeline import wire
+from diag.timeline.ring import TimelineRing
+from diag.perf.window import PerfWindow
 
 
 class Agent:
     def __init__(self, config: AgentConfig, clock=time.monotonic_ns):
         self.config = config
-        self.state = NodeState(clock, log=self.log)
+        self.state = NodeState(clock, perf=PerfWindow(config.perf_window_s, config.perf_step),
+                               log=self.log)
+        self.exporter = None          # the Prometheus endpoint, with --metrics-port
+        self._published = 0.0
         self.lock = threading.Lock()          # guards state
-        self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log)
+        self.timeline = TimelineRing(int(config.timeline_window_s * 1e9), config.timeline_max_spans)
+        self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log,
+                               timeline=self.timeline)
         self._stop = threading.Event()
         self._commands: queue.Queue = queue.Queue()
         self._report_seq = 0
@@ -39,6 +47,7 @@ class Agent:
     # -- lifecycle --------------------------------------------------------
     def start(self) -> None:
         self.sample_once()   # so the first report already lists the ranks
+        self._start_metrics()
         loops = [("sampler", self._sample_loop), ("commands", self._command_loop)]
         if self.connection is not None:
             loops.append(("connection", self.connection.run))
@@ -61,6 +70,32 @@ class Agent:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.sampler.close()
+        if self.exporter is not None:
+            self.exporter.stop()
+
+    def _start_metrics(self) -> None:
+        """Serve /metrics if asked; a port that cannot be had is one warning."""
+        if self.config.metrics_port is None:
+            return
+        try:
+            from diag.perf.metrics import Exporter
+            exporter = Exporter(self.config.job_id, self.config.hostname)
+            why = exporter.start(self.config.metrics_addr, self.config.metrics_port)
+        except Exception as exc:   # e.g. prometheus_client missing: never hurt the job
+            why = f"metrics endpoint not served: {exc!r}; training goes on"
+        if why:
+            self.log(why, every=0)
+            return
+        self.exporter = exporter
+        self.publish_metrics()
+
+    def publish_metrics(self) -> None:
+        """Hand the exporter a fresh snapshot (scrapes read it without our lock)."""
+        with self.lock:
+            ranks = [(r, s.local_rank, self.state.perf.message(r))
+                     for r, s in sorted(self.state.ranks.items())]
+        self.exporter.publish([item for item in ranks if item[2] is not None])
+        self._published = time.monotonic()
 
     @property
     def stopping(self) -> threading.Event:
@@ -90,6 +125,11 @@ class Agent:
         wait = self.config.sample_interval
         while not self._stop.wait(wait):
             busy = self.sample_once() > 0.25
+            if self.exporter is not None and time.monotonic() - self._published >= 1.0:
+                try:
+                    self.publish_metrics()
+                except Exception as exc:
+                    self.log(f"publishing metrics failed: {exc!r}")
             wait = min(0.005, self.config.sample_interval) if busy else self.config.sample_interval
 
     def build_report(self) -> pb.NodeReport:
@@ -105,8 +145,35 @@ class Agent:
     def submit(self, command: pb.Command) -> None:
         """Called from the connection thread; the work happens on the command
         thread, one command after another, so a KillWorkers sent after a
-        DumpStacks never kills a worker before its stacks were taken."""
+        DumpStacks never kills a worker before its stacks were taken. A
+        timeline request runs on a thread of its own: it must not wait for
+        the stack dumps of the same HANG (seconds), and it takes no ptrace."""
+        if command.WhichOneof("command") == "collect_timeline":
+            threading.Thread(target=self._no_throw_timeline, args=(command.collect_timeline,),
+                             name="xpu-diag-agent-timeline", daemon=True).start()
+            return
         self._commands.put(command)
+
+    def _no_throw_timeline(self, request: pb.CollectTimeline) -> None:
+        try:
+            self.collect_timeline(request)
+        except Exception as exc:
+            self.log(f"timeline request failed: {exc!r}", every=0)
+
+    def collect_timeline(self, request: pb.CollectTimeline) -> pb.TimelineUpload:
+        """Snapshot the ring (after one more pass over the records) and upload it."""
+        self.sample_once()
+        now = time.monotonic_ns()
+        with self.lock:
+            on = self.sampler.timeline is not None   # None: switched off after a failure
+            snaps = self.timeline.snapshot(now, request.last_ns) if on else []
+        cfg = self.config
+        upload = wire.build_upload(snaps, offset_ns=wire.clock_offset_ns(), job_id=cfg.job_id,
+                                   request_id=request.request_id, node_rank=cfg.node_rank,
+                                   hostname=cfg.hostname, window_ns=self.timeline.window_ns)
+        if self.connection is not None:
+            self.connection.upload_timeline(upload)
+        return upload
 
     def _command_loop(self) -> None:
         while True:

@@ -55,8 +55,9 @@ class RankState:
 class NodeState:
     """Everything the agent knows about its node's ranks."""
 
-    def __init__(self, clock=time.monotonic_ns, is_alive=procs.is_alive, log=None):
+    def __init__(self, clock=time.monotonic_ns, perf=None, is_alive=procs.is_alive, log=None):
         self.clock = clock
+        self.perf = perf   # a diag.perf.window.PerfWindow, or None: no performance view
         self._is_alive = is_alive
         self._log = log or (lambda message: None)
         self._kept_owner: set[tuple[int, int]] = set()   # (rank, pid) refused, said once
@@ -86,6 +87,8 @@ class NodeState:
         self.ranks[header.rank] = RankState(
             header.rank, header.local_rank, header.world_size, header.pid,
             header.start_mono_ns, header.start_mono_ns)
+        if self.perf is not None:   # a restarted worker's window starts afresh
+            self.perf.start(header.rank, header.start_mono_ns)
 
     def remove_region(self, region: str) -> None:
         self._region_rank.pop(region, None)
@@ -124,6 +127,8 @@ class NodeState:
                 self._stat(state, rec.name, rec.kind, rec.count, 0, 0, 0)
             elif rec.event == fmt.EVENT_GROUP:
                 state.comms.group(rec)
+        if self.perf is not None and records:
+            self.perf.observe(state.rank, producer, records)
 
     def _start(self, state, region, producer, rec) -> None:
         state.in_flight[(region, rec.op_id)] = InFlight(
@@ -173,6 +178,9 @@ class NodeState:
         for rank in sorted(self.ranks):
             out.append(self._rank_progress(self.ranks[rank], now))
             self.ranks[rank].stats = {}
+            window = self.perf.message(rank) if self.perf is not None else None
+            if window is not None:
+                out[-1].perf.CopyFrom(window)
         return out
 
     @staticmethod

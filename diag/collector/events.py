@@ -56,8 +56,10 @@ def dump_filename(rank: int, world_size: int, fmt: int) -> str:
 class HangEvent:
     """One declared hang: its directory, hang.json and the dumps received."""
 
-    def __init__(self, event_id: str, path: str, doc: dict, expected: set[int], now: float, accept_s: float):
+    def __init__(self, event_id: str, path: str, doc: dict, expected: set[int], now: float, accept_s: float,
+                 doc_name: str = "hang.json"):
         self.event_id = event_id
+        self.doc_name = doc_name          # hang.json, or slow.json for a SLOW event with stacks
         self.path = path
         self.world_size: int = doc["world_size"]
         self.declared = now
@@ -103,7 +105,7 @@ class HangEvent:
             # Indented for people reading small jobs; compact past that (16k ranks: 7.9 MB -> 6.5 MB, 3x faster).
             data = json.dumps(self._doc, indent=1 if self.world_size <= INDENT_UP_TO_WORLD else None).encode()
             self._dirty = False
-        write_atomic(os.path.join(self.path, "hang.json"), data)
+        write_atomic(os.path.join(self.path, self.doc_name), data)
 
 
 class EventStore:
@@ -130,10 +132,11 @@ class EventStore:
                 continue
         raise OSError(f"no free event directory name for {base} under {self._job_dir}")
 
-    def open_event(self, event_id: str, path: str, doc: dict, expected: set[int], now: float) -> HangEvent:
+    def open_event(self, event_id: str, path: str, doc: dict, expected: set[int], now: float,
+                   doc_name: str = "hang.json") -> HangEvent:
         """Register the event: uploads are accepted from now on. The caller
-        writes hang.json with ``event.flush(force=True)``."""
-        event = HangEvent(event_id, path, doc, expected, now, self._accept_s)
+        writes ``doc_name`` with ``event.flush(force=True)``."""
+        event = HangEvent(event_id, path, doc, expected, now, self._accept_s, doc_name)
         with self._lock:
             self._events[event_id] = event
             while len(self._events) > MAX_EVENTS_KEPT:

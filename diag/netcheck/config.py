@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from diag.common import options
+from diag.common.options import ConfigError  # noqa: F401  (re-exported: the one ConfigError)
 from diag.common.units import UnitError, parse_duration, parse_size
 
 FORMATS = ("table", "json", "slurm", "taints")
@@ -20,8 +22,6 @@ CPU_DEFAULT_SIZE = 4 << 20
 GPU_DEFAULT_SIZE = 1 << 30
 
 
-class ConfigError(ValueError):
-    """Bad command line; one line naming the option."""
 
 
 @dataclass
@@ -87,11 +87,6 @@ class Config:
                               "(give --nnodes/--node-rank/--master-addr, run under torchrun, or use --switchbox-check)")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would print usage and exit; we want one line
-        raise ConfigError(message)
-
-
 def _box_pair(text: str) -> tuple[int, int]:
     a, sep, b = text.partition(":")
     try:
@@ -104,7 +99,7 @@ def _box_pair(text: str) -> tuple[int, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="netcheck", description="Pairwise node, GPU and switchbox checks; writes a fault list.")
+    p = options.parser("netcheck", "Pairwise node, GPU and switchbox checks; writes a fault list.")
     p.add_argument("mode", nargs="?", choices=("check", "preflight"), default="check")
     r = p.add_argument_group("rendezvous (or torchrun env)")
     r.add_argument("--nnodes", type=int)

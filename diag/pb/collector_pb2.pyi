@@ -120,7 +120,7 @@ class CommProgress(_message.Message):
     def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ...) -> None: ...
 
 class RankProgress(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class RankProgress(_message.Message):
     DROPPED_RECORDS_FIELD_NUMBER: _ClassVar[int]
     IDLE_NS_FIELD_NUMBER: _ClassVar[int]
     LAST_OP_FIELD_NUMBER: _ClassVar[int]
+    PERF_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     world_size: int
@@ -143,7 +144,114 @@ class RankProgress(_message.Message):
     dropped_records: int
     idle_ns: int
     last_op: str
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: _Optional[bool] = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ...) -> None: ...
+    perf: PerfRank
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: _Optional[bool] = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
+
+class PerfOp(_message.Message):
+    __slots__ = ("name", "kind", "producer", "comm_id", "comm_size", "count", "timed_count", "timed_ns", "bytes", "timed_bytes", "flops", "timed_flops", "p50_ns", "p99_ns", "max_ns")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_NS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIMED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    TIMED_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    P50_NS_FIELD_NUMBER: _ClassVar[int]
+    P99_NS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    producer: Producer
+    comm_id: int
+    comm_size: int
+    count: int
+    timed_count: int
+    timed_ns: int
+    bytes: int
+    timed_bytes: int
+    flops: int
+    timed_flops: int
+    p50_ns: int
+    p99_ns: int
+    max_ns: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., comm_size: _Optional[int] = ..., count: _Optional[int] = ..., timed_count: _Optional[int] = ..., timed_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., timed_bytes: _Optional[int] = ..., flops: _Optional[int] = ..., timed_flops: _Optional[int] = ..., p50_ns: _Optional[int] = ..., p99_ns: _Optional[int] = ..., max_ns: _Optional[int] = ...) -> None: ...
+
+class PerfTotal(_message.Message):
+    __slots__ = ("name", "kind", "comm_id", "count", "timed_count", "timed_ns", "bytes", "flops")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIMED_NS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    comm_id: int
+    count: int
+    timed_count: int
+    timed_ns: int
+    bytes: int
+    flops: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., comm_id: _Optional[int] = ..., count: _Optional[int] = ..., timed_count: _Optional[int] = ..., timed_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
+
+class PerfRank(_message.Message):
+    __slots__ = ("window_s", "ops", "launches", "steps", "step_ns", "last_step_ns", "step_name", "totals", "launches_total", "steps_total")
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    STEP_NS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_NS_FIELD_NUMBER: _ClassVar[int]
+    STEP_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    window_s: float
+    ops: _containers.RepeatedCompositeFieldContainer[PerfOp]
+    launches: int
+    steps: int
+    step_ns: int
+    last_step_ns: int
+    step_name: str
+    totals: _containers.RepeatedCompositeFieldContainer[PerfTotal]
+    launches_total: int
+    steps_total: int
+    def __init__(self, window_s: _Optional[float] = ..., ops: _Optional[_Iterable[_Union[PerfOp, _Mapping]]] = ..., launches: _Optional[int] = ..., steps: _Optional[int] = ..., step_ns: _Optional[int] = ..., last_step_ns: _Optional[int] = ..., step_name: _Optional[str] = ..., totals: _Optional[_Iterable[_Union[PerfTotal, _Mapping]]] = ..., launches_total: _Optional[int] = ..., steps_total: _Optional[int] = ...) -> None: ...
+
+class PerfViewRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PerfRankView(_message.Message):
+    __slots__ = ("rank", "local_rank", "node_rank", "hostname", "age_s", "perf")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    AGE_S_FIELD_NUMBER: _ClassVar[int]
+    PERF_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    local_rank: int
+    node_rank: int
+    hostname: str
+    age_s: float
+    perf: PerfRank
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., age_s: _Optional[float] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
+
+class PerfView(_message.Message):
+    __slots__ = ("job_id", "ranks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ranks: _containers.RepeatedCompositeFieldContainer[PerfRankView]
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[PerfRankView, _Mapping]]] = ...) -> None: ...
 
 class NodeReport(_message.Message):
     __slots__ = ("job_id", "node_rank", "hostname", "agent_pid", "report_seq", "ranks", "local_world_size")
@@ -164,12 +272,14 @@ class NodeReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., report_seq: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., local_world_size: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("dump_stacks", "kill_workers")
+    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline")
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     KILL_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    COLLECT_TIMELINE_FIELD_NUMBER: _ClassVar[int]
     dump_stacks: DumpStacks
     kill_workers: KillWorkers
-    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ...) -> None: ...
+    collect_timeline: CollectTimeline
+    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ...) -> None: ...
 
 class DumpStacks(_message.Message):
     __slots__ = ("event_id", "ranks")
@@ -220,6 +330,98 @@ class StackDump(_message.Message):
     content: bytes
     last: bool
     def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
+
+class CollectTimeline(_message.Message):
+    __slots__ = ("request_id", "last_ns")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_NS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    last_ns: int
+    def __init__(self, request_id: _Optional[str] = ..., last_ns: _Optional[int] = ...) -> None: ...
+
+class TimelineSpan(_message.Message):
+    __slots__ = ("name", "kind", "producer", "device_timed", "in_flight", "failed", "start_unix_ns", "dur_ns", "comm_id", "seq", "bytes", "flops")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_TIMED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    DUR_NS_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    producer: Producer
+    device_timed: bool
+    in_flight: bool
+    failed: bool
+    start_unix_ns: int
+    dur_ns: int
+    comm_id: int
+    seq: int
+    bytes: int
+    flops: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., device_timed: _Optional[bool] = ..., in_flight: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_unix_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
+
+class TimelineRank(_message.Message):
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "spans", "dropped_spans", "dropped_records")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_SPANS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    local_rank: int
+    world_size: int
+    pid: int
+    spans: _containers.RepeatedCompositeFieldContainer[TimelineSpan]
+    dropped_spans: int
+    dropped_records: int
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., spans: _Optional[_Iterable[_Union[TimelineSpan, _Mapping]]] = ..., dropped_spans: _Optional[int] = ..., dropped_records: _Optional[int] = ...) -> None: ...
+
+class TimelineUpload(_message.Message):
+    __slots__ = ("job_id", "request_id", "node_rank", "hostname", "realtime_minus_monotonic_ns", "window_ns", "collected_unix_ns", "ranks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    REALTIME_MINUS_MONOTONIC_NS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_NS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    request_id: str
+    node_rank: int
+    hostname: str
+    realtime_minus_monotonic_ns: int
+    window_ns: int
+    collected_unix_ns: int
+    ranks: _containers.RepeatedCompositeFieldContainer[TimelineRank]
+    def __init__(self, job_id: _Optional[str] = ..., request_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., realtime_minus_monotonic_ns: _Optional[int] = ..., window_ns: _Optional[int] = ..., collected_unix_ns: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[TimelineRank, _Mapping]]] = ...) -> None: ...
+
+class TimelineRequest(_message.Message):
+    __slots__ = ("last_ns", "wait_ms")
+    LAST_NS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    last_ns: int
+    wait_ms: int
+    def __init__(self, last_ns: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class TimelineReply(_message.Message):
+    __slots__ = ("trace_json", "ranks", "nodes_missing")
+    TRACE_JSON_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    NODES_MISSING_FIELD_NUMBER: _ClassVar[int]
+    trace_json: bytes
+    ranks: int
+    nodes_missing: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, trace_json: _Optional[bytes] = ..., ranks: _Optional[int] = ..., nodes_missing: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("ok", "message")

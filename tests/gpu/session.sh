@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2diverge
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2diverge
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -13,6 +13,7 @@
 # x2verify: the hook's 2-GPU tests alone (NCCL ids/seqs, the real hang, capture).
 # x2diverge: GPT-2 DDP with a skipped loss all_reduce (divergence named), the
 # hook's 2-GPU tests, and the per-call bench (the fingerprint args' cost).
+# x2timeline: the merged timeline of 5 GPT-2-small DDP steps (timeline_gpt2.json, docs/timeline.md).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
@@ -58,5 +59,6 @@ case $label in
   x2diverge) run divergence_2gpu 330 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_divergence_2gpu.py
       run hook_nccl_2gpu 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_launch_bench 140 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
+  x2timeline) run timeline_gpt2 500 env TIMELINE_OUT=$R/timeline_gpt2.json python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_timeline_gpt2.py ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from diag.common import busbw
 from diag.netcheck.api import BandwidthTest, TestContext
 from diag.netcheck.measure.timing import wait_work
 
@@ -23,7 +24,7 @@ class AllReduce(BandwidthTest):
         return self.count * 4
 
     def bus_factor(self, nranks: int) -> float:
-        return 2.0 * (nranks - 1) / nranks if nranks > 1 else 1.0
+        return busbw.factor("all_reduce", nranks)
 
     def run_once(self) -> None:
         work = self.ctx.group.allreduce([self.buf])

@@ -32,6 +32,7 @@ int scenario_bypass(int argc, char** argv);
 // script.cc
 int scenario_script(int argc, char** argv);
 int scenario_spawn(int argc, char** argv);
+int scenario_train(int argc, char** argv);
 
 // An "empty kernel" for the fake device, exported so its name resolves.
 extern "C" void xt_test_empty_kernel(void** args);

@@ -294,6 +294,40 @@ int scenario_hang(int argc, char** argv) {
   return 0;
 }
 
+// train SECONDS GEMM_US: steps of two 1024^3 GEMMs and a 4 MiB all-reduce on
+// one stream for SECONDS. A GEMM runs GEMM_US on the fake device, SLOW_FACTOR
+// times longer on rank SLOW_RANK (a slow GPU: same work, less speed) from
+// SLOW_AFTER seconds on (it says so on stdout).
+int scenario_train(int argc, char** argv) {
+  double seconds = argc > 0 ? atof(argv[0]) : 10, gemm_us = argc > 1 ? atof(argv[1]) : 2000;
+  const char *slow = getenv("SLOW_RANK"), *rank = getenv("RANK");
+  double factor = slow && rank && strcmp(slow, rank) == 0 && getenv("SLOW_FACTOR") ? atof(getenv("SLOW_FACTOR")) : 1;
+  double slow_after = getenv("SLOW_AFTER") ? atof(getenv("SLOW_AFTER")) : 0;
+  fake_set_delay_ns("cublasGemmEx", uint64_t(gemm_us * 1000));
+  fake_set_delay_ns("ncclAllReduce", 500000);
+  Ctx c;
+  const char* world = getenv("WORLD_SIZE");
+  ncclComm_t comm = comm_from("7ea1", world ? atoi(world) : 1, rank ? atoi(rank) : 0);
+  timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double elapsed = 0;
+  do {
+    if (factor != 1 && elapsed >= slow_after) {
+      fake_set_delay_ns("cublasGemmEx", uint64_t(gemm_us * factor * 1000));
+      printf("rank %s: GEMMs %.2fx slower from now\n", rank, factor);
+      fflush(stdout);
+      factor = 1;
+    }
+    for (int i = 0; i < 2; ++i) c.gemm(1024, 1024, 1024);
+    ncclAllReduce(nullptr, nullptr, 1 << 20, 7, 0, comm, c.s);
+    cudaStreamSynchronize(c.s);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    elapsed = double(t.tv_sec - t0.tv_sec) + 1e-9 * double(t.tv_nsec - t0.tv_nsec);
+  } while (elapsed < seconds);
+  sleep_ms(100);
+  return 0;
+}
+
 // The results the caller sees, whatever the hook could resolve.
 int scenario_missing(int, char**) {
   Ctx c;

@@ -1,0 +1,129 @@
+"""The collector's slow-rank watch: the perf view -> SLOW lines and event dirs.
+
+Runs on the watchdog's thread, every few seconds rather than every tick: the
+rules read every rank's window, and the window moves slowly. The judging is
+``diag.slow`` (pure); this module only gathers the windows and acts, the way
+the watchdog does for hangs: one line, ``<timeline>/<job>/<event>/slow.json``,
+and with ``--slow-action dump`` the stacks of the slow rank and of one
+healthy rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from diag.collector.config import Config
+from diag.collector.events import EventStore
+from diag.collector.servicer import SessionRegistry
+from diag.collector.state import Snapshot
+from diag.common.atomic import write_atomic
+from diag.common.ranks import fold
+from diag.pb import collector_pb2 as pb
+from diag.slow import windows as slow_windows
+from diag.slow.api import RULE_SLOW_LINK, RULE_STRAGGLER, RankWindow, SlowEvent, Thresholds
+from diag.slow.detector import SlowDetector
+
+log = logging.getLogger("diag.collector")
+# A rank whose perf view is older than this is not judged (its agent is slow or gone).
+STALE_AFTER_S = 5.0
+SLOW_DOC = "slow.json"
+
+
+class SlowWatch:
+    def __init__(self, config: Config, events: EventStore, registry: SessionRegistry, say) -> None:
+        self._config = config
+        self._events = events
+        self._registry = registry
+        self._say = say
+        self.thresholds = Thresholds(window_s=config.perf_window_s, slow=config.slow_threshold)
+        self.detector = SlowDetector(self.thresholds)
+        self.every_s = max(2.0, config.perf_window_s / 12)
+        self._next = 0.0
+        self.declared: list[tuple[str, dict]] = []
+
+    def tick(self, snap: Snapshot, now_unix: float, hanging: bool) -> None:
+        """Judge the view if it is time; a job that hangs is not also slow."""
+        if snap.now < self._next:
+            return
+        self._next = snap.now + self.every_s
+        if hanging:
+            return
+        for event in self.detector.update(snap.now, windows_of(snap)):
+            self._declare(event, snap, now_unix)
+        for finding in self.detector.recovered:
+            log.info("slow: ranks %s recovered (%s): the verdict is re-armed", fold(finding.ranks), finding.rule)
+
+    def _declare(self, event: SlowEvent, snap: Snapshot, now_unix: float) -> None:
+        event_id, path = self._events.reserve_dir(now_unix)
+        doc = slow_document(event, self._config, event_id, path, now_unix)
+        if self._config.slow_action == "dump":
+            ranks = sorted(set(event.finding.ranks) | set(_one_healthy(event, snap)))
+            opened = self._events.open_event(event_id, path, doc, set(ranks), snap.now, doc_name=SLOW_DOC)
+            self._registry.broadcast(pb.Command(dump_stacks=pb.DumpStacks(event_id=event_id, ranks=ranks)))
+            opened.flush(snap.now, force=True)
+        else:
+            write_atomic(os.path.join(path, SLOW_DOC), json.dumps(doc, indent=1).encode())
+        self.declared.append((event_id, doc))
+        self._say(doc["verdict"])
+
+
+def windows_of(snap: Snapshot) -> dict[int, RankWindow]:
+    """Every live rank's window, as fresh as its last report."""
+    out = {}
+    for rank, entry in snap.ranks.items():
+        progress = entry.progress
+        if (not progress.alive or not progress.HasField("perf") or progress.perf.window_s <= 0
+                or snap.now - entry.received > STALE_AFTER_S):
+            continue
+        agent = snap.agents.get(entry.node_rank)
+        out[rank] = slow_windows.from_perf(rank, entry.node_rank, progress.local_rank,
+                                           agent.hostname if agent else "", progress.perf)
+    return out
+
+
+def _one_healthy(event: SlowEvent, snap: Snapshot) -> list[int]:
+    """A rank to compare stacks with: the lowest one not named."""
+    named = set(event.finding.ranks)
+    healthy = [r for r in sorted(event.windows[0]) if r not in named] if event.windows else []
+    return healthy[:1]
+
+
+def verdict_line(event: SlowEvent, windows: dict[int, RankWindow], window_s: float, path: str) -> str:
+    f = event.finding
+    if f.rule == RULE_SLOW_LINK:
+        who = f"ranks {fold(f.ranks)} (a slow link)"
+    else:
+        w = windows.get(f.ranks[0])
+        where = f" (node {w.node_rank}, gpu {w.local_rank})" if w is not None else ""
+        who = f"rank {f.ranks[0]}{where}" + (" is the straggler:" if f.rule == RULE_STRAGGLER else "")
+    return f"SLOW: {who} {f.detail} over {window_s:g} s; details in {path}/"
+
+
+def slow_document(event: SlowEvent, config: Config, event_id: str, path: str, now_unix: float) -> dict:
+    f = event.finding
+    windows = event.windows[0] if event.windows else {}
+    th = config.perf_window_s
+    return {
+        "version": 1, "kind": "slow", "job_id": config.job_id, "event_id": event_id,
+        "declared_unix": now_unix, "verdict": verdict_line(event, windows, th, path),
+        "rule": f.rule, "ranks": list(f.ranks), "comm_id": f.comm_id, "figure": f.figure,
+        "reference": f.reference, "unit": f.unit, "deviation": round(f.deviation, 4), "detail": f.detail,
+        "held_s": round(event.declared - event.since, 3), "window_s": config.perf_window_s,
+        "thresholds": {"slow": config.slow_threshold, "action": config.slow_action},
+        "per_rank": [_rank_doc(w) for _, w in sorted(windows.items())],
+    }
+
+
+def _rank_doc(w: RankWindow) -> dict:
+    return {
+        "rank": w.rank, "node_rank": w.node_rank, "local_rank": w.local_rank, "hostname": w.hostname,
+        "span_s": round(w.span_s, 3), "gemm_tflops": w.gemm_tflops and round(w.gemm_tflops, 2),
+        "gemm_samples": w.gemm_samples, "steps": w.steps, "gc_s": round(w.gc_s, 3),
+        "launches_per_s": round(w.launches_per_s, 1),
+        "comms": [{"comm_id": c.comm_id, "group": c.comm_name, "op": c.op, "count": c.count,
+                   "wait_s": round(c.wait_s, 4), "wait_share": round(c.wait_s / w.span_s, 4) if w.span_s else None,
+                   "typical_s": c.typical_s, "busbw_bps": c.busbw_bps, "bytes_per_op": c.bytes_per_op}
+                  for c in w.comms],
+    }

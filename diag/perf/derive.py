@@ -1,0 +1,60 @@
+"""pb.PerfRank -> RankFigures: the one place the view's figures are computed.
+
+- GEMM TFLOP/s: FLOPs of the device-timed GEMMs / their device time
+  (docs/kernel_hook.md: unsampled GEMMs carry FLOPs but no duration).
+- Estimated device time of an op: mean of its timed calls x all its calls.
+- Wait share: estimated time inside collectives and p2p / window wall time,
+  from the hook's device-timed ops when the rank has them, else from the
+  Python tracer's host-timed calls (never both: they are the same calls).
+- busbw: timed bytes / timed time x the nccl-tests factor (diag.common.busbw).
+"""
+
+from __future__ import annotations
+
+from diag.common import busbw
+from diag.pb import collector_pb2 as pb
+from diag.perf.api import OpFigures, RankFigures
+from diag.records import format as fmt
+
+COMM_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P)
+
+
+def _mean_ns(op) -> float:
+    return op.timed_ns / op.timed_count if op.timed_count else 0.0
+
+
+def op_figures(op, window_s: float) -> OpFigures:
+    bw = 0.0
+    if op.kind in COMM_KINDS and op.timed_ns:
+        bw = busbw.busbw(op.name, op.comm_size, op.timed_bytes, op.timed_ns / 1e9)
+    per = 1.0 / window_s if window_s > 0 else 0.0
+    return OpFigures(name=op.name, kind=op.kind, comm_id=op.comm_id, comm_size=op.comm_size,
+                     count=op.count, per_s=op.count * per, mean_s=_mean_ns(op) / 1e9,
+                     p50_s=op.p50_ns / 1e9, p99_s=op.p99_ns / 1e9, max_s=op.max_ns / 1e9,
+                     bytes_per_s=op.bytes * per, busbw=bw)
+
+
+def comm_ops(perf: pb.PerfRank) -> list:
+    """The collectives/p2p of one producer: the hook's if any, else the tracer's."""
+    ops = [op for op in perf.ops if op.kind in COMM_KINDS]
+    hook = [op for op in ops if op.producer == fmt.PRODUCER_HOOK]
+    return hook or ops
+
+
+def figures(rank: int, perf: pb.PerfRank) -> RankFigures:
+    window = perf.window_s
+    gemms = [op for op in perf.ops if op.kind == fmt.KIND_GEMM]
+    timed_ns = sum(op.timed_ns for op in gemms)
+    tflops = sum(op.timed_flops for op in gemms) / timed_ns / 1e3 if timed_ns else 0.0
+    comms = comm_ops(perf)
+    waited_ns = sum(_mean_ns(op) * op.count for op in comms)
+    share = min(1.0, waited_ns / (window * 1e9)) if window > 0 else 0.0
+    reduces = [op for op in comms if op.name in busbw.ALL_REDUCE and op.timed_ns]
+    main = max(reduces, key=lambda op: (op.comm_size, op.timed_bytes), default=None)
+    return RankFigures(
+        rank=rank, window_s=window, gemm_count=sum(op.count for op in gemms),
+        gemm_device_s=sum(_mean_ns(op) * op.count for op in gemms) / 1e9, gemm_tflops=tflops,
+        launches_per_s=perf.launches / window if window > 0 else 0.0, wait_share=share,
+        step_s=perf.step_ns / perf.steps / 1e9 if perf.steps else 0.0, steps=perf.steps,
+        allreduce_busbw=op_figures(main, window).busbw if main is not None else 0.0,
+        ops=tuple(op_figures(op, window) for op in perf.ops))

@@ -1,0 +1,146 @@
+"""The agent's Prometheus endpoint (prometheus_client): docs/metrics.md.
+
+A scrape reads an immutable snapshot that the agent's sampler thread replaces
+about once a second (``Exporter.publish``); it never takes the agent's lock,
+so a slow or stuck scraper cannot hold up sampling. Cardinality is bounded:
+per rank at most MAX_OPS_PER_RANK op keys (the rest fold into "other"), GEMMs
+and kernel launches are per-rank totals (kernel names are never labels).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from diag.perf import derive
+from diag.records import format as fmt
+
+BASE = ("job", "node", "rank", "local_rank")
+OP_LABELS = BASE + ("op", "comm")
+OP_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    job: str
+    node: str
+    ranks: tuple = ()            # ((rank, local_rank, pb.PerfRank), ...)
+
+
+def comm_label(comm_id: int) -> str:
+    return f"{comm_id:016x}"
+
+
+class PerfCollector:
+    """A prometheus_client custom collector over the latest Snapshot."""
+
+    def __init__(self):
+        self.snapshot = Snapshot("", "")
+
+    def describe(self):
+        return []   # no collect() at registration: the snapshot may be empty then
+
+    def collect(self):
+        snap = self.snapshot   # one read of a reference: no lock, no waiting
+        fams = _families()
+        for rank, local_rank, perf in snap.ranks:
+            base = [snap.job, snap.node, str(rank), str(local_rank)]
+            _rank_metrics(fams, base, rank, perf)
+        return list(fams.values())
+
+
+def _families() -> dict:
+    g, c = GaugeMetricFamily, CounterMetricFamily
+    return {
+        "window": g("xpu_diag_window_seconds", "Wall time the sliding window covers", labels=BASE),
+        "gemm_rate": g("xpu_diag_gemm_flops_per_second",
+                       "GEMM FLOP/s over the window: device-timed FLOPs / their device time",
+                       labels=BASE),
+        "gemm_calls": c("xpu_diag_gemm_calls", "GEMM calls since the rank started", labels=BASE),
+        "gemm_flops": c("xpu_diag_gemm_flops", "GEMM FLOPs since the rank started", labels=BASE),
+        "launches": c("xpu_diag_kernel_launches", "Kernel launches counted by the hook",
+                      labels=BASE),
+        "wait": g("xpu_diag_collective_wait_ratio",
+                  "Share of wall time inside collectives and p2p over the window (0..1)",
+                  labels=BASE),
+        "step": g("xpu_diag_step_seconds", "Mean time between steps over the window",
+                  labels=BASE),
+        "steps": c("xpu_diag_steps", "Steps since the rank started", labels=BASE),
+        "op_calls": c("xpu_diag_op_calls", "Collective, p2p and host-function calls",
+                      labels=OP_LABELS),
+        "op_bytes": c("xpu_diag_op_bytes", "Bytes of collective and p2p calls (nccl-tests "
+                      "convention)", labels=OP_LABELS),
+        "op_timed": c("xpu_diag_op_timed_seconds", "Duration of the timed calls (all Python-"
+                      "traced calls; the hook's device-timed sample)", labels=OP_LABELS),
+        "op_timed_calls": c("xpu_diag_op_timed_calls", "Calls that carry a duration",
+                            labels=OP_LABELS),
+        "op_duration": g("xpu_diag_op_duration_seconds", "Duration quantile of the timed "
+                         "calls over the window", labels=OP_LABELS + ("quantile",)),
+        "busbw": g("xpu_diag_op_busbw_bytes_per_second", "Bus bandwidth over the window "
+                   "(nccl-tests factors)", labels=OP_LABELS),
+    }
+
+
+def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
+    fig = derive.figures(rank, perf)
+    fams["window"].add_metric(base, fig.window_s)
+    fams["gemm_rate"].add_metric(base, fig.gemm_tflops * 1e12)
+    fams["wait"].add_metric(base, fig.wait_share)
+    fams["step"].add_metric(base, fig.step_s)
+    fams["steps"].add_metric(base, perf.steps_total)
+    fams["launches"].add_metric(base, perf.launches_total)
+    gemms = [t for t in perf.totals if t.kind == fmt.KIND_GEMM]
+    fams["gemm_calls"].add_metric(base, sum(t.count for t in gemms))
+    fams["gemm_flops"].add_metric(base, sum(t.flops for t in gemms))
+    for t in perf.totals:
+        if t.kind not in OP_KINDS:
+            continue
+        labels = base + [t.name, comm_label(t.comm_id)]
+        fams["op_calls"].add_metric(labels, t.count)
+        fams["op_bytes"].add_metric(labels, t.bytes)
+        fams["op_timed"].add_metric(labels, t.timed_ns / 1e9)
+        fams["op_timed_calls"].add_metric(labels, t.timed_count)
+    for op, figs in zip(perf.ops, fig.ops):
+        if op.kind not in OP_KINDS:
+            continue
+        labels = base + [op.name, comm_label(op.comm_id)]
+        if op.timed_count:
+            fams["op_duration"].add_metric(labels + ["0.5"], figs.p50_s)
+            fams["op_duration"].add_metric(labels + ["0.99"], figs.p99_s)
+        if op.kind != fmt.KIND_HOST_FUNC:
+            fams["busbw"].add_metric(labels, figs.busbw)
+
+
+class Exporter:
+    """Owns the HTTP server; ``publish`` swaps in a new snapshot."""
+
+    def __init__(self, job: str, node: str):
+        self.collector = PerfCollector()
+        self.collector.snapshot = Snapshot(job, node)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self.server = None
+        self.port = None
+
+    def start(self, addr: str, port: int) -> str | None:
+        """Bind and serve; returns None, or one line saying why not (the caller
+        warns once and the job goes on)."""
+        try:
+            self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        except (OSError, ValueError) as exc:
+            return (f"metrics endpoint {addr}:{port} not served ({getattr(exc, "strerror", None) or exc}); "
+                    f"training goes on; pick another --metrics-port / --metrics-addr")
+        self.port = self.server.server_address[1]
+        return None
+
+    def publish(self, ranks) -> None:
+        old = self.collector.snapshot
+        self.collector.snapshot = Snapshot(old.job, old.node, tuple(ranks))
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

@@ -1,0 +1,204 @@
+"""Per-rank sliding window of op figures, fed with progress records by the agent.
+
+Memory per rank is bounded whatever the job length: ``slots`` time slots of
+the window, each with at most ``max_ops`` op keys, each with a histogram of at
+most ~170 log buckets (a quarter octave each, so a percentile is within ~9%).
+No threads, no I/O; the agent calls it under its state lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from diag.pb import collector_pb2 as pb
+from diag.perf.api import DEFAULT_STEP_NAME, DEFAULT_WINDOW_S, MAX_OPS_PER_RANK, OTHER_OP
+from diag.records import format as fmt
+
+TIMED_KINDS = (fmt.KIND_GEMM, fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)
+# Accumulator fields (a list, for speed in the per-record path).
+COUNT, TIMED, TIMED_NS, BYTES, TIMED_BYTES, FLOPS, TIMED_FLOPS, MAX_NS, COMM_SIZE = range(9)
+
+
+def bucket_of(ns: int) -> int:
+    """Quarter-octave bucket: the octave, then the next two bits."""
+    length = ns.bit_length()
+    if length < 3:
+        return max(ns, 0)
+    return (length - 1) * 4 + ((ns >> (length - 3)) & 3)
+
+
+def bucket_value(bucket: int) -> int:
+    """The middle of a bucket, in ns."""
+    if bucket < 4:
+        return bucket
+    octave, quarter = divmod(bucket, 4)
+    low = (4 + quarter) << (octave - 2)
+    return low + (1 << (octave - 2)) // 2
+
+
+def percentile(hist: dict, q: float) -> int:
+    total = sum(hist.values())
+    if total == 0:
+        return 0
+    want, seen = q * total, 0
+    for bucket in sorted(hist):
+        seen += hist[bucket]
+        if seen >= want:
+            return bucket_value(bucket)
+    return bucket_value(max(hist))
+
+
+class _Slot:
+    __slots__ = ("index", "ops", "hists", "launches", "steps", "step_ns")
+
+    def __init__(self, index: int):
+        self.index = index
+        self.ops: dict = {}      # key -> accumulator list
+        self.hists: dict = {}    # key -> {bucket: count}
+        self.launches = 0
+        self.steps = 0
+        self.step_ns = 0
+
+
+class _Rank:
+    def __init__(self, now: int):
+        self.first_ns = now
+        self.slots: collections.deque = collections.deque()
+        self.totals: dict = {}   # key -> [count, timed, timed_ns, bytes, flops]
+        self.launches_total = 0
+        self.steps_total = 0
+        self.last_step_t = 0
+        self.last_step_ns = 0
+
+
+class PerfWindow:
+    def __init__(self, window_s: float = DEFAULT_WINDOW_S, step_name: str = DEFAULT_STEP_NAME,
+                 clock=time.monotonic_ns, slots: int = 12, max_ops: int = MAX_OPS_PER_RANK):
+        self.window_ns = int(window_s * 1e9)
+        self.slot_ns = max(1, self.window_ns // slots)
+        self.step_name = step_name
+        self.clock = clock
+        self.max_ops = max_ops
+        self.ranks: dict[int, _Rank] = {}
+
+    def start(self, rank: int, start_ns: int) -> None:
+        """A new worker for ``rank`` (started at ``start_ns``): a fresh window."""
+        self.ranks[rank] = _Rank(min(start_ns, self.clock()))
+
+    def _slot(self, state: _Rank, now: int) -> _Slot:
+        index = now // self.slot_ns
+        if not state.slots or state.slots[-1].index != index:
+            state.slots.append(_Slot(index))
+            oldest = index - self.window_ns // self.slot_ns
+            while state.slots and state.slots[0].index <= oldest:
+                state.slots.popleft()
+        return state.slots[-1]
+
+    def observe(self, rank: int, producer: int, records) -> None:
+        """Account END and COUNT records of one region of ``rank``."""
+        now = self.clock()
+        state = self.ranks.get(rank)
+        if state is None:
+            state = self.ranks[rank] = _Rank(now)
+        slot = self._slot(state, now)
+        for rec in records:
+            if rec.event == fmt.EVENT_END and rec.kind in TIMED_KINDS:
+                self._end(state, slot, producer, rec)
+            elif rec.event == fmt.EVENT_COUNT:
+                if rec.kind == fmt.KIND_KERNEL:
+                    slot.launches += rec.count
+                    state.launches_total += rec.count
+                elif rec.kind in TIMED_KINDS:   # calls captured into a CUDA graph: counted only
+                    self._account(state, slot, producer, rec, rec.count, 0)
+
+    def _end(self, state: _Rank, slot: _Slot, producer: int, rec) -> None:
+        timed = rec.duration_ns if rec.duration_ns > 0 and not rec.flags & fmt.FLAG_FAILED else 0
+        self._account(state, slot, producer, rec, 1, timed)
+        if rec.kind == fmt.KIND_HOST_FUNC and rec.name == self.step_name:
+            if state.last_step_t and rec.t_mono_ns > state.last_step_t:
+                interval = rec.t_mono_ns - state.last_step_t
+                slot.steps += 1
+                slot.step_ns += interval
+                state.steps_total += 1
+                state.last_step_ns = interval
+            state.last_step_t = rec.t_mono_ns
+
+    def _account(self, state: _Rank, slot: _Slot, producer: int, rec, count: int, timed: int):
+        key = (rec.name, rec.kind, rec.comm_id, producer)
+        total = state.totals.get(key)
+        if total is None:
+            if len(state.totals) >= self.max_ops:
+                key = (OTHER_OP, rec.kind, 0, producer)
+                total = state.totals.get(key)
+            if total is None:
+                total = state.totals[key] = [0, 0, 0, 0, 0]
+        acc = slot.ops.get(key)
+        if acc is None:
+            acc = slot.ops[key] = [0, 0, 0, 0, 0, 0, 0, 0, rec.comm_size]
+        # A collective/p2p record's flops field carries its reduce op and peer
+        # (docs/records.md), not FLOPs.
+        rec_flops = 0 if rec.kind in fmt.COMM_LANES else rec.flops
+        nbytes, flops = rec.bytes * count, rec_flops * count
+        acc[COUNT] += count
+        acc[BYTES] += nbytes
+        acc[FLOPS] += flops
+        acc[COMM_SIZE] = rec.comm_size or acc[COMM_SIZE]
+        total[0] += count
+        total[3] += nbytes
+        total[4] += flops
+        if timed:
+            acc[TIMED] += 1
+            acc[TIMED_NS] += timed
+            acc[TIMED_BYTES] += rec.bytes
+            acc[TIMED_FLOPS] += rec_flops
+            acc[MAX_NS] = max(acc[MAX_NS], timed)
+            total[1] += 1
+            total[2] += timed
+            hist = slot.hists.get(key)
+            if hist is None:
+                hist = slot.hists[key] = {}
+            bucket = bucket_of(timed)
+            hist[bucket] = hist.get(bucket, 0) + 1
+
+    def message(self, rank: int) -> pb.PerfRank | None:
+        """The rank's window as it stands now (None if never seen)."""
+        state = self.ranks.get(rank)
+        if state is None:
+            return None
+        now = self.clock()
+        self._slot(state, now)   # drops the slots that left the window
+        ops: dict = {}
+        hists: dict = {}
+        msg = pb.PerfRank(window_s=min(self.window_ns, max(0, now - state.first_ns)) / 1e9,
+                          step_name=self.step_name, last_step_ns=state.last_step_ns,
+                          launches_total=state.launches_total, steps_total=state.steps_total)
+        for slot in state.slots:
+            msg.launches += slot.launches
+            msg.steps += slot.steps
+            msg.step_ns += slot.step_ns
+            for key, acc in slot.ops.items():
+                into = ops.get(key)
+                if into is None:
+                    ops[key] = list(acc)
+                    continue
+                for i in range(MAX_NS):
+                    into[i] += acc[i]
+                into[MAX_NS] = max(into[MAX_NS], acc[MAX_NS])
+                into[COMM_SIZE] = acc[COMM_SIZE] or into[COMM_SIZE]
+            for key, hist in slot.hists.items():
+                merged = hists.setdefault(key, {})
+                for bucket, n in hist.items():
+                    merged[bucket] = merged.get(bucket, 0) + n
+        for (name, kind, comm_id, producer), acc in sorted(ops.items()):
+            hist = hists.get((name, kind, comm_id, producer), {})
+            msg.ops.add(name=name, kind=kind, producer=producer, comm_id=comm_id,
+                        comm_size=acc[COMM_SIZE], count=acc[COUNT], timed_count=acc[TIMED],
+                        timed_ns=acc[TIMED_NS], bytes=acc[BYTES], timed_bytes=acc[TIMED_BYTES],
+                        flops=acc[FLOPS], timed_flops=acc[TIMED_FLOPS],
+                        p50_ns=min(percentile(hist, 0.5), acc[MAX_NS]),
+                        p99_ns=min(percentile(hist, 0.99), acc[MAX_NS]), max_ns=acc[MAX_NS])
+        for (name, kind, comm_id, _producer), t in sorted(state.totals.items()):
+            msg.totals.add(name=name, kind=kind, comm_id=comm_id, count=t[0], timed_count=t[1],
+                           timed_ns=t[2], bytes=t[3], flops=t[4])
+        return msg
