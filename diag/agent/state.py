@@ -61,6 +61,10 @@ class NodeState:
         self._is_alive = is_alive
         self._log = log or (lambda message: None)
         self._kept_owner: set[tuple[int, int]] = set()   # (rank, pid) refused, said once
+        # Regions refused while their rank's owner lived: rank -> {region: header}.
+        # A restarted worker whose predecessor was still exiting takes over
+        # when the exit is seen (mark_exited).
+        self._waiting: dict[int, dict[str, fmt.Header]] = {}
         self.ranks: dict[int, RankState] = {}
         self._region_rank: dict[str, tuple[int, int]] = {}   # region -> (rank, pid)
         self._region_producer: dict[str, int] = {}
@@ -83,6 +87,7 @@ class NodeState:
                 self._log(f"rank {header.rank}: ignoring region {region} of pid {header.pid}: "
                           f"pid {current.pid} still owns the rank (a child process that "
                           f"inherited RANK?)")
+            self._waiting.setdefault(header.rank, {})[region] = header
             return
         self.ranks[header.rank] = RankState(
             header.rank, header.local_rank, header.world_size, header.pid,
@@ -93,12 +98,19 @@ class NodeState:
     def remove_region(self, region: str) -> None:
         self._region_rank.pop(region, None)
         self._region_producer.pop(region, None)
+        for waiting in self._waiting.values():
+            waiting.pop(region, None)
 
     def mark_exited(self, pid: int) -> None:
-        for state in self.ranks.values():
-            if state.pid == pid:
-                state.alive = False
-                state.in_flight.clear()
+        for state in list(self.ranks.values()):
+            if state.pid != pid:
+                continue
+            state.alive = False
+            state.in_flight.clear()
+            waiting = self._waiting.pop(state.rank, {})
+            for region, header in sorted(waiting.items(), key=lambda kv: kv[1].start_mono_ns):
+                if self._is_alive(header.pid):
+                    self.add_region(region, header)   # the restarted worker takes the rank
 
     def _owner(self, region: str) -> RankState | None:
         rank_pid = self._region_rank.get(region)

@@ -118,3 +118,15 @@ def test_two_hook_comms_of_one_group_report_one_lane_each():
                             rec(1, 2, 96 * S, name="ncclAllReduce", seq=9, comm_id=0xB)])
     [rank] = state.report()
     assert lanes(rank) == {(77, fmt.KIND_COLLECTIVE): (9, 0)}
+
+
+def test_a_restart_seen_before_its_predecessor_exited_takes_over_at_the_exit():
+    live = {10, 11}
+    state = make(live=live)
+    state.add_region("py-r0-p11", header(pid=11, start=95 * S))   # old pid 10 still exiting
+    assert state.report()[0].pid == 10
+    live.discard(10)
+    state.mark_exited(10)
+    state.apply("py-r0-p11", [rec(1, 1, 96 * S, seq=1)])
+    [rank] = state.report()
+    assert rank.pid == 11 and rank.alive and rank.oldest_in_flight.seq == 1
