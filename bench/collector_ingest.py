@@ -43,6 +43,8 @@ def parse_args(argv):
     p.add_argument("--interval", type=float, default=1.0, help="report interval per agent")
     p.add_argument("--no-perf", action="store_true", help="reports without the performance window (the old load)")
     p.add_argument("--hang-timeout", type=float, default=5.0, help="collector --hang-timeout for the latency probe")
+    p.add_argument("--fingerprints", action="store_true",
+                   help="every rank sends a 64-op fingerprint window (the reports of a job-wide stall)")
     return p.parse_args(argv)
 
 
@@ -100,6 +102,7 @@ def perf_window() -> pb.PerfRank:
 
 
 PERF = perf_window()
+FINGERPRINTS = False   # --fingerprints: every rank carries a 64-op window (what a job-wide stall sends)
 
 
 def make_report(node: int, world: int, stall_since: float | None, now: float) -> pb.NodeReport:
@@ -108,10 +111,15 @@ def make_report(node: int, world: int, stall_since: float | None, now: float) ->
         rank = node * RANKS_PER_AGENT + local
         r = pb.RankProgress(rank=rank, local_rank=local, world_size=world, pid=10000 + rank, alive=True,
                             last_op="all_reduce")
-        r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world)
+        r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world,
+                    lane=pb.OP_KIND_COLLECTIVE, group_name="default")
         r.stats.add(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, count=10, total_ns=5_000_000, max_ns=900_000)
         if PERF is not None:
             r.perf.CopyFrom(PERF)
+        if FINGERPRINTS:
+            r.comms[0].recent.first_seq = 37
+            r.comms[0].recent.ops.extend(pb.Fingerprint(name="ncclAllReduce", bytes=98 << 20, dtype=9, reduce_op=0,
+                                                         peer=-1) for _ in range(64))
         if stall_since is not None and local != 3:  # local rank 3 is the culprit: not in the collective
             r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,
                                                       seq=101, age_ns=int((now - stall_since) * 1e9)))
@@ -200,10 +208,11 @@ def ingested_rate(stats, t0: float, t1: float) -> float | None:
 
 
 def main(argv=None) -> int:
+    global FINGERPRINTS, PERF
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    global PERF
     if args.no_perf:
         PERF = None
+    FINGERPRINTS = args.fingerprints
     token = secrets.token_urlsafe(16)
     with tempfile.TemporaryDirectory(prefix="collector-bench-") as workdir:
         proc, address, seen = start_collector(workdir, token, args)

@@ -61,8 +61,14 @@ void register_comm(ncclComm_t comm, uint64_t id, int rank, int size) {
   xt_comm_register(comm, id, rank, size);
 }
 
+// The flops field of a collective/p2p record carries its reduce op and root or
+// peer (docs/records.md): bits 0-7 op + 1, bits 32-63 root/peer + 1, 0 = none.
+inline uint64_t coll_args(int redop, int peer) {
+  return uint64_t(uint8_t(redop + 1)) | (uint64_t(uint32_t(peer + 1)) << 32);
+}
+
 xt_ticket coll_begin(xt_op op, size_t count, ncclDataType_t dt, bool times_nranks,
-                     ncclComm_t comm, cudaStream_t stream) {
+                     ncclComm_t comm, cudaStream_t stream, uint64_t args) {
   if (!xt::recording()) return -1;
   ensure_comm(comm);
   uint64_t id = 0;
@@ -71,7 +77,7 @@ xt_ticket coll_begin(xt_op op, size_t count, ncclDataType_t dt, bool times_nrank
   xt_op_desc d;
   d.op = op;
   d.bytes = uint64_t(count) * xt_nccl_type_size(dt) * uint64_t(times_nranks && size > 0 ? size : 1);
-  d.flops = 0;
+  d.flops = args;
   d.dtype = dt;
   d.comm = comm;
   return xt_op_begin(&d, stream);
@@ -79,11 +85,11 @@ xt_ticket coll_begin(xt_op op, size_t count, ncclDataType_t dt, bool times_nrank
 
 }  // namespace
 
-#define XT_COLL_BODY(fn, op, count, dt, times_nranks, comm, stream, ...)    \
+#define XT_COLL_BODY(fn, op, args, count, dt, times_nranks, comm, stream, ...) \
   auto real = XT_GET(fn);                                                  \
   if (!real) return ncclSystemError;                                       \
   Guard g;                                                                 \
-  xt_ticket t = g.outer ? coll_begin(op, count, dt, times_nranks, comm, stream) : -1; \
+  xt_ticket t = g.outer ? coll_begin(op, count, dt, times_nranks, comm, stream, args) : -1; \
   ncclResult_t r = real(__VA_ARGS__);                                      \
   xt_op_end(t, nccl_failed(r));                                            \
   return r
@@ -93,47 +99,47 @@ xt_ticket coll_begin(xt_op op, size_t count, ncclDataType_t dt, bool times_nrank
 XT_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
                                      cudaStream_t stream) {
-  XT_COLL_BODY(ncclAllReduce, XT_OP_ALL_REDUCE, count, dt, false, comm, stream, sendbuff,
+  XT_COLL_BODY(ncclAllReduce, XT_OP_ALL_REDUCE, coll_args(op, -1), count, dt, false, comm, stream, sendbuff,
                recvbuff, count, dt, op, comm, stream);
 }
 
 // nccl-tests counts all-gather and reduce-scatter bytes as the full buffer.
 XT_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                      ncclDataType_t dt, ncclComm_t comm, cudaStream_t stream) {
-  XT_COLL_BODY(ncclAllGather, XT_OP_ALL_GATHER, sendcount, dt, true, comm, stream, sendbuff,
+  XT_COLL_BODY(ncclAllGather, XT_OP_ALL_GATHER, coll_args(-1, -1), sendcount, dt, true, comm, stream, sendbuff,
                recvbuff, sendcount, dt, comm, stream);
 }
 
 XT_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                          ncclDataType_t dt, ncclRedOp_t op, ncclComm_t comm,
                                          cudaStream_t stream) {
-  XT_COLL_BODY(ncclReduceScatter, XT_OP_REDUCE_SCATTER, recvcount, dt, true, comm, stream,
+  XT_COLL_BODY(ncclReduceScatter, XT_OP_REDUCE_SCATTER, coll_args(op, -1), recvcount, dt, true, comm, stream,
                sendbuff, recvbuff, recvcount, dt, op, comm, stream);
 }
 
 XT_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t dt, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
-  XT_COLL_BODY(ncclBroadcast, XT_OP_BROADCAST, count, dt, false, comm, stream, sendbuff,
+  XT_COLL_BODY(ncclBroadcast, XT_OP_BROADCAST, coll_args(-1, root), count, dt, false, comm, stream, sendbuff,
                recvbuff, count, dt, root, comm, stream);
 }
 
 XT_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                   ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t comm,
                                   cudaStream_t stream) {
-  XT_COLL_BODY(ncclReduce, XT_OP_REDUCE, count, dt, false, comm, stream, sendbuff, recvbuff,
+  XT_COLL_BODY(ncclReduce, XT_OP_REDUCE, coll_args(op, root), count, dt, false, comm, stream, sendbuff, recvbuff,
                count, dt, op, root, comm, stream);
 }
 
 XT_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t dt, int peer,
                                 ncclComm_t comm, cudaStream_t stream) {
-  XT_COLL_BODY(ncclSend, XT_OP_SEND, count, dt, false, comm, stream, sendbuff, count, dt, peer,
+  XT_COLL_BODY(ncclSend, XT_OP_SEND, coll_args(-1, peer), count, dt, false, comm, stream, sendbuff, count, dt, peer,
                comm, stream);
 }
 
 XT_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t dt, int peer,
                                 ncclComm_t comm, cudaStream_t stream) {
-  XT_COLL_BODY(ncclRecv, XT_OP_RECV, count, dt, false, comm, stream, recvbuff, count, dt, peer,
+  XT_COLL_BODY(ncclRecv, XT_OP_RECV, coll_args(-1, peer), count, dt, false, comm, stream, recvbuff, count, dt, peer,
                comm, stream);
 }
 

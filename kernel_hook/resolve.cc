@@ -186,6 +186,13 @@ void start_core() {
   if (disable && strcmp(disable, "1") == 0) return;  // asked for: stay inert, silently
   const char* dir = getenv("XPU_TIMER_SHM_DIR");
   if (!dir || !*dir) return;  // not under xpu_timer_launch: nothing to write to
+  // One owner per rank: the worker's tracer names its process in
+  // XPU_TIMER_TRACER_PID, which spawned children (compile workers, data
+  // loaders using CUDA) inherit along with RANK and LD_PRELOAD. They stay
+  // inert, silently, as the tracer does, so they never write a region for
+  // their parent's rank.
+  const char* owner = getenv("XPU_TIMER_TRACER_PID");
+  if (owner && *owner && strtol(owner, nullptr, 10) != long(getpid())) return;
   for (RealSym* s : kRequired) {
     if (!s->resolve(false)) {
       say("%s not found in %s; timing switched off, calls pass through unchanged", s->name,

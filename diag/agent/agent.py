@@ -28,7 +28,8 @@ from diag.perf.window import PerfWindow
 class Agent:
     def __init__(self, config: AgentConfig, clock=time.monotonic_ns):
         self.config = config
-        self.state = NodeState(clock, perf=PerfWindow(config.perf_window_s, config.perf_step))
+        self.state = NodeState(clock, perf=PerfWindow(config.perf_window_s, config.perf_step),
+                               log=self.log)
         self.exporter = None          # the Prometheus endpoint, with --metrics-port
         self._published = 0.0
         self.lock = threading.Lock()          # guards state

@@ -9,8 +9,15 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from diag.agent import procs
+from diag.agent.comms import CommTable
 from diag.pb import collector_pb2 as pb
 from diag.records import format as fmt
+
+# A rank stuck this long in one op starts sending its fingerprints (the last
+# ops per lane), so the collector can compare the members of a hung group;
+# while it keeps up, its reports stay small.
+FINGERPRINTS_AFTER_NS = 1_000_000_000
 
 
 @dataclasses.dataclass
@@ -24,6 +31,8 @@ class InFlight:
     nbytes: int
     comm_rank: int
     comm_size: int
+    flags: int = 0
+    flops: int = 0
 
 
 @dataclasses.dataclass
@@ -38,7 +47,7 @@ class RankState:
     last_op: str = ""
     in_flight: dict = dataclasses.field(default_factory=dict)   # (region, op_id) -> InFlight
     stats: dict = dataclasses.field(default_factory=dict)       # (name, kind) -> [n, total, max, bytes, flops]
-    comms: dict = dataclasses.field(default_factory=dict)       # comm_id -> [started, completed, size]
+    comms: CommTable = dataclasses.field(default_factory=CommTable)
     dropped: dict = dataclasses.field(default_factory=dict)     # region -> cumulative drops
     alive: bool = True
 
@@ -46,22 +55,39 @@ class RankState:
 class NodeState:
     """Everything the agent knows about its node's ranks."""
 
-    def __init__(self, clock=time.monotonic_ns, perf=None):
+    def __init__(self, clock=time.monotonic_ns, perf=None, is_alive=procs.is_alive, log=None):
         self.clock = clock
         self.perf = perf   # a diag.perf.window.PerfWindow, or None: no performance view
+        self._is_alive = is_alive
+        self._log = log or (lambda message: None)
+        self._kept_owner: set[tuple[int, int]] = set()   # (rank, pid) refused, said once
+        # Regions refused while their rank's owner lived: rank -> {region: header}.
+        # A restarted worker whose predecessor was still exiting takes over
+        # when the exit is seen (mark_exited).
+        self._waiting: dict[int, dict[str, fmt.Header]] = {}
         self.ranks: dict[int, RankState] = {}
         self._region_rank: dict[str, tuple[int, int]] = {}   # region -> (rank, pid)
         self._region_producer: dict[str, int] = {}
 
     # -- regions ----------------------------------------------------------
     def add_region(self, region: str, header: fmt.Header) -> None:
-        """A region appeared. A new pid for a known rank is a restarted worker:
-        its state starts afresh (only if the region is newer than what we hold)."""
+        """A region appeared. A new pid for a known rank is a restarted worker,
+        and its state starts afresh, only once the old pid has exited: a live
+        owner keeps the rank (a child that inherited RANK is not the rank),
+        and the agent says so once per pid."""
         self._region_rank[region] = (header.rank, header.pid)
         self._region_producer[region] = header.producer
         current = self.ranks.get(header.rank)
         if current is not None and (current.pid == header.pid
                                     or current.started_ns > header.start_mono_ns):
+            return
+        if current is not None and current.alive and self._is_alive(current.pid):
+            if (header.rank, header.pid) not in self._kept_owner:
+                self._kept_owner.add((header.rank, header.pid))
+                self._log(f"rank {header.rank}: ignoring region {region} of pid {header.pid}: "
+                          f"pid {current.pid} still owns the rank (a child process that "
+                          f"inherited RANK?)")
+            self._waiting.setdefault(header.rank, {})[region] = header
             return
         self.ranks[header.rank] = RankState(
             header.rank, header.local_rank, header.world_size, header.pid,
@@ -72,12 +98,19 @@ class NodeState:
     def remove_region(self, region: str) -> None:
         self._region_rank.pop(region, None)
         self._region_producer.pop(region, None)
+        for waiting in self._waiting.values():
+            waiting.pop(region, None)
 
     def mark_exited(self, pid: int) -> None:
-        for state in self.ranks.values():
-            if state.pid == pid:
-                state.alive = False
-                state.in_flight.clear()
+        for state in list(self.ranks.values()):
+            if state.pid != pid:
+                continue
+            state.alive = False
+            state.in_flight.clear()
+            waiting = self._waiting.pop(state.rank, {})
+            for region, header in sorted(waiting.items(), key=lambda kv: kv[1].start_mono_ns):
+                if self._is_alive(header.pid):
+                    self.add_region(region, header)   # the restarted worker takes the rank
 
     def _owner(self, region: str) -> RankState | None:
         rank_pid = self._region_rank.get(region)
@@ -104,32 +137,35 @@ class NodeState:
                 self._end(state, region, rec)
             elif rec.event == fmt.EVENT_COUNT:
                 self._stat(state, rec.name, rec.kind, rec.count, 0, 0, 0)
+            elif rec.event == fmt.EVENT_GROUP:
+                state.comms.group(rec)
         if self.perf is not None and records:
             self.perf.observe(state.rank, producer, records)
 
     def _start(self, state, region, producer, rec) -> None:
         state.in_flight[(region, rec.op_id)] = InFlight(
             rec.name, rec.kind, producer, rec.comm_id, rec.seq, rec.t_mono_ns, rec.bytes,
-            rec.comm_rank, rec.comm_size)
+            rec.comm_rank, rec.comm_size, rec.flags, rec.flops)
         state.last_activity_ns = max(state.last_activity_ns, rec.t_mono_ns)
         state.last_op = rec.name
-        if rec.seq:
-            comm = state.comms.setdefault(rec.comm_id, [0, 0, rec.comm_size])
-            comm[0] = max(comm[0], rec.seq)
-            comm[2] = rec.comm_size
+        if rec.seq and rec.kind in fmt.COMM_LANES:
+            state.comms.start(producer, rec)
 
     def _end(self, state, region, rec) -> None:
         state.in_flight.pop((region, rec.op_id), None)
         state.last_activity_ns = max(state.last_activity_ns, rec.t_mono_ns)
-        self._stat(state, rec.name, rec.kind, 1, rec.duration_ns, rec.bytes, rec.flops)
-        if not rec.seq:
+        # The flops field of a collective carries its reduce op and peer.
+        flops = 0 if rec.kind in fmt.COMM_LANES else rec.flops
+        self._stat(state, rec.name, rec.kind, 1, rec.duration_ns, rec.bytes, flops)
+        if not rec.seq or rec.kind not in fmt.COMM_LANES:
             return
-        comm = state.comms.setdefault(rec.comm_id, [rec.seq, 0, rec.comm_size])
-        comm[1] = max(comm[1], rec.seq)
-        # Ops of one communicator end in order (docs/records.md): this END
-        # means any earlier op still listed lost its END record to a full ring.
+        state.comms.end(self._region_producer.get(region, 0), rec)
+        # Ops of one lane of a communicator end in order (docs/records.md):
+        # this END means any earlier op of the same lane still listed lost its
+        # END record to a full ring. A p2p END says nothing about a collective.
         stale = [key for key, op in state.in_flight.items()
-                 if key[0] == region and op.comm_id == rec.comm_id and 0 < op.seq < rec.seq]
+                 if key[0] == region and op.comm_id == rec.comm_id and op.kind == rec.kind
+                 and 0 < op.seq < rec.seq]
         for key in stale:
             del state.in_flight[key]
 
@@ -165,16 +201,27 @@ class NodeState:
             rank=state.rank, local_rank=state.local_rank, world_size=state.world_size,
             pid=state.pid, alive=state.alive, dropped_records=sum(state.dropped.values()),
             idle_ns=max(0, now - state.last_activity_ns), last_op=state.last_op)
+        stuck = False
         if state.in_flight:
-            op = min(state.in_flight.values(), key=lambda o: o.start_ns)
+            op = _oldest(state)
+            age = max(0, now - op.start_ns)
+            stuck = age >= FINGERPRINTS_AFTER_NS
+            reduce_op, peer = fmt.unpack_coll_args(op.flops) if op.kind in fmt.COMM_LANES else (-1, -1)
             msg.oldest_in_flight.CopyFrom(pb.InFlightOp(
-                name=op.name, kind=op.kind, producer=op.producer, comm_id=op.comm_id,
-                seq=op.seq, age_ns=max(0, now - op.start_ns), bytes=op.nbytes,
-                comm_rank=op.comm_rank, comm_size=op.comm_size))
+                name=op.name, kind=op.kind, producer=op.producer,
+                comm_id=state.comms.group_of(op.producer, op.comm_id), seq=op.seq, age_ns=age,
+                bytes=op.nbytes, comm_rank=op.comm_rank, comm_size=op.comm_size,
+                dtype=fmt.dtype_of(op.flags), reduce_op=reduce_op, peer=peer))
         for (name, kind), (n, total, mx, nbytes, flops) in sorted(state.stats.items()):
             msg.stats.add(name=name, kind=kind, count=n, total_ns=total, max_ns=mx,
                           bytes=nbytes, flops=flops)
-        for comm_id, (started, completed, size) in sorted(state.comms.items()):
-            msg.comms.add(comm_id=comm_id, last_started_seq=started,
-                          last_completed_seq=completed, comm_size=size)
+        msg.comms.extend(state.comms.progress(with_fingerprints=stuck))
         return msg
+
+
+def _oldest(state: RankState) -> InFlight:
+    """The oldest op in flight; a tracer op of a group the hook also covers
+    only when nothing else is (the hook's op carries the group's true seq)."""
+    ops = [op for op in state.in_flight.values()
+           if not state.comms.shadowed(op.producer, op.comm_id)] or list(state.in_flight.values())
+    return min(ops, key=lambda o: o.start_ns)

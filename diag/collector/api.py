@@ -60,6 +60,86 @@ class NeverEntered:
 
 
 @dataclasses.dataclass(frozen=True)
+class Variant:
+    """What some members of a group ran at one seq: ``op`` is the one-phrase
+    description (``all_reduce 4 B (float32, sum)``), ``key`` the compared
+    fields (name, bytes, dtype, reduce op, root/peer)."""
+
+    key: tuple
+    op: str
+    ranks: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ahead:
+    """A member that started ops past the others (it skipped one and ran on)."""
+
+    rank: int
+    last_started_seq: int
+    by: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """Where the members of a hung group stopped agreeing (docs/collector.md).
+
+    ``stuck_seq`` is the first seq that no member completed; ``diverged_seq``
+    the first seq at which the members' fingerprints differ (None when they
+    agree wherever compared); ``minority`` the ranks outside the largest
+    variant there, empty on a tie (``tie``: the largest variants are equal).
+    """
+
+    comm_id: int
+    lane: int
+    group: str
+    members: tuple[int, ...]
+    stuck_seq: int
+    diverged_seq: int | None = None
+    variants: tuple[Variant, ...] = ()
+    minority: tuple[int, ...] = ()
+    tie: bool = False
+    ahead: tuple[Ahead, ...] = ()
+    summary: str = ""
+
+    @property
+    def culprits(self) -> tuple[int, ...]:
+        """The minority; on a tie, the ranks that ran ahead, if not all did.
+        Without a divergence, running ahead alone blames no one: ranks launch
+        asynchronously, and some launch more before a hang than others."""
+        if self.minority:
+            return self.minority
+        ahead = tuple(a.rank for a in self.ahead)
+        return ahead if self.diverged_seq is not None and 0 < len(ahead) < len(self.members) else ()
+
+
+@dataclasses.dataclass(frozen=True)
+class StuckAt:
+    """The first seq of a hung group's lane that no member completed, for a
+    hung op whose ranks all started it."""
+
+    comm_id: int
+    lane: int
+    seq: int
+    name: str
+    from_seq: int   # the seq the hung op's ranks reported (a burst's first op)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLabel:
+    """A process group as users know it: its name and its folded member ranks."""
+
+    comm_id: int
+    name: str
+    ranks: str
+
+    def short(self) -> str:
+        return f'"{self.name}"' if self.name else str(self.comm_id)
+
+    def phrase(self) -> str:
+        return f"{self.short()} (ranks {self.ranks})" if self.ranks else self.short()
+
+
+@dataclasses.dataclass(frozen=True)
 class SilentAgent:
     """An agent (node) with no report for longer than --silent-after."""
 
@@ -79,6 +159,16 @@ class Findings:
     never_entered: tuple[NeverEntered, ...] = ()
     silent_agents: tuple[SilentAgent, ...] = ()
     missing_ranks: tuple[int, ...] = ()
+    mismatches: tuple[Mismatch, ...] = ()
+    groups: tuple[GroupLabel, ...] = ()    # of the hung comm ops' groups
+    stuck: tuple[StuckAt, ...] = ()
+
+    def stuck_at(self, op: OpKey) -> StuckAt | None:
+        return next((s for s in self.stuck if (s.comm_id, s.lane, s.from_seq) == (op.comm_id, op.kind, op.seq)),
+                    None)
+
+    def label(self, comm_id: int) -> GroupLabel | None:
+        return next((g for g in self.groups if g.comm_id == comm_id), None)
 
     @property
     def is_hang(self) -> bool:
@@ -97,6 +187,7 @@ class Findings:
         """Ranks the others wait for: suspects, ranks behind in seq, silent or
         never-reporting ranks. Empty when every rank waits in the same op."""
         ranks = {s.rank for s in self.suspects} | {n.rank for n in self.never_entered}
+        ranks |= {r for m in self.mismatches for r in m.culprits}
         if self.hung:
             ranks |= set(self.silent_ranks) | set(self.missing_ranks)
         return sorted(ranks)

@@ -18,8 +18,11 @@ rule with a fake clock.
 
 from __future__ import annotations
 
+import dataclasses
+
 from diag.collector.api import (KIND_COLLECTIVE, Findings, HungGroup, NeverEntered, OpKey, SilentAgent,
                                 Suspect)
+from diag.collector import divergence
 from diag.collector.state import Snapshot
 
 # Never-entered analysis is O(world) per hung collective; a pathological job
@@ -29,8 +32,11 @@ NOT_IN_ANY = "not in any collective"
 EXITED = "exited"
 
 
-def analyse(snap: Snapshot, timeout_s: float, silent_after_s: float) -> Findings:
-    """Apply every rule to ``snap``. Cheap when nothing hangs: one pass."""
+def analyse(snap: Snapshot, timeout_s: float, silent_after_s: float, explain: bool = True) -> Findings:
+    """Apply every rule to ``snap``. Cheap when nothing hangs: one pass.
+    ``explain=False`` skips the divergence analysis (its fingerprint
+    comparison costs ~0.7 s at 16,384 ranks): for ticks during a hang already
+    declared, which need only to see whether it is still stuck."""
     silent = _silent_agents(snap, silent_after_s)
     silent_nodes = {a.node_rank for a in silent}
     hung = _hung_groups(snap, timeout_s, silent_nodes)
@@ -39,10 +45,14 @@ def analyse(snap: Snapshot, timeout_s: float, silent_after_s: float) -> Findings
     hung_ranks = {r for g in hung for r in g.ranks}
     silent_ranks = {r for a in silent for r in a.ranks}
     missing = tuple(r for r in range(snap.world_size) if r not in snap.ranks)
-    never = _never_entered(snap, hung, silent_ranks)
-    suspects = _suspects(snap, hung_ranks | silent_ranks, never, silent)
+    mismatches, labels, stuck = (divergence.analyse_groups(snap, hung, MAX_GROUPS_EXPLAINED) if explain
+                                 else ((), (), ()))
+    never = _never_entered(snap, hung, silent_ranks, {(s.comm_id, s.lane): s.seq for s in stuck})
+    names = {g.comm_id: g.short() for g in labels}
+    suspects = _suspects(snap, hung_ranks | silent_ranks, never, silent, names)
     return Findings(world_size=snap.world_size, hung=hung, suspects=suspects, never_entered=never,
-                    silent_agents=silent, missing_ranks=missing)
+                    silent_agents=silent, missing_ranks=missing, mismatches=mismatches, groups=labels,
+                    stuck=stuck)
 
 
 def in_flight_age(entry, now: float) -> float | None:
@@ -89,14 +99,22 @@ def _hung_groups(snap: Snapshot, timeout_s: float, silent_nodes: set[int]) -> tu
     return tuple(out)
 
 
-def _last_started(progress, comm_id: int) -> int | None:
+def comm_lane(progress, comm_id: int, lane: int):
+    """The rank's CommProgress for one lane of one group, or None. Seqs of the
+    collective and p2p lanes are unrelated (docs/records.md)."""
     for comm in progress.comms:
-        if comm.comm_id == comm_id:
-            return comm.last_started_seq
+        if comm.comm_id == comm_id and comm.lane == lane:
+            return comm
     return None
 
 
-def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]) -> tuple[NeverEntered, ...]:
+def _last_started(progress, comm_id: int, lane: int) -> int | None:
+    comm = comm_lane(progress, comm_id, lane)
+    return None if comm is None else comm.last_started_seq
+
+
+def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int],
+                   stuck: dict[tuple[int, int], int]) -> tuple[NeverEntered, ...]:
     """Members of each hung collective's group that have not started its seq.
 
     The default group (comm 0) has every rank as a member; for other groups a
@@ -107,20 +125,23 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
     out: dict[int, NeverEntered] = {}
     for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
         in_group = set(group.ranks)
+        # The exact stuck seq (divergence.py) where the members' completions give it.
+        seq = max(group.op.seq, stuck.get((group.op.comm_id, group.op.kind), 0))
+        op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
         for rank, entry in snap.ranks.items():
             if (rank in in_group or rank in out or rank in silent or rank >= snap.world_size
                     or not entry.progress.alive):
                 continue
-            started = _last_started(entry.progress, group.op.comm_id)
+            started = _last_started(entry.progress, group.op.comm_id, KIND_COLLECTIVE)
             if started is None and group.op.comm_id == 0:
                 started = 0
-            if started is not None and started < group.op.seq:
-                out[rank] = NeverEntered(rank, group.op, started)
+            if started is not None and started < seq:
+                out[rank] = NeverEntered(rank, op, started)
     return tuple(out[r] for r in sorted(out))
 
 
 def _suspects(snap: Snapshot, skip: set[int], never: tuple[NeverEntered, ...],
-              silent: tuple[SilentAgent, ...]) -> tuple[Suspect, ...]:
+              silent: tuple[SilentAgent, ...], names: dict[int, str]) -> tuple[Suspect, ...]:
     out = []
     now = snap.now
     for rank, entry in sorted(snap.ranks.items()):
@@ -132,7 +153,8 @@ def _suspects(snap: Snapshot, skip: set[int], never: tuple[NeverEntered, ...],
     idle = {s.rank for s in out}
     for n in never:
         if n.rank not in idle:
-            out.append(Suspect(n.rank, f"never entered {n.op.name} (group {n.op.comm_id}, seq {n.op.seq})",
+            group = names.get(n.op.comm_id, n.op.comm_id)
+            out.append(Suspect(n.rank, f"never entered {n.op.name} (group {group}, seq {n.op.seq})",
                                snap.ranks[n.rank].progress.last_op or None))
     for agent in silent:
         for rank in agent.ranks:

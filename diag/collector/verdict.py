@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diag.collector.api import KIND_NAMES, Findings, HungGroup, OpKey
-from diag.collector.rules import NOT_IN_ANY, in_flight_age
+from diag.collector.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
+from diag.collector.rules import NOT_IN_ANY, comm_lane, in_flight_age
 from diag.collector.state import Snapshot
 from diag.common.ranks import fold
 
@@ -29,14 +29,28 @@ def ranks_phrase(ranks) -> str:
 _KIND_WORDS = {1: "kernel", 2: "gemm", 5: "host function"}
 
 
-def op_phrase(op: OpKey) -> str:
-    if op.is_comm_op:
-        return f"{op.name} (group {op.comm_id}, seq {op.seq})"
-    return f"{_KIND_WORDS.get(op.kind, 'op')} {op.name}"
+def op_phrase(op: OpKey, findings: Findings | None = None) -> str:
+    """``all_reduce (group "default" (ranks 0-3), seq 41)``: the group by the
+    name users know where one is known, and the exact stuck seq where the
+    members' completions give it (docs/collector.md)."""
+    if not op.is_comm_op:
+        return f"{_KIND_WORDS.get(op.kind, 'op')} {op.name}"
+    label = findings.label(op.comm_id) if findings else None
+    stuck = findings.stuck_at(op) if findings else None
+    name, seq = (stuck.name, stuck.seq) if stuck else (op.name, op.seq)
+    lane = " p2p" if op.kind == KIND_P2P else ""
+    return f"{name} (group {label.phrase() if label else op.comm_id},{lane} seq {seq})"
 
 
-def _group_phrase(g: HungGroup) -> str:
-    return f"{ranks_phrase(g.ranks)} in {op_phrase(g.op)} for {g.max_age_s:.1f} s"
+def _group_phrases(findings: Findings) -> list[str]:
+    """One clause per hung op. Ranks whose reported ops differ only in a seq
+    that the stuck seq corrects (one burst, completion known per burst) are
+    one op: their clauses merge."""
+    merged: dict[str, tuple[list[int], float]] = {}
+    for g in findings.hung:
+        ranks, age = merged.setdefault(op_phrase(g.op, findings), ([], 0.0))
+        merged[op_phrase(g.op, findings)] = (ranks + list(g.ranks), max(age, g.max_age_s))
+    return [f"{ranks_phrase(sorted(ranks))} in {phrase} for {age:.1f} s" for phrase, (ranks, age) in merged.items()]
 
 
 def _explain(findings: Findings) -> list[str]:
@@ -47,7 +61,8 @@ def _explain(findings: Findings) -> list[str]:
         reason = s.reason
         if reason == NOT_IN_ANY and s.rank in behind:
             n = behind[s.rank]
-            reason = f"{NOT_IN_ANY} (at seq {n.last_started_seq} on group {n.op.comm_id})"
+            label = findings.label(n.op.comm_id)
+            reason = f"{NOT_IN_ANY} (at seq {n.last_started_seq} on group {label.short() if label else n.op.comm_id})"
         elif reason.startswith("agent on node"):
             reason = "silent (agent stopped reporting)"
         by_reason.setdefault(reason, []).append(s.rank)
@@ -63,12 +78,13 @@ def _explain(findings: Findings) -> list[str]:
 
 def hang_line(findings: Findings, event_dir: str) -> str:
     """The one verdict line; starts with ``HANG: ``."""
-    groups = [_group_phrase(g) for g in findings.hung[:MAX_GROUPS_IN_LINE]]
-    if len(findings.hung) > MAX_GROUPS_IN_LINE:
-        groups.append(f"{len(findings.hung) - MAX_GROUPS_IN_LINE} more hung ops in hang.json")
-    clauses = groups + _explain(findings)
+    groups = _group_phrases(findings)
+    if len(groups) > MAX_GROUPS_IN_LINE:
+        groups = groups[:MAX_GROUPS_IN_LINE] + [f"{len(groups) - MAX_GROUPS_IN_LINE} more hung ops in hang.json"]
+    clauses = groups + [m.summary for m in findings.mismatches if m.summary] + _explain(findings)
     if not findings.culprits:
-        clauses.append("no rank is behind: every reporting rank waits")
+        clauses.append("no rank is behind: every reporting rank waits" if not findings.mismatches
+                       else "no rank is behind")
     return f"HANG: {'; '.join(clauses)}; stacks in {event_dir.rstrip('/')}/"
 
 
@@ -83,7 +99,8 @@ def dropped_line(dropping: dict[int, int]) -> str:
             f"(ring full; the op counts under-report); raise XPU_TIMER_RING_CAPACITY")
 
 
-def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_id: int) -> dict[str, Any]:
+def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_id: int,
+              lane: int) -> dict[str, Any]:
     p = entry.progress
     row: dict[str, Any] = {"rank": rank, "node_rank": entry.node_rank, "hostname": hostnames.get(entry.node_rank, ""),
                            "pid": p.pid, "op": None, "kind": None, "comm_id": None, "seq": None,
@@ -94,8 +111,9 @@ def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_
         op = p.oldest_in_flight
         row.update(op=op.name, kind=KIND_NAMES.get(op.kind, str(op.kind)), comm_id=op.comm_id, seq=op.seq,
                    in_flight_s=round(age, 3))
-    row["last_completed_seq"] = next((c.last_completed_seq for c in p.comms if c.comm_id == comm_id), None)
-    row["last_started_seq"] = next((c.last_started_seq for c in p.comms if c.comm_id == comm_id), None)
+    comm = comm_lane(p, comm_id, lane)
+    row["last_completed_seq"] = None if comm is None else comm.last_completed_seq
+    row["last_started_seq"] = None if comm is None else comm.last_started_seq
     return row
 
 
@@ -105,7 +123,8 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
     store fills in as the stack files arrive."""
     hostnames = {n: a.hostname for n, a in snap.agents.items()}
     # Seq columns refer to the group of the largest hung collective (the one the culprits are behind on).
-    comm_id = next((g.op.comm_id for g in findings.hung if g.op.is_comm_op), 0)
+    first = next((g.op for g in findings.hung if g.op.is_comm_op), None)
+    comm_id, lane = (first.comm_id, first.kind) if first else (0, KIND_COLLECTIVE)
     return {
         "version": HANG_JSON_VERSION,
         "job_id": job_id,
@@ -115,16 +134,53 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "world_size": findings.world_size,
         "verdict": hang_line(findings, event_dir),
         "hung_ranks": findings.hung_ranks,
-        "hung_ops": [{"op": g.op.name, "kind": KIND_NAMES.get(g.op.kind, str(g.op.kind)), "comm_id": g.op.comm_id,
-                      "seq": g.op.seq, "ranks": list(g.ranks), "max_in_flight_s": round(g.max_age_s, 3)}
-                     for g in findings.hung],
+        "hung_ops": [_hung_op(g, findings) for g in findings.hung],
         "culprits": findings.culprits,
         "suspects": [{"rank": s.rank, "reason": s.reason, "last_op": s.last_op,
                       "idle_s": None if s.idle_s is None else round(s.idle_s, 3)} for s in findings.suspects],
         "never_entered": [{"rank": n.rank, "op": n.op.name, "comm_id": n.op.comm_id, "seq": n.op.seq,
                            "last_started_seq": n.last_started_seq} for n in findings.never_entered],
+        "groups": [{"comm_id": g.comm_id, "name": g.name or None, "ranks": g.ranks} for g in findings.groups],
+        "mismatch": mismatch_section(findings.mismatches),
         "silent_ranks": findings.silent_ranks,
         "missing_ranks": list(findings.missing_ranks),
-        "ranks": [_rank_row(r, e, snap, hostnames, comm_id) for r, e in sorted(snap.ranks.items())
+        "ranks": [_rank_row(r, e, snap, hostnames, comm_id, lane) for r, e in sorted(snap.ranks.items())
                   if r < findings.world_size],
     }
+
+
+def _hung_op(g: HungGroup, findings: Findings) -> dict[str, Any]:
+    label = findings.label(g.op.comm_id)
+    stuck = findings.stuck_at(g.op) if g.op.is_comm_op else None
+    return {"op": g.op.name, "kind": KIND_NAMES.get(g.op.kind, str(g.op.kind)), "comm_id": g.op.comm_id,
+            "group": label.name if label and label.name else None, "seq": g.op.seq,
+            "stuck_seq": stuck.seq if stuck else None, "ranks": list(g.ranks),
+            "max_in_flight_s": round(g.max_age_s, 3)}
+
+
+def mismatch_section(mismatches: tuple[Mismatch, ...]) -> dict[str, Any] | None:
+    """hang.json's ``mismatch`` (docs/event-dir.md): a one-line ``summary``
+    and, per hung group whose members disagree, the evidence."""
+    if not mismatches:
+        return None
+    return {"summary": "; ".join(m.summary for m in mismatches if m.summary),
+            "groups": [_mismatch_entry(m) for m in mismatches]}
+
+
+def _mismatch_entry(m: Mismatch) -> dict[str, Any]:
+    if m.minority:
+        note = f"{ranks_phrase(m.minority)} in the minority at seq {m.diverged_seq}"
+    elif m.tie:
+        note = (f"{' against '.join(str(len(v.ranks)) for v in m.variants[:2])} at seq {m.diverged_seq}: "
+                "no majority")
+        if m.culprits:
+            note += f"; {ranks_phrase(m.culprits)} ran ahead"
+    else:
+        note = f"{ranks_phrase(m.culprits)} ran ahead" if m.culprits else "no culprit from the seqs"
+    return {"comm_id": m.comm_id, "lane": KIND_NAMES.get(m.lane, str(m.lane)), "group": m.group or None,
+            "members": fold(m.members), "stuck_seq": m.stuck_seq, "diverged_seq": m.diverged_seq,
+            "variants": [{"op": v.op, "ranks": list(v.ranks), "name": v.key[0], "bytes": v.key[1],
+                          "dtype": v.key[2], "reduce_op": v.key[3], "peer": v.key[4]} for v in m.variants],
+            "minority": list(m.minority), "tie": m.tie,
+            "ahead": [{"rank": a.rank, "last_started_seq": a.last_started_seq, "by": a.by} for a in m.ahead],
+            "culprits": list(m.culprits), "culprit_note": note, "summary": m.summary}

@@ -72,7 +72,8 @@ class Watchdog:
         """One evaluation at monotonic ``now`` (wall clock ``now_unix``)."""
         now = time.monotonic() if now is None else now
         snap = self._state.snapshot(now)
-        findings = rules.analyse(snap, self._config.hang_timeout_s, self._config.silent_after_s)
+        findings = rules.analyse(snap, self._config.hang_timeout_s, self._config.silent_after_s,
+                                 explain=self.detector.armed)
         fire, rearmed, newly_silent = self.detector.update(findings, snap)
         for agent in newly_silent:
             self._say(verdict.silent_line(agent))

@@ -48,3 +48,14 @@ def parse_duration(text: str | float | int, option: str) -> float:
     if not seconds > 0:
         raise UnitError(f"{option}: {text!r} must be a positive duration, e.g. 30s")
     return seconds
+
+
+def format_size(nbytes: int) -> str:
+    """``4`` -> ``"4 B"``, ``98566144`` -> ``"94 MiB"`` (binary units, as
+    :func:`parse_size` reads them; exact bytes below 1 KiB)."""
+    value, unit = float(nbytes), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{int(nbytes)} B" if unit == "B" else f"{value:.3g} {unit}"

@@ -32,7 +32,7 @@ PRODUCER_PYTHON: Producer
 PRODUCER_HOOK: Producer
 
 class InFlightOp(_message.Message):
-    __slots__ = ("name", "kind", "producer", "comm_id", "seq", "age_ns", "bytes", "comm_rank", "comm_size")
+    __slots__ = ("name", "kind", "producer", "comm_id", "seq", "age_ns", "bytes", "comm_rank", "comm_size", "dtype", "reduce_op", "peer")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,9 @@ class InFlightOp(_message.Message):
     BYTES_FIELD_NUMBER: _ClassVar[int]
     COMM_RANK_FIELD_NUMBER: _ClassVar[int]
     COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    REDUCE_OP_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: OpKind
     producer: Producer
@@ -51,7 +54,10 @@ class InFlightOp(_message.Message):
     bytes: int
     comm_rank: int
     comm_size: int
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., age_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., comm_rank: _Optional[int] = ..., comm_size: _Optional[int] = ...) -> None: ...
+    dtype: int
+    reduce_op: int
+    peer: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., age_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., comm_rank: _Optional[int] = ..., comm_size: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ...) -> None: ...
 
 class OpStats(_message.Message):
     __slots__ = ("name", "kind", "count", "total_ns", "max_ns", "bytes", "flops")
@@ -71,17 +77,47 @@ class OpStats(_message.Message):
     flops: int
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., count: _Optional[int] = ..., total_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
+class Fingerprint(_message.Message):
+    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    REDUCE_OP_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bytes: int
+    dtype: int
+    reduce_op: int
+    peer: int
+    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ...) -> None: ...
+
+class FingerprintWindow(_message.Message):
+    __slots__ = ("first_seq", "ops")
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    first_seq: int
+    ops: _containers.RepeatedCompositeFieldContainer[Fingerprint]
+    def __init__(self, first_seq: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[Fingerprint, _Mapping]]] = ...) -> None: ...
+
 class CommProgress(_message.Message):
-    __slots__ = ("comm_id", "last_started_seq", "last_completed_seq", "comm_size")
+    __slots__ = ("comm_id", "last_started_seq", "last_completed_seq", "comm_size", "lane", "group_name", "recent", "comm_rank")
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_STARTED_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_COMPLETED_SEQ_FIELD_NUMBER: _ClassVar[int]
     COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FIELD_NUMBER: _ClassVar[int]
+    COMM_RANK_FIELD_NUMBER: _ClassVar[int]
     comm_id: int
     last_started_seq: int
     last_completed_seq: int
     comm_size: int
-    def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ...) -> None: ...
+    lane: OpKind
+    group_name: str
+    recent: FingerprintWindow
+    comm_rank: int
+    def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ...) -> None: ...
 
 class RankProgress(_message.Message):
     __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf")

@@ -141,7 +141,10 @@ class PerfWindow:
         acc = slot.ops.get(key)
         if acc is None:
             acc = slot.ops[key] = [0, 0, 0, 0, 0, 0, 0, 0, rec.comm_size]
-        nbytes, flops = rec.bytes * count, rec.flops * count
+        # A collective/p2p record's flops field carries its reduce op and peer
+        # (docs/records.md), not FLOPs.
+        rec_flops = 0 if rec.kind in fmt.COMM_LANES else rec.flops
+        nbytes, flops = rec.bytes * count, rec_flops * count
         acc[COUNT] += count
         acc[BYTES] += nbytes
         acc[FLOPS] += flops
@@ -153,7 +156,7 @@ class PerfWindow:
             acc[TIMED] += 1
             acc[TIMED_NS] += timed
             acc[TIMED_BYTES] += rec.bytes
-            acc[TIMED_FLOPS] += rec.flops
+            acc[TIMED_FLOPS] += rec_flops
             acc[MAX_NS] = max(acc[MAX_NS], timed)
             total[1] += 1
             total[2] += timed

@@ -19,6 +19,9 @@ PRODUCER_PREFIX = {PRODUCER_PYTHON: "py", PRODUCER_HOOK: "hook"}
 EVENT_START = 1
 EVENT_END = 2
 EVENT_COUNT = 3
+# Written once per process group by the tracer: comm_id is the group id, name
+# the group's display name, comm_size its size (docs/records.md).
+EVENT_GROUP = 4
 
 KIND_KERNEL = 1
 KIND_GEMM = 2
@@ -29,6 +32,43 @@ KIND_HOST_FUNC = 5
 FLAG_DEVICE_TIMED = 1
 FLAG_GRAPH_CAPTURED = 2
 FLAG_FAILED = 4
+FLAG_DTYPE_SHIFT = 8          # bits 8-15 of a collective/p2p record: NCCL data type + 1
+
+# Collectives and p2p count in separate lanes of one communicator (as Flight
+# Recorder's collective_seq_id and p2p_seq_id): a record's lane is its kind.
+COMM_LANES = (KIND_COLLECTIVE, KIND_P2P)
+
+# NCCL's numbering (nccl.h ncclDataType_t, ncclRedOp_t), used by both producers.
+DTYPE_NAMES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+               "float64", "bfloat16", "float8_e4m3", "float8_e5m2")
+REDOP_NAMES = ("sum", "prod", "max", "min", "avg")
+
+
+# The hook names ops after the NCCL calls, the tracer after torch.distributed.
+NCCL_TO_TORCH = {"ncclAllReduce": "all_reduce", "ncclAllGather": "all_gather",
+                 "ncclReduceScatter": "reduce_scatter", "ncclBroadcast": "broadcast",
+                 "ncclReduce": "reduce", "ncclSend": "send", "ncclRecv": "recv"}
+
+
+def torch_name(name: str) -> str:
+    """The torch.distributed name of an op, whichever producer named it."""
+    return NCCL_TO_TORCH.get(name, name)
+
+
+def pack_coll_args(reduce_op: int = -1, peer: int = -1) -> int:
+    """The ``flops`` field of a collective/p2p record: bits 0-7 reduce op + 1,
+    bits 32-63 root or peer + 1 (0 = none). Collectives carry no FLOPs."""
+    return ((reduce_op + 1) & 0xFF) | (((peer + 1) & 0xFFFFFFFF) << 32)
+
+
+def unpack_coll_args(flops: int) -> tuple[int, int]:
+    """(reduce_op, peer) from :func:`pack_coll_args`, -1 for none."""
+    return (flops & 0xFF) - 1, ((flops >> 32) & 0xFFFFFFFF) - 1
+
+
+def dtype_of(flags: int) -> int:
+    """NCCL data type of a collective/p2p record, -1 when unknown."""
+    return ((flags >> FLAG_DTYPE_SHIFT) & 0xFF) - 1
 
 HEADER_FLAG_DISABLED = 1
 

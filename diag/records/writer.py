@@ -41,7 +41,8 @@ class RecordWriter:
         self._mm = _create_region(directory, self.path, header)
 
     def start(self, kind: int, name: str, comm_id: int = 0, seq: int = 0,
-              nbytes: int = 0, flops: int = 0, comm_rank: int = -1, comm_size: int = 0) -> int:
+              nbytes: int = 0, flops: int = 0, comm_rank: int = -1, comm_size: int = 0,
+              flags: int = 0) -> int:
         """Record the start of an op; returns its op id for :meth:`end`.
 
         Arguments may be positional: the tracer calls this on every traced
@@ -49,7 +50,7 @@ class RecordWriter:
         with self._lock:
             op_id = self._next_op_id
             self._next_op_id += 1
-            self._put(fmt.EVENT_START, kind, 0, comm_rank, op_id, comm_id, seq,
+            self._put(fmt.EVENT_START, kind, flags, comm_rank, op_id, comm_id, seq,
                       time.monotonic_ns(), 0, nbytes, flops, 1, comm_size, name)
         return op_id
 
@@ -65,6 +66,12 @@ class RecordWriter:
         with self._lock:
             self._put(fmt.EVENT_COUNT, kind, 0, -1, 0, 0, 0, time.monotonic_ns(), 0, 0, 0,
                       n, 0, name)
+
+    def group(self, comm_id: int, name: str, comm_rank: int, comm_size: int) -> None:
+        """Name a process group once (EVENT_GROUP): ``comm_id`` is its id."""
+        with self._lock:
+            self._put(fmt.EVENT_GROUP, fmt.KIND_COLLECTIVE, 0, comm_rank, 0, comm_id, 0,
+                      time.monotonic_ns(), 0, 0, 0, 1, comm_size, name)
 
     def set_disabled(self) -> None:
         """Mark the region as switched off, so the agent can say so."""

@@ -112,7 +112,7 @@ def _slice(s: pb.TimelineSpan, pid: int, tid: int, cat: str, origin: int) -> dic
         args.update(comm=f"{s.comm_id:#x}", seq=s.seq, bytes=s.bytes)
     elif s.bytes:
         args["bytes"] = s.bytes
-    if s.flops:
+    if s.flops and s.kind not in (fmt.KIND_COLLECTIVE, fmt.KIND_P2P):   # there: reduce op and peer
         args["flops"] = s.flops
     if s.device_timed:
         args["device_timed"] = True

@@ -47,7 +47,7 @@ def patch(tracer) -> None:
         from torch.distributed import distributed_c10d as c10d
         if not dist.is_available():
             return
-        groups = GroupInfo(c10d)
+        groups = GroupInfo(c10d, tracer)
         for name, (kind, size_param) in OPS.items():
             original = getattr(c10d, name, None)
             if original is None or hasattr(original, MARK):
@@ -90,13 +90,15 @@ class GroupInfo:
     order (new_group is called by all ranks), so it is equal on every member.
     """
 
-    def __init__(self, c10d):
+    def __init__(self, c10d, tracer=None):
         self._c10d = c10d
         # Weak on both sides: a ProcessGroup kept alive past
         # destroy_process_group() is torn down at interpreter exit instead,
         # and gloo then aborts the worker ("terminate called without an
         # active exception"). The tracer must never own a group.
         self._cache = weakref.WeakKeyDictionary()
+        self._tracer = tracer
+        self._announced: set[int] = set()   # comm ids whose GROUP record is written
 
     def lookup(self, group):
         c10d = self._c10d
@@ -112,6 +114,7 @@ class GroupInfo:
             try:
                 rank, size = c10d.get_rank(pg), c10d.get_world_size(pg)
                 comm_id = 0 if pg is world else stable_comm_id(c10d._get_process_group_name(pg))
+                name = group_display_name(c10d, pg, pg is world)
                 info = (comm_id, rank, size, weakref.ref(world))
             except Exception:  # not a member, not initialised: trace nothing
                 return None
@@ -119,7 +122,68 @@ class GroupInfo:
                 self._cache[pg] = info
             except TypeError:
                 pass
+            if self._tracer is not None and comm_id not in self._announced:
+                # Once per group: the agent names the group and ties the
+                # hook's communicator to it (docs/records.md, EVENT_GROUP).
+                self._announced.add(comm_id)
+                self._tracer.writer.group(comm_id, name, rank, size)
         return info
+
+
+def group_display_name(c10d, pg, is_world: bool) -> str:
+    """The name users know a group by: "default", else torch's group_desc
+    (new_group(group_desc=...)), else its pg name."""
+    if is_world:
+        return "default"
+    desc = getattr(pg, "group_desc", "") or ""
+    if desc and desc != "undefined":
+        return desc
+    return f"pg {c10d._get_process_group_name(pg)}"
+
+
+# torch dtype name -> NCCL data type number (nccl.h; bool travels as uint8).
+_NCCL_DTYPES = {"int8": 0, "uint8": 1, "bool": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
+                "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9, "float8_e4m3fn": 10,
+                "float8_e5m2": 11}
+_NCCL_REDOPS = {"SUM": 0, "PRODUCT": 1, "MAX": 2, "MIN": 3, "AVG": 4}
+# Parameter naming the root (rooted collectives) or peer (p2p) of each op.
+_PEER_PARAMS = {"broadcast": "src", "reduce": "dst", "gather": "dst", "scatter": "src",
+                "send": "dst", "recv": "src", "isend": "dst", "irecv": "src"}
+_REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")
+
+
+# Per-call lookups are cached by the dtype / op object: one dict hit.
+_flags_cache: dict = {}
+_redop_cache: dict = {}
+
+
+def dtype_flags(value) -> int:
+    """Record flags bits 8-15 for a tensor (or list of them): NCCL dtype + 1."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    dtype = getattr(value, "dtype", None)
+    flags = _flags_cache.get(dtype)
+    if flags is None:
+        code = _NCCL_DTYPES.get(str(dtype).rpartition(".")[2], -1)
+        flags = _flags_cache.setdefault(dtype, (code + 1) << fmt.FLAG_DTYPE_SHIFT)
+    return flags
+
+
+def reduce_op_code(op) -> int:
+    """NCCL number of a torch ReduceOp (default SUM); -1 for others (BAND, ...)."""
+    if op is None:
+        return 0
+    try:
+        return _redop_cache[op]
+    except (KeyError, TypeError):
+        pass
+    name = getattr(op, "name", None) or str(op).rpartition(".")[2]
+    code = _NCCL_REDOPS.get(str(name).upper(), -1)
+    try:
+        _redop_cache[op] = code
+    except TypeError:   # an unhashable op object (PREMUL_SUM with its factor)
+        pass
+    return code
 
 
 def stable_comm_id(group_name: str) -> int:
@@ -160,6 +224,9 @@ def _wrap(tracer, groups, original, name, kind, size_param):
     size_i = _param_index(original, size_param) if size_param else None
     always_async = name in ("isend", "irecv")
     sequenced = kind == fmt.KIND_COLLECTIVE
+    peer_param = _PEER_PARAMS.get(name)
+    peer_i = _param_index(original, peer_param) if peer_param else None
+    op_i = _param_index(original, "op") if name in _REDUCING else None
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
@@ -170,8 +237,12 @@ def _wrap(tracer, groups, original, name, kind, size_param):
             try:
                 info = groups.lookup(_arg(args, kwargs, "group", group_i))
                 if info is not None:
-                    nbytes = tensor_bytes(_arg(args, kwargs, size_param, size_i)) if size_param else 0
-                    op = tracer.begin(kind, name, info[0], nbytes, info[1], info[2], sequenced)
+                    tensor = _arg(args, kwargs, size_param, size_i) if size_param else None
+                    reduce_op = reduce_op_code(_arg(args, kwargs, "op", op_i)) if op_i is not None else -1
+                    peer = _arg(args, kwargs, peer_param, peer_i, -1) if peer_param else -1
+                    op = tracer.begin(kind, name, info[0], tensor_bytes(tensor), info[1], info[2], sequenced,
+                                      dtype_flags(tensor), fmt.pack_coll_args(reduce_op, peer if
+                                                                              isinstance(peer, int) else -1))
             except Exception as exc:
                 tracer.disable(f"tracing {name} failed: {exc!r}")
             if op is None:

@@ -77,14 +77,18 @@ class Tracer:
 
     # -- records --------------------------------------------------------
     def begin(self, kind, name, comm_id=0, nbytes=0, comm_rank=-1, comm_size=0,
-              sequenced=True) -> Op:
+              sequenced=True, flags=0, args=0) -> Op:
+        """START one op. ``flags``: the dtype bits, ``args``: the packed reduce
+        op and root/peer (docs/records.md); both go into START only. Seqs
+        count per (group, lane): collectives and p2p apart."""
         seq = 0
         if sequenced:
+            key = (comm_id, kind)
             with self._lock:
-                seq = self._seq.get(comm_id, 0) + 1
-                self._seq[comm_id] = seq
+                seq = self._seq.get(key, 0) + 1
+                self._seq[key] = seq
         t0 = time.monotonic_ns()
-        op_id = self.writer.start(kind, name, comm_id, seq, nbytes, 0, comm_rank, comm_size)
+        op_id = self.writer.start(kind, name, comm_id, seq, nbytes, args, comm_rank, comm_size, flags)
         return Op(op_id, kind, name, comm_id, seq, nbytes, comm_rank, comm_size, t0)
 
     def finish(self, op: Op, failed: bool = False) -> None:

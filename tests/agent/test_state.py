@@ -19,12 +19,15 @@ def header(rank=0, pid=10, start=0, producer=fmt.PRODUCER_PYTHON):
 
 
 def rec(event, op_id, t, name="all_reduce", seq=1, comm_id=0, dur=0, kind=fmt.KIND_COLLECTIVE,
-        count=1):
-    return fmt.Record(event, kind, 0, 0, op_id, comm_id, seq, t, dur, 64, 0, count, 4, name)
+        count=1, nbytes=64, flags=0, flops=0, size=4):
+    return fmt.Record(event, kind, flags, 0, op_id, comm_id, seq, t, dur, nbytes, flops, count, size, name)
 
 
-def make(clock=None):
-    state = NodeState(clock or Clock())
+def make(clock=None, live=None, log=None):
+    """``live``: the pids that count as running (default: none but pid 10,
+    while it has not been dropped from the set)."""
+    live = {10} if live is None else live
+    state = NodeState(clock or Clock(), is_alive=live.__contains__, log=log)
     state.add_region("py-r0", header())
     return state
 
@@ -85,8 +88,10 @@ def test_counts_and_dropped_records_are_reported():
 
 
 def test_restarted_worker_replaces_the_old_incarnation():
-    state = make()
+    live = {10}
+    state = make(live=live)
     state.apply("py-r0", [rec(1, 1, 90 * S)])
+    live.discard(10)                                       # the old worker exited
     state.add_region("py-r0-new", header(pid=11, start=95 * S))
     state.apply("py-r0", [rec(1, 2, 96 * S)])              # the old region is ignored now
     [rank] = state.report()

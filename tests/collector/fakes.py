@@ -15,7 +15,7 @@ ALL_REDUCE = dict(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE)
 
 
 def rank_progress(rank, world, *, pid=None, op=None, age_s=0.0, comm_id=0, seq=0, started=None, completed=None,
-                  idle_s=0.0, last_op="all_reduce", local_world=None):
+                  idle_s=0.0, last_op="all_reduce", local_world=None, lane=pb.OP_KIND_COLLECTIVE, group_name=""):
     """A RankProgress; ``op`` is a dict(name=, kind=) in flight for ``age_s``
     on (comm_id, seq); ``started``/``completed`` fill CommProgress for comm_id."""
     p = pb.RankProgress(rank=rank, local_rank=rank % (local_world or world), world_size=world,
@@ -26,7 +26,7 @@ def rank_progress(rank, world, *, pid=None, op=None, age_s=0.0, comm_id=0, seq=0
     if started is not None:
         p.comms.append(pb.CommProgress(comm_id=comm_id, last_started_seq=started,
                                        last_completed_seq=completed if completed is not None else started,
-                                       comm_size=world))
+                                       comm_size=world, lane=lane, group_name=group_name))
     return p
 
 

@@ -49,20 +49,21 @@ def test_idle_rank_behind_in_seq_is_the_culprit_and_named_in_the_line():
     assert [(n.rank, n.op.seq, n.last_started_seq) for n in findings.never_entered] == [(2, 41, 40)]
     assert findings.culprits == [2]
     line = verdict.hang_line(findings, "/tl/job1/20261122T120000Z")
-    assert line == ("HANG: ranks 0-1,3 in all_reduce (group 0, seq 41) for 12.1 s; "
-                    "rank 2 not in any collective (at seq 40 on group 0); stacks in /tl/job1/20261122T120000Z/")
+    assert line == ("HANG: ranks 0-1,3 in all_reduce (group \"default\" (ranks 0-3), seq 41) for 12.1 s; "
+                    "rank 2 not in any collective (at seq 40 on group \"default\"); stacks in /tl/job1/20261122T120000Z/")
 
 
 def test_rank_stuck_in_an_earlier_collective_never_entered_the_later_one():
     state = JobState()
-    ranks = [rank_progress(r, 4, op=ALL_REDUCE, age_s=20.0, seq=41, started=41) for r in (0, 1, 3)]
-    ranks.insert(2, rank_progress(2, 4, op=dict(name="broadcast", kind=3), age_s=30.0, seq=40, started=40))
+    ranks = [rank_progress(r, 4, op=ALL_REDUCE, age_s=20.0, seq=41, started=41, completed=40) for r in (0, 1, 3)]
+    ranks.insert(2, rank_progress(2, 4, op=dict(name="broadcast", kind=3), age_s=30.0, seq=40, started=40,
+                                  completed=39))
     state.ingest(node_report(0, ranks), T0)
     findings = analyse(state, T0)
     assert [g.ranks for g in findings.hung] == [(0, 1, 3), (2,)]
     assert [(n.rank, n.last_started_seq) for n in findings.never_entered] == [(2, 40)]
     assert findings.culprits == [2]
-    assert "rank 2 never entered all_reduce (group 0, seq 41)" in verdict.hang_line(findings, "/x")
+    assert "rank 2 never entered all_reduce (group \"default\", seq 41)" in verdict.hang_line(findings, "/x")
 
 
 def test_group_membership_outside_the_default_group_comes_from_comm_progress():
@@ -237,8 +238,8 @@ def test_watchdog_tick_declares_once_writes_hang_json_and_queues_dump_request(tm
     watchdog.tick(now=T0 + 0.5, now_unix=declared_unix + 0.5)
     event_dir = tmp_path / "job1" / "20261118T110640Z"
     lines = out.getvalue().splitlines()
-    assert lines == [f"HANG: ranks 0-1,3 in all_reduce (group 0, seq 41) for 11.0 s; rank 2 not in any collective "
-                     f"(at seq 40 on group 0); stacks in {event_dir}/"]
+    assert lines == [f"HANG: ranks 0-1,3 in all_reduce (group \"default\" (ranks 0-3), seq 41) for 11.0 s; rank 2 not in any collective "
+                     f"(at seq 40 on group \"default\"); stacks in {event_dir}/"]
     doc = json.loads((event_dir / "hang.json").read_text())
     assert doc["hung_ranks"] == [0, 1, 3] and doc["culprits"] == [2] and doc["world_size"] == 4
     assert doc["dumps"] == {} and doc["dumps_missing"] == [0, 1, 2, 3]

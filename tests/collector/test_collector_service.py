@@ -18,7 +18,7 @@ WAIT = 30.0
 
 
 def stalled(age_s=1.5, world=4, pid_base=1000):
-    """Ranks 0,1,3 in all_reduce (group 0, seq 41) for ``age_s``; rank 2 idle at seq 40."""
+    """Ranks 0,1,3 in all_reduce (group "default" (ranks 0-3), seq 41) for ``age_s``; rank 2 idle at seq 40."""
     ranks = [rank_progress(r, world, pid=pid_base + r, op=ALL_REDUCE, age_s=age_s, seq=41, started=41, completed=40)
              for r in (0, 1, 3)]
     ranks.insert(2, rank_progress(2, world, pid=pid_base + 2, started=40, idle_s=age_s))
@@ -105,8 +105,8 @@ def test_stalled_rank_gets_dumps_event_dir_and_verdict(start_collector, agents, 
     assert not [n for n in os.listdir(event_dir) if n.endswith(".tmp")]
     hang_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("HANG: ")]
     assert hang_lines == [doc["verdict"]]
-    assert hang_lines[0].startswith("HANG: ranks 0-1,3 in all_reduce (group 0, seq 41) for ")
-    assert f"rank 2 not in any collective (at seq 40 on group 0); stacks in {event_dir}/" in hang_lines[0]
+    assert hang_lines[0].startswith("HANG: ranks 0-1,3 in all_reduce (group \"default\" (ranks 0-3), seq 41) for ")
+    assert f"rank 2 not in any collective (at seq 40 on group \"default\"); stacks in {event_dir}/" in hang_lines[0]
     assert len(server.watchdog.declared) == 1  # fired once although the reports kept coming
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -14,6 +14,8 @@
 # and the figures per phase in perf/ (docs/metrics.md), then the per-call bench.
 # x2verify: the hook's 2-GPU tests alone (NCCL ids/seqs, the real hang, capture).
 # x2slow: SLOW verdicts on GPT-2 DDP: a GPU slowed by a side-stream load, a host-side straggler, a healthy run.
+# x2diverge: GPT-2 DDP with a skipped loss all_reduce (divergence named), the
+# hook's 2-GPU tests, and the per-call bench (the fingerprint args' cost).
 # x2timeline: the merged timeline of 5 GPT-2-small DDP steps (timeline_gpt2.json, docs/timeline.md).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
@@ -57,6 +59,9 @@ case $label in
       run hook_step 390 python3 bench/hook_step_overhead.py --rounds 120 --steps 2 --warmup 8 --generations 4 --pairs 1000 ${fwd:+--forward-ns $fwd} --out $R/hook_step.json ;;
   x2verify) run hook_nccl_2gpu 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_ctx_capture 100 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_ctx_capture.py ;;
+  x2diverge) run divergence_2gpu 330 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_divergence_2gpu.py
+      run hook_nccl_2gpu 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
+      run hook_launch_bench 140 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x2timeline) run timeline_gpt2 500 env TIMELINE_OUT=$R/timeline_gpt2.json python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_timeline_gpt2.py ;;
   x2slow) run slow 560 bash tests/gpu/scripts/slow_session.sh $R/slow ;;
   x2perf) run perf_gpt2 400 python3 tests/gpu/scripts/perf_gpt2_session.py $R/perf

@@ -72,6 +72,13 @@ def test_collectives_p2p_and_host_functions_are_recorded(tmp_path):
         assert sub.comm_id != 0 and sub.seq == 1 and sub.comm_size == 2 and sub.comm_rank == rank
         assert all(r.kind == fmt.KIND_P2P and r.seq == 0 for r in starts if r.name in p2p)
         assert starts[0].bytes == 16                      # 4 float32
+        # Fingerprint fields, NCCL numbering: float32 (7), sum (0), broadcast's root 0, send/recv's peer.
+        args = {r.name: (fmt.dtype_of(r.flags), *fmt.unpack_coll_args(r.flops)) for r in starts}
+        assert args["all_reduce"] == (7, 0, -1) and args["broadcast"] == (7, -1, 0)
+        assert args["send" if rank == 0 else "recv"] == (7, -1, 1 - rank)
+        groups = [(r.comm_id, r.name, r.comm_rank, r.comm_size) for r in records if r.event == fmt.EVENT_GROUP]
+        assert groups == [(0, "default", rank, 2), (sub.comm_id, groups[1][1], rank, 2)]
+        assert groups[1][1].startswith("pg ")
         assert all(r.kind == fmt.KIND_HOST_FUNC for r in starts[-2:])
         assert all(ends[r.op_id].t_mono_ns >= r.t_mono_ns for r in starts)
     sub_ids = {[r for r in recs if r.name == "all_gather"][0].comm_id for _, recs, _ in regions.values()}

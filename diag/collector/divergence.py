@@ -1,0 +1,216 @@
+"""Where the members of a hung group stopped agreeing: a pure function of a
+snapshot, like the hang rules.
+
+Each member reports, per lane of a group, the last seq it started and
+completed and, while stuck, the fingerprints of its last ops (op, bytes,
+dtype, reduce op, root/peer; docs/agent.md). For each hung collective or p2p
+group this module finds:
+
+* the **stuck seq**: one past the highest seq any member completed. An op of
+  a group completes on all its members or on none, so a member's completion
+  proves it for all; this keeps the seq exact where one member's completion
+  is only known per burst (the hook's fence completion).
+* the **divergence seq**: the first seq that every member started and whose
+  fingerprints differ, with which ranks ran what there. The largest set of
+  ranks that agree is the majority; the others are the minority (the
+  culprits). Two sets of equal size are a tie, said as such.
+* **ahead**: members that started ops past the others (a rank that skipped
+  an op runs on into the next ones: NCCL launches asynchronously).
+
+Cost: O(members x compared seqs) dictionary work once per hung group, only
+on a hang; 16,384 ranks take well under a second (bench/divergence_scale.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diag.collector.api import Ahead, GroupLabel, HungGroup, Mismatch, StuckAt, Variant
+from diag.collector.state import Snapshot
+from diag.common.ranks import fold
+from diag.common.units import format_size
+from diag.records.format import DTYPE_NAMES, KIND_COLLECTIVE, REDOP_NAMES, torch_name
+
+MAX_VARIANTS_SHOWN = 3
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+
+
+def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8
+                   ) -> tuple[tuple[Mismatch, ...], tuple[GroupLabel, ...], tuple[StuckAt, ...]]:
+    """Mismatch findings, labels and stuck seqs for the hung comm ops' groups
+    (at most ``limit`` groups, largest first, as the rules explain them)."""
+    mismatches, labels, stuck, seen = [], [], [], set()
+    for group in hung:
+        op = group.op
+        if not op.is_comm_op or (op.comm_id, op.kind) in seen or len(seen) >= limit:
+            continue
+        seen.add((op.comm_id, op.kind))
+        members = _members(snap, op.comm_id, op.kind)
+        if not members:
+            continue
+        name = next((lane.group_name for _, lane in members if lane is not None and lane.group_name), "")
+        if not name and op.comm_id == 0:
+            name = "default"
+        if op.comm_id not in {g.comm_id for g in labels}:
+            labels.append(GroupLabel(op.comm_id, name, fold(r for r, _ in members)))
+        found, at = _compare(members, op.comm_id, op.kind, name, op.seq)
+        started = {r: (c.last_started_seq if c is not None else 0) for r, c in members}
+        at_name = _name_at(members, at) or op.name
+        # Each hung op of this lane whose ranks all started the stuck seq is
+        # that op (its own seq is a burst's first); the others are their own.
+        for other in hung:
+            if ((other.op.comm_id, other.op.kind) == (op.comm_id, op.kind)
+                    and all(started.get(r, 0) >= at for r in other.ranks)):
+                stuck.append(StuckAt(op.comm_id, op.kind, at, at_name, other.op.seq))
+        if found is not None:
+            mismatches.append(found)
+    return tuple(mismatches), tuple(labels), tuple(stuck)
+
+
+def _name_at(members, seq: int) -> str | None:
+    """The op name a member's fingerprints give for ``seq``, if any."""
+    for _, comm in members:
+        if comm is not None and comm.HasField("recent"):
+            i = seq - comm.recent.first_seq
+            if 0 <= i < len(comm.recent.ops):
+                return comm.recent.ops[i].name
+    return None
+
+
+def _members(snap: Snapshot, comm_id: int, lane: int) -> list[tuple[int, object]]:
+    """(rank, CommProgress or None) of the live members. Every rank belongs to
+    the default group (comm 0), even one that has not used it yet."""
+    out = []
+    for rank, entry in snap.ranks.items():
+        p = entry.progress
+        if rank >= snap.world_size or not p.alive:
+            continue
+        found = None
+        for comm in p.comms:
+            if comm.comm_id == comm_id and comm.lane == lane:
+                found = comm
+                break
+        if found is not None or (comm_id == 0 and lane == KIND_COLLECTIVE):
+            out.append((rank, found))
+    out.sort(key=lambda m: m[0])
+    return out
+
+
+def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tuple[Mismatch | None, int]:
+    started = {r: (c.last_started_seq if c is not None else 0) for r, c in members}
+    ranks = tuple(r for r, _ in members)
+    diverged, variants = _first_difference(members, min(started.values()))
+    stuck = hung_seq
+    sizes = {c.comm_size for _, c in members if c is not None}
+    # "An op completes on all members or on none" holds for a group whose
+    # members agree: not past a divergence (a mismatched op may complete on
+    # one side only), nor for members whose count is not the group's size.
+    if diverged is None and sizes == {len(members)}:
+        completed = max((c.last_completed_seq for _, c in members if c is not None), default=0)
+        stuck = max(hung_seq, completed + 1)
+    entered = [s for s in started.values() if s >= stuck]
+    ahead: tuple[Ahead, ...] = ()
+    if len(entered) == len(started):   # nobody is behind: who ran on past the others?
+        low = min(entered)
+        ahead = tuple(Ahead(r, s, s - low) for r, s in sorted(started.items()) if s > low)
+    if diverged is None and not ahead:
+        return None, stuck
+    minority, tie = _minority(variants)
+    found = Mismatch(comm_id, lane, name, ranks, stuck, diverged, variants, minority, tie, ahead)
+    return _with_summary(found), stuck
+
+
+def _first_difference(members, upto: int) -> tuple[int | None, tuple[Variant, ...]]:
+    """The first seq <= ``upto`` (every member started it) at which the
+    members' fingerprints differ, and the variants there.
+
+    Members whose windows serialize alike have the same history: they are
+    compared once, as a class. After a hang nearly all members of a group
+    stopped at the same seq, so there are a few classes, not thousands."""
+    classes: dict[bytes, list] = {}
+    for rank, comm in members:
+        if comm is None or not comm.HasField("recent"):
+            continue
+        window = comm.recent
+        entry = classes.get(key := window.SerializeToString())
+        if entry is None:
+            classes[key] = [window.first_seq, list(window.ops), [rank]]
+        else:
+            entry[2].append(rank)
+    if len(classes) < 2:
+        return None, ()
+    low = max(first for first, _, _ in classes.values())
+    for seq in range(low, upto + 1):
+        keys: dict[bytes, list] = {}
+        for first, ops, ranks in classes.values():
+            i = seq - first
+            if i < len(ops):
+                fp = ops[i]
+                found = keys.setdefault(fp.SerializeToString(), [fp, []])
+                found[1].extend(ranks)
+        if len(keys) > 1 and len({_key(fp) for fp, _ in keys.values()}) > 1:
+            return seq, _variants(keys.values())
+    return None, ()
+
+
+def _key(fp) -> tuple:
+    return torch_name(fp.name), fp.bytes, fp.dtype, fp.reduce_op, fp.peer
+
+
+def _variants(found) -> tuple[Variant, ...]:
+    merged: dict[tuple, list[int]] = {}
+    for fp, ranks in found:
+        merged.setdefault(_key(fp), []).extend(ranks)
+    variants = [Variant(k, describe(*k), tuple(sorted(r))) for k, r in merged.items()]
+    variants.sort(key=lambda v: v.ranks[0])
+    return tuple(variants)
+
+
+def _minority(variants: tuple[Variant, ...]) -> tuple[tuple[int, ...], bool]:
+    if not variants:
+        return (), False
+    sizes = sorted((len(v.ranks) for v in variants), reverse=True)
+    if sizes[0] == sizes[1]:
+        return (), True
+    largest = max(variants, key=lambda v: len(v.ranks))
+    return tuple(sorted(r for v in variants if v is not largest for r in v.ranks)), False
+
+
+def describe(name: str, nbytes: int, dtype: int, reduce_op: int, peer: int) -> str:
+    """``all_reduce 4 B (float32, sum)``, ``broadcast 1 MiB (bfloat16, root 0)``."""
+    details = []
+    if 0 <= dtype < len(DTYPE_NAMES):
+        details.append(DTYPE_NAMES[dtype])
+    if 0 <= reduce_op < len(REDOP_NAMES):
+        details.append(REDOP_NAMES[reduce_op])
+    if peer >= 0:
+        details.append(f"{'root' if name in _ROOTED else 'peer'} {peer}")
+    text = f"{name} {format_size(nbytes)}"
+    return f"{text} ({', '.join(details)})" if details else text
+
+
+def _ranks(ranks) -> str:
+    ranks = list(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fold(ranks)}"
+
+
+def _with_summary(m: Mismatch) -> Mismatch:
+    """The one-line clause for the HANG line (also hang.json's mismatch.summary)."""
+    parts = []
+    if m.diverged_seq is not None:
+        shown = m.variants[:MAX_VARIANTS_SHOWN]
+        said = ", ".join(f"{_ranks(v.ranks)} {v.op}" for v in shown)
+        if len(m.variants) > len(shown):
+            said += f", {len(m.variants) - len(shown)} more variants in hang.json"
+        text = f"the ranks diverged at seq {m.diverged_seq}: {said}"
+        if m.tie:
+            sizes = "-".join(str(len(v.ranks)) for v in m.variants[:2])
+            text += f" ({sizes.replace('-', ' against ')}: the seqs alone cannot tell which side is wrong)"
+        parts.append(text)
+    if m.ahead:
+        by = {}
+        for a in m.ahead:
+            by.setdefault((a.by, a.last_started_seq), []).append(a.rank)
+        parts.extend(f"{_ranks(r)} ran {n} op{'s' if n != 1 else ''} ahead (at seq {s})"
+                     for (n, s), r in sorted(by.items(), key=lambda kv: kv[1][0]))
+    return dataclasses.replace(m, summary="; ".join(parts))

@@ -1,0 +1,132 @@
+"""Communicator lanes, one owner per rank, fingerprints and group identity in
+the agent's NodeState (synchronous, fake clock; records as the producers write
+them)."""
+
+from diag.agent.comms import FINGERPRINT_DEPTH
+from diag.records import format as fmt
+from tests.agent.test_state import S, Clock, header, make, rec
+
+HOOK = fmt.PRODUCER_HOOK
+
+
+def lanes(rank):
+    return {(c.comm_id, c.lane): (c.last_started_seq, c.last_completed_seq) for c in rank.comms}
+
+
+def test_a_p2p_end_never_drops_an_in_flight_collective_of_the_same_comm():
+    # Pipeline stage: all_reduce seq 1 hangs while sends (p2p seq 1..100) complete.
+    state = make()
+    state.add_region("hook-r0", header(producer=HOOK))
+    recs = [rec(1, 1, 90 * S, name="ncclAllReduce", seq=1, comm_id=5)]
+    for i in range(100):
+        recs += [rec(1, 2 + i, 91 * S, name="ncclSend", seq=i + 1, comm_id=5, kind=fmt.KIND_P2P),
+                 rec(2, 2 + i, 91 * S, name="ncclSend", seq=i + 1, comm_id=5, kind=fmt.KIND_P2P)]
+    state.apply("hook-r0", recs)
+    [rank] = state.report()
+    assert (rank.oldest_in_flight.name, rank.oldest_in_flight.seq) == ("ncclAllReduce", 1)
+    assert lanes(rank) == {(5, fmt.KIND_COLLECTIVE): (1, 0), (5, fmt.KIND_P2P): (100, 100)}
+
+
+def test_the_stale_end_rule_still_applies_within_a_lane():
+    state = make()
+    state.apply("py-r0", [rec(1, 1, 90 * S, name="send", seq=1, kind=fmt.KIND_P2P),
+                          rec(1, 2, 91 * S, name="send", seq=2, kind=fmt.KIND_P2P),
+                          rec(2, 2, 92 * S, name="send", seq=2, kind=fmt.KIND_P2P)])
+    assert not state.report()[0].HasField("oldest_in_flight")
+
+
+def test_a_child_that_inherited_the_rank_cannot_take_it_over():
+    said = []
+    live = {10, 11}
+    state = make(live=live, log=said.append)
+    state.apply("py-r0", [rec(1, 1, 90 * S, seq=7)])
+    for name in ("hook-r0-p11", "py-r0-p11"):            # a spawned child, newer, same RANK
+        state.add_region(name, header(pid=11, start=95 * S))
+    state.apply("hook-r0-p11", [rec(1, 1, 96 * S, seq=1)])
+    [rank] = state.report()
+    assert rank.pid == 10 and rank.oldest_in_flight.seq == 7
+    assert len(said) == 1 and "pid 10 still owns the rank" in said[0] and "pid 11" in said[0]
+    live.discard(10)                                       # now the owner is gone: a restart
+    state.add_region("py-r0-p11", header(pid=11, start=95 * S))
+    assert state.report()[0].pid == 11
+
+
+def test_fingerprints_are_sent_only_while_stuck_and_stay_bounded():
+    clock = Clock()
+    state = make(clock)
+    dtype_bf16 = (9 + 1) << fmt.FLAG_DTYPE_SHIFT
+    recs = []
+    for i in range(1, 101):
+        recs += [rec(1, i, 90 * S, seq=i, nbytes=4 * i, flags=dtype_bf16, flops=fmt.pack_coll_args(0, -1)),
+                 rec(2, i, 90 * S, seq=i, flops=fmt.pack_coll_args(0, -1))]
+    recs.append(rec(1, 101, clock.now - S // 2, seq=101, flags=dtype_bf16, flops=fmt.pack_coll_args(2, 3)))
+    state.apply("py-r0", recs)
+    [rank] = state.report()
+    assert [c.HasField("recent") for c in rank.comms] == [False]   # in flight for 0.5 s only
+    assert [s.flops for s in rank.stats] == [0]            # packed args are not FLOPs
+    clock.now += S
+    [rank] = state.report()
+    [comm] = rank.comms
+    window = comm.recent
+    assert len(window.ops) == FINGERPRINT_DEPTH and window.first_seq == 101 - FINGERPRINT_DEPTH + 1
+    first, last = window.ops[0], window.ops[-1]
+    assert (first.bytes, first.dtype, first.reduce_op, first.peer) == (4 * window.first_seq, 9, 0, -1)
+    assert (last.reduce_op, last.peer) == (2, 3)
+    assert (comm.last_started_seq, comm.last_completed_seq) == (101, 100)
+    op = rank.oldest_in_flight
+    assert (op.dtype, op.reduce_op, op.peer) == (9, 2, 3)
+
+
+def test_hook_comm_is_reported_under_the_tracer_group_that_issued_it():
+    state = make()
+    state.add_region("hook-r0", header(producer=HOOK))
+    group = fmt.Record(fmt.EVENT_GROUP, fmt.KIND_COLLECTIVE, 0, 0, 0, 77, 0, 80 * S, 0, 0, 0, 1, 4, "stage_pg")
+    # The hook's start is read before the tracer's records: the tie waits.
+    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclAllReduce", seq=40, comm_id=0xABC)])
+    state.apply("py-r0", [group, rec(1, 1, 90 * S, seq=3, comm_id=77), rec(2, 1, 92 * S, seq=3, comm_id=77)])
+    [rank] = state.report()
+    assert lanes(rank) == {(77, fmt.KIND_COLLECTIVE): (40, 0)}   # the tracer's own lane is shadowed
+    assert rank.comms[0].group_name == "stage_pg"
+    assert (rank.oldest_in_flight.comm_id, rank.oldest_in_flight.seq) == (77, 40)
+
+
+def test_no_tie_without_an_enclosing_tracer_op_of_the_same_name():
+    state = make()
+    state.add_region("hook-r0", header(producer=HOOK))
+    state.apply("py-r0", [rec(1, 1, 90 * S, seq=3, comm_id=77), rec(2, 1, 92 * S, seq=3, comm_id=77)])
+    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclAllGather", seq=1, comm_id=0xABC),
+                            rec(1, 2, 93 * S, name="ncclAllReduce", seq=2, comm_id=0xABC)])
+    [rank] = state.report()
+    assert set(lanes(rank)) == {(77, fmt.KIND_COLLECTIVE), (0xABC, fmt.KIND_COLLECTIVE)}
+
+
+def test_a_lost_start_cuts_the_window_to_its_consecutive_tail():
+    clock = Clock()
+    state = make(clock)
+    starts = [rec(1, i, 90 * S, seq=i) for i in (1, 2, 3, 5, 6)]   # seq 4's START was dropped
+    state.apply("py-r0", starts)
+    clock.now += 20 * S
+    window = state.report()[0].comms[0].recent
+    assert (window.first_seq, len(window.ops)) == (5, 2)
+
+
+def test_two_hook_comms_of_one_group_report_one_lane_each():
+    state = make()
+    state.add_region("hook-r0", header(producer=HOOK))
+    state.apply("py-r0", [rec(1, 1, 90 * S, seq=1, comm_id=77), rec(1, 2, 95 * S, seq=2, comm_id=77)])
+    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclAllReduce", seq=3, comm_id=0xA),
+                            rec(1, 2, 96 * S, name="ncclAllReduce", seq=9, comm_id=0xB)])
+    [rank] = state.report()
+    assert lanes(rank) == {(77, fmt.KIND_COLLECTIVE): (9, 0)}
+
+
+def test_a_restart_seen_before_its_predecessor_exited_takes_over_at_the_exit():
+    live = {10, 11}
+    state = make(live=live)
+    state.add_region("py-r0-p11", header(pid=11, start=95 * S))   # old pid 10 still exiting
+    assert state.report()[0].pid == 10
+    live.discard(10)
+    state.mark_exited(10)
+    state.apply("py-r0-p11", [rec(1, 1, 96 * S, seq=1)])
+    [rank] = state.report()
+    assert rank.pid == 11 and rank.alive and rank.oldest_in_flight.seq == 1

@@ -1,0 +1,161 @@
+"""Divergence of a hung group's members, pure rules with a fake clock: which
+seq they diverged at, who ran what there, who ran ahead, the exact stuck seq
+and the HANG line / hang.json it gives. The reports are what the agent sends
+(tests/agent/test_lanes.py builds them from records)."""
+
+from diag.collector import rules, verdict
+from diag.collector.state import JobState
+from diag.pb import collector_pb2 as pb
+from tests.collector.fakes import node_report
+
+T0 = 1000.0
+AR = ("ncclAllReduce", 7, 0, -1)          # name, dtype float32, sum, no peer
+BUCKET = ("ncclAllReduce", 9, 0, -1)      # bfloat16 DDP bucket
+
+
+def fp(op, nbytes):
+    name, dtype, red, peer = op
+    return pb.Fingerprint(name=name, bytes=nbytes, dtype=dtype, reduce_op=red, peer=peer)
+
+
+def rank(r, world, ops, *, completed, age_s=12.0, comm_id=0, name="default", lane=pb.OP_KIND_COLLECTIVE,
+         in_flight=None):
+    """A rank that started ``ops`` (list of (op, bytes), seq 1..) and completed
+    the first ``completed``; in flight in op ``in_flight`` (default: the
+    first not completed) for ``age_s``."""
+    p = pb.RankProgress(rank=r, world_size=world, pid=100 + r, alive=True, last_op=ops[-1][0][0])
+    comm = p.comms.add(comm_id=comm_id, last_started_seq=len(ops), last_completed_seq=completed,
+                       comm_size=world, lane=lane, group_name=name)
+    comm.recent.first_seq = 1
+    comm.recent.ops.extend(fp(op, nbytes) for op, nbytes in ops)
+    seq = in_flight or completed + 1
+    if seq <= len(ops):
+        op, nbytes = ops[seq - 1]
+        p.oldest_in_flight.CopyFrom(pb.InFlightOp(name=op[0], kind=lane, comm_id=comm_id, seq=seq,
+                                                  age_ns=int(age_s * 1e9), bytes=nbytes))
+    return p
+
+
+def judge(ranks):
+    state = JobState()
+    state.ingest(node_report(0, ranks), T0)
+    snap = state.snapshot(T0)
+    findings = rules.analyse(snap, 10.0, 60.0)
+    doc = verdict.hang_document(findings, snap, job_id="j", event_id="e", event_dir="/ev", declared_unix=0.0,
+                                timeout_s=10.0)
+    return findings, verdict.hang_line(findings, "/ev"), doc
+
+
+STEP = [(BUCKET, 98 << 20), (BUCKET, 64 << 20)]
+
+
+def test_a_rank_that_skipped_a_collective_ran_ahead_and_is_named():
+    # Rank 1 skipped the 4-byte loss all_reduce (seq 3) and ran on into the next step.
+    rank0 = STEP + [(AR, 4)]
+    rank1 = STEP + STEP + STEP
+    findings, line, doc = judge([rank(0, 2, rank0, completed=2), rank(1, 2, rank1, completed=2)])
+    assert line.startswith('HANG: ranks 0-1 in ncclAllReduce (group "default" (ranks 0-1), seq 3) for 12.0 s; '
+                           "the ranks diverged at seq 3: rank 0 all_reduce 4 B (float32, sum), "
+                           "rank 1 all_reduce 98 MiB (bfloat16, sum) (1 against 1: ")
+    assert "rank 1 ran 3 ops ahead (at seq 6)" in line and "every reporting rank waits" not in line
+    assert doc["culprits"] == [1]
+    [group] = doc["mismatch"]["groups"]
+    assert (group["diverged_seq"], group["stuck_seq"], group["tie"], group["minority"]) == (3, 3, True, [])
+    assert group["ahead"] == [{"rank": 1, "last_started_seq": 6, "by": 3}]
+    assert "1 against 1" in group["culprit_note"] and "rank 1 ran ahead" in group["culprit_note"]
+    assert doc["mismatch"]["summary"] in line and "\n" not in doc["mismatch"]["summary"]
+    assert doc["groups"] == [{"comm_id": 0, "name": "default", "ranks": "0-1"}]
+
+
+def test_a_different_collective_at_the_same_seq_names_the_minority():
+    gather = ("ncclAllGather", 7, -1, -1)
+    common = [(AR, 1024), (AR, 1024)]
+    ranks = [rank(r, 4, common + [(AR, 4096)], completed=2) for r in (0, 1, 3)]
+    ranks.insert(2, rank(2, 4, common + [(gather, 4096)], completed=2))
+    findings, line, doc = judge(ranks)
+    assert ("the ranks diverged at seq 3: ranks 0-1,3 all_reduce 4 KiB (float32, sum), "
+            "rank 2 all_gather 4 KiB (float32)") in line
+    assert doc["culprits"] == [2] and doc["mismatch"]["groups"][0]["minority"] == [2]
+
+
+def test_the_same_collective_with_different_sizes():
+    ranks = [rank(r, 3, [(AR, 1024), (AR, 4 if r == 1 else 8)], completed=1) for r in range(3)]
+    _, line, doc = judge(ranks)
+    assert "diverged at seq 2: ranks 0,2 all_reduce 8 B (float32, sum), rank 1 all_reduce 4 B" in line
+    assert doc["culprits"] == [1]
+
+
+def test_one_collective_more_is_a_rank_behind_not_a_mismatch():
+    # Ranks 0 and 1 call an extra barrier-like all_reduce (seq 3); rank 2 finished at seq 2.
+    ranks = [rank(r, 3, [(AR, 8)] * 3, completed=2) for r in (0, 1)]
+    idle = rank(2, 3, [(AR, 8)] * 2, completed=2)
+    _, line, doc = judge(ranks + [idle])
+    assert doc["mismatch"] is None and doc["culprits"] == [2]
+    assert 'rank 2 not in any collective (at seq 2 on group "default")' in line
+
+
+def test_agreeing_members_give_no_mismatch_and_the_same_line_as_before():
+    ranks = [rank(r, 2, [(AR, 8)] * 5, completed=4) for r in range(2)]
+    findings, line, doc = judge(ranks)
+    assert findings.mismatches == () and doc["mismatch"] is None
+    assert line.endswith("no rank is behind: every reporting rank waits; stacks in /ev/")
+
+
+def test_healthy_job_is_quiet_even_with_fingerprints_and_ranks_at_different_seqs():
+    ranks = [rank(r, 2, [(AR, 8)] * (5 + r), completed=4 + r, age_s=0.5) for r in range(2)]
+    findings, _, _ = judge(ranks)
+    assert not findings.is_hang and findings.mismatches == ()
+
+
+def test_stuck_seq_is_exact_when_a_member_saw_completion_of_a_burst():
+    # Fence completion: rank 0 knows only that seq 3..6 (one burst) did not all end;
+    # rank 1 saw seq 3 and 4 complete, so the op stuck on every member is seq 5.
+    burst = [(AR, 8)] * 6
+    r0 = rank(0, 2, burst, completed=2)
+    r1 = rank(1, 2, burst, completed=4)
+    findings, line, doc = judge([r0, r1])
+    assert sorted(g.op.seq for g in findings.hung) == [3, 5] and findings.stuck[0].seq == 5
+    assert line.startswith('HANG: ranks 0-1 in ncclAllReduce (group "default" (ranks 0-1), seq 5) for 12.0 s;')
+    assert {op["stuck_seq"] for op in doc["hung_ops"]} == {5}
+
+
+def test_p2p_lane_never_counts_as_entering_a_collective():
+    # Rank 1 sent 200 p2p ops on the default group but never started collective seq 5.
+    ranks = [rank(0, 2, [(AR, 8)] * 5, completed=4)]
+    r1 = rank(1, 2, [(AR, 8)] * 4, completed=4)
+    collective = pb.CommProgress()
+    collective.CopyFrom(r1.comms[0])
+    del r1.comms[:]
+    r1.comms.add(comm_id=0, last_started_seq=200, last_completed_seq=200, comm_size=2, lane=pb.OP_KIND_P2P)
+    r1.comms.append(collective)                           # the p2p lane comes first
+    ranks.append(r1)
+    findings, line, doc = judge(ranks)
+    assert doc["culprits"] == [1] and [(n.rank, n.last_started_seq) for n in findings.never_entered] == [(1, 4)]
+    assert 'rank 1 not in any collective (at seq 4 on group "default")' in line
+
+
+def test_a_named_subgroup_is_shown_by_name_with_its_ranks():
+    ranks = [rank(r, 4, [(AR, 8)] * 3, completed=2, comm_id=77, name="tp") for r in (1, 3)]
+    ranks += [pb.RankProgress(rank=r, world_size=4, pid=100 + r, alive=True) for r in (0, 2)]
+    _, line, doc = judge(ranks)
+    assert 'in ncclAllReduce (group "tp" (ranks 1,3), seq 3)' in line
+    assert doc["hung_ops"][0]["group"] == "tp" and doc["hung_ops"][0]["comm_id"] == 77
+
+
+def test_running_ahead_without_a_divergence_blames_no_one():
+    # Both ranks agree on every seq; rank 1's host launched two more before the hang.
+    ranks = [rank(0, 2, [(AR, 8)] * 5, completed=2), rank(1, 2, [(AR, 8)] * 7, completed=2)]
+    findings, line, doc = judge(ranks)
+    assert "rank 1 ran 2 ops ahead (at seq 7)" in line and doc["culprits"] == []
+    assert doc["mismatch"]["groups"][0]["diverged_seq"] is None
+
+
+def test_a_rank_behind_the_exact_stuck_seq_never_entered_it():
+    # Rank 0 reports its burst's first op (seq 3); rank 1 saw 3 and 4 complete;
+    # rank 2 stopped after seq 4: it never entered seq 5, the op truly stuck.
+    burst = [(AR, 8)] * 6
+    ranks = [rank(0, 3, burst, completed=2), rank(1, 3, burst, completed=4),
+             rank(2, 3, burst[:4], completed=4)]
+    findings, line, doc = judge(ranks)
+    assert [(n.rank, n.op.seq, n.last_started_seq) for n in findings.never_entered] == [(2, 5, 4)]
+    assert 'rank 2 not in any collective (at seq 4 on group "default")' in line and doc["culprits"] == [2]

@@ -1,0 +1,33 @@
+"""Process groups by the names users gave them, on gloo (the tracer alone):
+through the real xpu_timer_launch, two named subgroups, one hang."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+from tests.functional.launch import SCRIPTS, Launch
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_hang_on_a_named_subgroup_names_it_and_its_ranks(tmp_path):
+    job = Launch(["--nproc-per-node", "2", "--hang-timeout", "4s", "--timeline-path", str(tmp_path),
+                  os.path.join(SCRIPTS, "subgroups.py")])
+    try:
+        hit = job.wait_line(r"HANG: ", 150)
+        assert hit, job.output()
+        line = hit[1][hit[1].index("HANG: "):]
+        assert line.startswith('HANG: rank 0 in all_reduce (group "dp" (ranks 0-1), seq 4) for '), line
+        assert 'rank 1 not in any collective (at seq 3 on group "dp")' in line, line
+        [path] = wait_for(lambda: glob.glob(os.path.join(str(tmp_path), "*", "*", "hang.json")), "hang.json")
+        with open(path) as f:
+            report = json.load(f)
+        assert report["culprits"] == [1] and report["hung_ops"][0]["group"] == "dp"
+        assert report["groups"] == [{"comm_id": report["hung_ops"][0]["comm_id"], "name": "dp", "ranks": "0-1"}]
+    finally:
+        job.kill()
