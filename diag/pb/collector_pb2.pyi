@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -107,7 +106,7 @@ class RankProgress(_message.Message):
     dropped_records: int
     idle_ns: int
     last_op: str
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: _Optional[bool] = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ...) -> None: ...
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ...) -> None: ...
 
 class NodeReport(_message.Message):
     __slots__ = ("job_id", "node_rank", "hostname", "agent_pid", "report_seq", "ranks", "local_world_size")
@@ -183,7 +182,7 @@ class StackDump(_message.Message):
     format: StackDump.Format
     content: bytes
     last: bool
-    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ..., last: bool = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("ok", "message")
@@ -191,4 +190,4 @@ class Ack(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     message: str
-    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+    def __init__(self, ok: bool = ..., message: _Optional[str] = ...) -> None: ...
