@@ -14,6 +14,7 @@ TRACER_PID = "XPU_TIMER_TRACER_PID"        # the process that owns a ring (fork 
 TRACER_DISABLE = "XPU_TIMER_TRACER_DISABLE"
 RING_CAPACITY = "XPU_TIMER_RING_CAPACITY"
 HOST_TRACING_FUNC = "XPU_TIMER_HOST_TRACING_FUNC"
+TRACER_CPP_COLLECTIVES = "XPU_TIMER_TRACER_CPP_COLLECTIVES"   # 0: no dispatcher kernel (diag/tracer/dispatch.py)
 
 # Read by the C++ hook (kernel_hook/); forwarded by the launcher.
 HOOK_TIME_EVERY = "XPU_TIMER_HOOK_TIME_EVERY"
