@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -11,6 +11,8 @@
 # the step bench with in-process hooked/bypassed pairs over 4 job generations
 # (the step-time verdict; about 380 s).
 # x2verify: the hook's 2-GPU tests alone (NCCL ids/seqs, the real hang, capture).
+# deps: the generated gRPC stubs, the collector and the agent import under the
+# image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
@@ -53,5 +55,6 @@ case $label in
       run hook_step 390 python3 bench/hook_step_overhead.py --rounds 120 --steps 2 --warmup 8 --generations 4 --pairs 1000 ${fwd:+--forward-ns $fwd} --out $R/hook_step.json ;;
   x2verify) run hook_nccl_2gpu 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_ctx_capture 100 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_ctx_capture.py ;;
+  deps) run image_grpc 60 env PYTHONPATH=$PWD python3 -c "import grpc, google.protobuf as p, diag.pb.collector_pb2_grpc, diag.collector.server, diag.agent.agent; print('image grpc', grpc.__version__, 'protobuf', p.__version__, ': stubs, collector and agent import')" ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac
