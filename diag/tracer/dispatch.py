@@ -7,9 +7,8 @@ goes through torch's dispatcher as a ``c10d::`` op (``c10d::allreduce_``,
 ``c10d::broadcast_``, ...). For CPU tensors the first kernel the dispatcher
 runs for such an op is the autograd fallback at the ``AutogradCPU`` key. We
 register a Python kernel there that writes START, hands the call on unchanged
-and writes END when the op's work completes (its future's callback; the
-tracer's poller for works without one). CUDA tensors (NCCL, the hook's) never
-reach it.
+and writes END once the op's work is seen completed (``Completions``). CUDA
+tensors (NCCL, the hook's) never reach it.
 
 Handing on: the kernel redispatches to the ``AutogradOther`` key, whose
 kernel is the same autograd fallback that would have run without us, so
@@ -26,9 +25,11 @@ traces) are handed on unrecorded. Cost: see docs/tracer.md and
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 
+from diag.common import envnames
 from diag.records import format as fmt
 
 # c10d op -> (name in records, kind, argument whose tensors are counted as bytes).
@@ -68,9 +69,6 @@ def install(tracer, groups) -> None:
     its own import, before ``torch.library`` exists; it imports
     ``torch.distributed._meta_registrations`` last, with the library ready.
     """
-    import os
-
-    from diag.common import envnames
     if os.environ.get(envnames.TRACER_CPP_COLLECTIVES, "1").strip().lower() in ("0", "false", "no", "off"):
         return  # opted out: only Python-issued collectives are traced on gloo
     import torch
