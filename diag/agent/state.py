@@ -136,6 +136,8 @@ class NodeState:
             elif rec.event == fmt.EVENT_END:
                 self._end(state, region, rec)
             elif rec.event == fmt.EVENT_COUNT:
+                # Kernel launches are work too: a GPU rank launching kernels is not idle.
+                state.last_activity_ns = max(state.last_activity_ns, rec.t_mono_ns)
                 self._stat(state, rec.name, rec.kind, rec.count, 0, 0, 0)
             elif rec.event == fmt.EVENT_GROUP:
                 state.comms.group(rec)

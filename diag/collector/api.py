@@ -150,6 +150,23 @@ class SilentAgent:
 
 
 @dataclasses.dataclass(frozen=True)
+class IdleStall:
+    """No live rank started or finished any op for longer than --idle-timeout,
+    and none has one in flight: all blocked outside any op (issue 13, item 5).
+
+    ``idle_s`` is the job-wide idle time (that of the most recently active
+    rank); ``last_ops`` maps each idle rank to the name of its last op ("" if
+    it never had one).
+    """
+
+    ranks: tuple[int, ...]
+    idle_s: float
+    last_ops: dict
+    exited_ranks: tuple[int, ...] = ()
+    missing_ranks: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Findings:
     """Everything one evaluation found; empty tuples mean "nothing"."""
 

@@ -46,6 +46,7 @@ class Config:
     listen: str = "127.0.0.1:0"
     timeline_path: str = "/root/timeline"
     hang_timeout_s: float = 300.0
+    idle_timeout_s: float = 600.0
     hang_action: str = "report"
     address_file: str | None = None
     silent_after_s: float = DEFAULT_SILENT_AFTER_S
@@ -65,7 +66,8 @@ class Config:
             raise ConfigError(f"no job token: set {TOKEN_ENV} (xpu_timer_launch sets it for its children)")
         if self.hang_action not in HANG_ACTIONS:
             raise ConfigError(f"--hang-action: {self.hang_action!r} is not one of {', '.join(HANG_ACTIONS)}")
-        for option, value in (("--hang-timeout", self.hang_timeout_s), ("--silent-after", self.silent_after_s),
+        for option, value in (("--hang-timeout", self.hang_timeout_s), ("--idle-timeout", self.idle_timeout_s),
+                              ("--silent-after", self.silent_after_s),
                               ("--dump-timeout", self.dump_timeout_s), ("eval interval", self.eval_interval_s),
                               ("--stats-interval", self.stats_interval_s)):
             if not value > 0:

@@ -137,8 +137,8 @@ def serve(config: Config, stop: threading.Event | None = None) -> int:
             raise ConfigError(f"--address-file: cannot write {config.address_file!r} "
                               f"({exc.strerror or exc}); give a file path in a writable directory") from None
     access_file = _leave_access_file(config, address)
-    log.info("serving job %s on %s (hang timeout %gs, action %s, timeline %s)", config.job_id, address,
-             config.hang_timeout_s, config.hang_action, config.timeline_path)
+    log.info("serving job %s on %s (hang timeout %gs, idle timeout %gs, action %s, timeline %s)", config.job_id,
+             address, config.hang_timeout_s, config.idle_timeout_s, config.hang_action, config.timeline_path)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -130,6 +130,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "job_id": job_id,
         "event_id": event_id,
         "declared_unix": round(declared_unix, 3),
+        "reason": "hung_op",   # or "idle" (diag/collector/idle.py)
         "timeout_s": timeout_s,
         "world_size": findings.world_size,
         "verdict": hang_line(findings, event_dir),

@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 
-from diag.collector import rules, verdict
+from diag.collector import idle, rules, verdict
+from diag.collector.api import Findings
 from diag.collector.config import Config
 from diag.collector.events import EventStore, HangEvent
 from diag.collector.servicer import SessionRegistry
@@ -35,6 +36,7 @@ class Watchdog:
         self._events = events
         self._out = out  # where verdict lines go; None means sys.stderr at print time
         self.detector = rules.HangDetector()
+        self.idle_detector = idle.IdleDetector()
         self.declared: list[HangEvent] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -81,6 +83,11 @@ class Watchdog:
             log.info("progress resumed: hang detection re-armed")
         if fire:
             self._declare(findings, snap, time.time() if now_unix is None else now_unix)
+        silent_nodes = {a.node_rank for a in findings.silent_agents}
+        stall = idle.find_idle(snap, self._config.idle_timeout_s, silent_nodes)
+        if self.idle_detector.update(stall, snap):
+            self._declare(Findings(world_size=snap.world_size), snap,
+                          time.time() if now_unix is None else now_unix, stall)
         self._no_throw(self.slow.tick, "judging slow ranks", snap, time.time() if now_unix is None else now_unix,
                        findings.is_hang or not self.detector.armed)
         self._log_stats(snap, now)
@@ -115,10 +122,14 @@ class Watchdog:
             self._say(verdict.dropped_line(dropping))
             self._drops_said = total
 
-    def _declare(self, findings, snap: Snapshot, now_unix: float) -> None:
+    def _declare(self, findings, snap: Snapshot, now_unix: float, stall=None) -> None:
+        """A hang event: hung ops in ``findings``, or the idle ``stall``."""
         event_id, path = self._events.reserve_dir(now_unix)
         doc = verdict.hang_document(findings, snap, job_id=self._config.job_id, event_id=event_id, event_dir=path,
                                     declared_unix=now_unix, timeout_s=self._config.hang_timeout_s)
+        if stall is not None:
+            doc.update(idle.idle_fields(stall, self._config.idle_timeout_s),
+                       verdict=idle.idle_line(stall, self._config.idle_timeout_s, path))
         silent = set(findings.silent_ranks)
         expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
         event = self._events.open_event(event_id, path, doc, expected, snap.now)

@@ -226,6 +226,12 @@ def flags_taking_value(options: Iterable[Option]) -> dict[str, bool]:
 HANG_TIMEOUT = Option(
     "--hang-timeout", envnames.HANG_TIMEOUT, "300s", duration, metavar="D",
     help="a rank in one op longer than this is hung", dest="hang_timeout_s", format=seconds_text)
+# Longer than any legitimate pause with no op at all: model loading before the
+# first collective, a checkpoint save outside a named host function.
+IDLE_TIMEOUT = Option(
+    "--idle-timeout", envnames.IDLE_TIMEOUT, "10m", duration, metavar="D",
+    help="no rank starting or finishing any op for this long, none in flight, is a hang",
+    dest="idle_timeout_s", format=seconds_text)
 TIMELINE_PATH = Option(
     "--timeline-path", envnames.TIMELINE_PATH, "/root/timeline", nonempty("/root/timeline"),
     metavar="DIR", help="where hang events are written")
@@ -306,14 +312,14 @@ STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_i
 
 # Who takes what. A Config of each program has one field per option, named dest.
 LAUNCHER: tuple[Option, ...] = (
-    HANG_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
+    HANG_TIMEOUT, IDLE_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
     FAULT_LIST_MAX_AGE, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
     PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION)
 COLLECTOR: tuple[Option, ...] = (
-    LISTEN, TIMELINE_PATH, HANG_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
+    LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
     DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL, PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher forwards from its Config to the collector it starts.
-TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, HANG_ACTION, PERF_WINDOW,
+TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, HANG_ACTION, PERF_WINDOW,
                                     SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher hands to the agent's AgentConfig (same field names).
 AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW, PERF_WINDOW, PERF_STEP, METRICS_PORT,

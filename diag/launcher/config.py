@@ -34,6 +34,7 @@ class Config:
     unbuffered: bool = False          # `python -u train.py`
     # One field per option in options.LAUNCHER, named as its dest.
     hang_timeout_s: float = 300.0
+    idle_timeout_s: float = 600.0       # no op started or finished anywhere, none in flight
     timeline_path: str = "/root/timeline"
     collector: str | None = None      # HOST:PORT of an existing collector
     hang_action: str = "report"

@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -145,7 +144,7 @@ class RankProgress(_message.Message):
     idle_ns: int
     last_op: str
     perf: PerfRank
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: _Optional[bool] = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
 
 class PerfOp(_message.Message):
     __slots__ = ("name", "kind", "producer", "comm_id", "comm_size", "count", "timed_count", "timed_ns", "bytes", "timed_bytes", "flops", "timed_flops", "p50_ns", "p99_ns", "max_ns")
@@ -329,7 +328,7 @@ class StackDump(_message.Message):
     format: StackDump.Format
     content: bytes
     last: bool
-    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ..., last: bool = ...) -> None: ...
 
 class CollectTimeline(_message.Message):
     __slots__ = ("request_id", "last_ns")
@@ -365,7 +364,7 @@ class TimelineSpan(_message.Message):
     seq: int
     bytes: int
     flops: int
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., device_timed: _Optional[bool] = ..., in_flight: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_unix_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., device_timed: bool = ..., in_flight: bool = ..., failed: bool = ..., start_unix_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
 class TimelineRank(_message.Message):
     __slots__ = ("rank", "local_rank", "world_size", "pid", "spans", "dropped_spans", "dropped_records")
@@ -429,4 +428,4 @@ class Ack(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     message: str
-    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+    def __init__(self, ok: bool = ..., message: _Optional[str] = ...) -> None: ...

@@ -58,6 +58,9 @@ def patch(tracer) -> None:
         if original is not None and not hasattr(original, MARK):
             _install(dist, c10d, "batch_isend_irecv", original,
                      _wrap_batch(tracer, groups, original))
+        # Collectives issued from C++ (DDP's reducer) on CPU tensors: gloo.
+        from diag.tracer import dispatch
+        dispatch.install(tracer, groups)
     except Exception as exc:
         tracer.disable(f"cannot patch torch.distributed: {exc!r}")
 
@@ -71,6 +74,8 @@ def _install(dist, c10d, name, original, wrapper) -> None:
 
 def unpatch() -> None:
     """Put the originals back (tests, bench)."""
+    from diag.tracer import dispatch
+    dispatch.uninstall()
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
     for name in list(OPS) + ["batch_isend_irecv"]:

@@ -85,6 +85,7 @@ def test_counts_and_dropped_records_are_reported():
     [rank] = state.report()
     assert rank.dropped_records == 7
     assert [(s.name, s.count) for s in rank.stats] == [("gemm_kernel", 40)]
+    assert rank.idle_ns == 5 * S          # launches count as activity (the idle rule)
 
 
 def test_restarted_worker_replaces_the_old_incarnation():

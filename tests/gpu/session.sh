@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -17,6 +17,8 @@
 # x2diverge: GPT-2 DDP with a skipped loss all_reduce (divergence named), the
 # hook's 2-GPU tests, and the per-call bench (the fingerprint args' cost).
 # x2timeline: the merged timeline of 5 GPT-2-small DDP steps (timeline_gpt2.json, docs/timeline.md).
+# deps: the generated gRPC stubs, the collector and the agent import under the
+# image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
@@ -66,5 +68,6 @@ case $label in
   x2slow) run slow 560 bash tests/gpu/scripts/slow_session.sh $R/slow ;;
   x2perf) run perf_gpt2 400 python3 tests/gpu/scripts/perf_gpt2_session.py $R/perf
       run hook_launch_bench 180 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
+  deps) run image_grpc 60 env PYTHONPATH=$PWD python3 -c "import grpc, google.protobuf as p, diag.pb.collector_pb2_grpc, diag.collector.server, diag.agent.agent; print('image grpc', grpc.__version__, 'protobuf', p.__version__, ': stubs, collector and agent import')" ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac

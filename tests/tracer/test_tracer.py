@@ -18,7 +18,7 @@ SCRIPTS = os.path.join(os.path.dirname(__file__), "..", "scripts")
 pytestmark = pytest.mark.timeout(120)
 
 
-def run_ranks(script, shm_dir, extra_env=None, world=2, pythonpath=BOOTSTRAP_DIR):
+def run_ranks(script, shm_dir, extra_env=None, world=2, pythonpath=BOOTSTRAP_DIR, args=()):
     """Run ``script`` as ``world`` gloo ranks, as torchrun would; returns outputs by rank."""
     port = free_port()
     procs = []
@@ -29,7 +29,7 @@ def run_ranks(script, shm_dir, extra_env=None, world=2, pythonpath=BOOTSTRAP_DIR
                    PYTHONWARNINGS="ignore")
         env.pop("XPU_TIMER_TRACER_PID", None)
         env.update(extra_env or {})
-        procs.append(subprocess.Popen([sys.executable, os.path.join(SCRIPTS, script)], env=env,
+        procs.append(subprocess.Popen([sys.executable, os.path.join(SCRIPTS, script), *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     out = []
     for proc in procs:

@@ -1,0 +1,233 @@
+"""Collectives on CPU tensors (gloo), whoever issues them: Python, DDP's reducer, C++.
+
+DDP's reducer and its buffer broadcast call the process group from C++, so the
+Python wrappers in ``collectives.py`` never see them; on NCCL the C++ hook
+does, on gloo nothing did. Every ProcessGroup collective, whoever calls it,
+goes through torch's dispatcher as a ``c10d::`` op (``c10d::allreduce_``,
+``c10d::broadcast_``, ...). For CPU tensors the first kernel the dispatcher
+runs for such an op is the autograd fallback at the ``AutogradCPU`` key. We
+register a Python kernel there that writes START, hands the call on unchanged
+and writes END once the op's work is seen completed (``Completions``). CUDA
+tensors (NCCL, the hook's) never reach it.
+
+Handing on: the kernel redispatches to the ``AutogradOther`` key, whose
+kernel is the same autograd fallback that would have run without us, so
+torch's behaviour (its warning on a backward through a collective included)
+is unchanged, and the result (tensors and work) is returned as is.
+
+A call already traced by a Python wrapper (``dist.all_reduce``) is recorded
+once: the wrapper marks the thread busy and the kernel hands straight on.
+Tensors with the Python key (fake or functional tensors while torch.compile
+traces) are handed on unrecorded. Cost: see docs/tracer.md and
+``bench/cpp_collective_overhead.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+
+from diag.common import envnames
+from diag.records import format as fmt
+
+# c10d op -> (name in records, kind, argument whose tensors are counted as bytes).
+# The names are the torch.distributed ones the Python wrappers use, so one
+# collective has one name whoever issued it.
+OPS = {
+    "allreduce_": ("all_reduce", fmt.KIND_COLLECTIVE, "tensors"),
+    "allreduce_coalesced_": ("all_reduce_coalesced", fmt.KIND_COLLECTIVE, "tensors"),
+    "broadcast_": ("broadcast", fmt.KIND_COLLECTIVE, "tensors"),
+    "reduce_": ("reduce", fmt.KIND_COLLECTIVE, "tensors"),
+    "allgather_": ("all_gather", fmt.KIND_COLLECTIVE, "input_tensors"),
+    "_allgather_base_": ("all_gather_into_tensor", fmt.KIND_COLLECTIVE, "input_tensor"),
+    "allgather_coalesced_": ("all_gather_coalesced", fmt.KIND_COLLECTIVE, "input_list"),
+    "allgather_into_tensor_coalesced_": ("all_gather_into_tensor_coalesced", fmt.KIND_COLLECTIVE, "inputs"),
+    "reduce_scatter_": ("reduce_scatter", fmt.KIND_COLLECTIVE, "input_tensors"),
+    "_reduce_scatter_base_": ("reduce_scatter_tensor", fmt.KIND_COLLECTIVE, "input_tensor"),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter_tensor_coalesced", fmt.KIND_COLLECTIVE, "inputs"),
+    "alltoall_": ("all_to_all", fmt.KIND_COLLECTIVE, "input_tensors"),
+    "alltoall_base_": ("all_to_all_single", fmt.KIND_COLLECTIVE, "input"),
+    "gather_": ("gather", fmt.KIND_COLLECTIVE, "input_tensors"),
+    "scatter_": ("scatter", fmt.KIND_COLLECTIVE, "output_tensors"),
+    "barrier": ("barrier", fmt.KIND_COLLECTIVE, None),
+    "monitored_barrier_": ("monitored_barrier", fmt.KIND_COLLECTIVE, None),
+    "send": ("send", fmt.KIND_P2P, "tensors"),
+    "recv_": ("recv", fmt.KIND_P2P, "tensors"),
+    "recv_any_source_": ("recv", fmt.KIND_P2P, "tensors"),
+}
+DISPATCH_KEY = "AutogradCPU"
+
+_library = None   # the torch.library.Library holding our kernels; None when not installed
+
+
+def install(tracer, groups) -> None:
+    """Register the kernels once per process, as soon as torch can take them.
+
+    torch imports torch.distributed (and so runs our patch) halfway through
+    its own import, before ``torch.library`` exists; it imports
+    ``torch.distributed._meta_registrations`` last, with the library ready.
+    """
+    if os.environ.get(envnames.TRACER_CPP_COLLECTIVES, "1").strip().lower() in ("0", "false", "no", "off"):
+        return  # opted out: only Python-issued collectives are traced on gloo
+    import torch
+    if hasattr(torch, "library") and hasattr(torch, "ops"):
+        register(tracer, groups)
+        return
+    from diag.tracer import import_hooks
+    import_hooks.when_imported("torch.distributed._meta_registrations", lambda _m: register(tracer, groups))
+
+
+def register(tracer, groups) -> bool:
+    """Register the kernels now; True when they are in place. Never raises:
+    a failure switches the tracer off, as any tracer failure does."""
+    global _library
+    if _library is not None:
+        return True
+    try:
+        import torch
+        from torch._C._distributed_c10d import ProcessGroup, Work
+        library = torch.library.Library("c10d", "IMPL")
+        completions = Completions(tracer)
+        for op_name, (name, kind, size_arg) in OPS.items():
+            packet = getattr(torch.ops.c10d, op_name, None)
+            if packet is None:
+                continue  # an op this torch does not have
+            kernel = _kernel(tracer, groups, completions, packet.default, name, kind, size_arg, ProcessGroup, Work)
+            library.impl(op_name, kernel, DISPATCH_KEY, with_keyset=True)
+        _library = library
+        return True
+    except Exception as exc:
+        tracer.disable(f"cannot trace collectives issued from C++: {exc!r}")
+        return False
+
+
+def uninstall() -> None:
+    """Remove the kernels (tests, bench)."""
+    global _library
+    if _library is not None:
+        _library._destroy()
+        _library = None
+
+
+def installed() -> bool:
+    return _library is not None
+
+
+def _kernel(tracer, groups, completions, op, name, kind, size_arg, ProcessGroup, Work):
+    import torch
+    from diag.tracer.collectives import tensor_bytes
+
+    DispatchKey = torch._C.DispatchKey
+    hand_on = torch._C.DispatchKeySet(DispatchKey.AutogradOther)
+    arg_names = [a.name for a in op._schema.arguments]
+    pg_i = arg_names.index("process_group")
+    size_i = arg_names.index(size_arg) if size_arg in arg_names else None
+    sequenced = kind == fmt.KIND_COLLECTIVE
+    returns_tuple = len(op._schema.returns) > 1
+    python_key = DispatchKey.Python
+
+    def xpu_diag_traced(keyset, *args):
+        # To the autograd fallback that runs without us: same behaviour, same result.
+        onward = keyset.remove(DispatchKey.AutogradCPU) | hand_on
+        if not tracer.enabled or keyset.has(python_key) or not tracer.enter():
+            return op.redispatch(onward, *args)
+        try:
+            record = None
+            try:
+                info = groups.lookup(ProcessGroup.unbox(args[pg_i]))
+                if info is not None:
+                    nbytes = tensor_bytes(args[size_i]) if size_i is not None else 0
+                    record = tracer.begin(kind, name, info[0], nbytes, info[1], info[2], sequenced)
+            except Exception as exc:
+                tracer.disable(f"tracing {name} issued from C++ failed: {exc!r}")
+            if record is None:
+                return op.redispatch(onward, *args)
+            try:
+                out = op.redispatch(onward, *args)
+            except BaseException:
+                tracer.finish(record, failed=True)
+                raise
+            try:
+                work = out[-1] if returns_tuple else out
+                if work is None:   # a synchronous op: done
+                    tracer.finish(record)
+                else:
+                    completions.add(record, Work.unbox(work))
+            except Exception as exc:  # the op itself went fine: end it, switch the tracer off
+                tracer.finish(record)
+                tracer.disable(f"watching the completion of {name} failed: {exc!r}")
+            return out
+        finally:
+            tracer.leave()
+
+    return xpu_diag_traced
+
+
+class Completions:
+    """END records for the works the kernel saw, without a callback per op.
+
+    A future callback per op costs a GIL handoff from gloo's thread to ours on
+    every collective (about 25 us here). Instead the kernel queues (record,
+    work) and checks the queues' heads right away, on the calling thread; a
+    daemon thread checks every ``INTERVAL`` while anything is pending (the end
+    of a burst), and sleeps otherwise. END is stamped when completion is seen:
+    at most ``INTERVAL`` late. Collectives of one group end in the order they
+    started (docs/records.md; gloo runs a group's works on two threads, so
+    they can finish out of order); point-to-point ops end as each completes.
+    """
+
+    INTERVAL = 0.01
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+        self._cond = threading.Condition()
+        self._queues: dict[int, collections.deque] = {}   # comm_id -> (record, work) in start order
+        self._p2p: list = []
+        self._pending = 0
+        self._thread = None
+
+    def add(self, record, work) -> None:
+        with self._cond:
+            if record.kind == fmt.KIND_P2P:
+                self._p2p.append((record, work))
+            else:
+                self._queues.setdefault(record.comm_id, collections.deque()).append((record, work))
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="xpu-diag-tracer-completions")
+                self._thread.start()
+            elif self._pending == 1:
+                self._cond.notify()
+        self.check()
+
+    def check(self) -> None:
+        """END every op whose work completed (in start order per group)."""
+        done = []
+        with self._cond:
+            for queue in self._queues.values():
+                while queue and _completed(queue[0][1]):
+                    done.append(queue.popleft()[0])
+            if self._p2p:
+                still = [(r, w) for r, w in self._p2p if not _completed(w)]
+                done += [r for r, w in self._p2p if not any(r is s for s, _ in still)]
+                self._p2p = still
+            self._pending -= len(done)
+        for record in done:
+            self.tracer.finish(record)
+
+    def _run(self) -> None:
+        while self.tracer.enabled:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+            self.check()
+            time.sleep(self.INTERVAL)
+
+
+def _completed(work) -> bool:
+    try:
+        return work.is_completed()
+    except Exception:
+        return True   # cannot tell: END now rather than never
