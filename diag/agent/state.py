@@ -194,6 +194,10 @@ class NodeState:
             self.ranks[rank].stats = {}
             window = self.perf.message(rank, totals=False) if self.perf is not None else None
             if window is not None:
+                # the hook's communicators under their process group's id, as in CommProgress
+                comms = self.ranks[rank].comms
+                for op in window.ops:
+                    op.comm_id = comms.group_of(op.producer, op.comm_id)
                 out[-1].perf.CopyFrom(window)
         return out
 

@@ -83,8 +83,10 @@ def windows_of(snap: Snapshot) -> dict[int, RankWindow]:
                 or snap.now - entry.received > STALE_AFTER_S):
             continue
         agent = snap.agents.get(entry.node_rank)
-        out[rank] = slow_windows.from_perf(rank, entry.node_rank, progress.local_rank,
-                                           agent.hostname if agent else "", progress.perf)
+        names = {c.comm_id: c.group_name for c in progress.comms if c.group_name}
+        out[rank] = slow_windows.from_perf(
+            rank, entry.node_rank, progress.local_rank, agent.hostname if agent else "", progress.perf,
+            lambda comm_id: f'"{names[comm_id]}"' if comm_id in names else slow_windows.group_name(comm_id))
     return out
 
 
