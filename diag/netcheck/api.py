@@ -17,7 +17,7 @@ EXIT_USAGE = 2
 EXIT_CANNOT_RUN = 3
 
 # Verdicts and the rules that can fire (each failing record names one).
-PASS, FAIL, INFO = "pass", "fail", "info"
+PASS, FAIL, INFO, UNKNOWN = "pass", "fail", "info", "unknown"   # unknown: never measured, never healthy
 RULE_ABSOLUTE = "absolute"          # under --min-busbw / --min-bandwidth / the SKU profile
 RULE_RATIO = "relative-ratio"       # under --rel-ratio x fleet median
 RULE_MAD = "relative-mad"           # robust z-score against the fleet median/MAD

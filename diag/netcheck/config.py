@@ -59,6 +59,8 @@ class Config:
     min_channels: int = 2
     switchbox_size: int = 256 << 20
     nvml_replay: str | None = None
+    slurm_nodes: list[str] = field(default_factory=list)   # SLURM_JOB_NODELIST, expanded: node rank -> name
+    spawn_dir: str = ""                     # set by --nproc-per-node for its children (spawn.py)
     nproc_per_node: int = 1                 # >1: start that many local processes (one per GPU) via torchrun
     extra: dict = field(default_factory=dict)
 
@@ -103,27 +105,46 @@ def _box_pair(text: str) -> tuple[int, int]:
     return pair
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="netcheck", description="Pairwise node, GPU and switchbox checks; writes a fault list.")
-    p.add_argument("mode", nargs="?", choices=("check", "preflight"), default="check")
+CHECK_TEXT = "Pairwise node, GPU and switchbox checks; writes a fault list."
+PREFLIGHT_TEXT = ("The job hook (Slurm Prolog / HealthCheckProgram, k8s init container): switchbox and "
+                  "NVML health on this node, then the pairwise check when peers are given (--nnodes ... "
+                  "or torchrun's environment). Exit 0: this node is healthy; 1: this node is faulty; "
+                  "2: bad command line; 3: the check could not run. docs/preflight/README.md has examples.")
+EXIT_TEXT = ("exit status: 0 healthy, 1 a node is faulty, 2 bad command line, "
+             "3 the check could not run, 4 --deadline passed with nodes unknown")
+
+
+def _parser(mode: str = "check") -> argparse.ArgumentParser:
+    from diag import __version__
+
+    preflight = mode == "preflight"
+    p = _Parser(prog="netcheck preflight" if preflight else "netcheck",
+                description=PREFLIGHT_TEXT if preflight else CHECK_TEXT, epilog=None if preflight else EXIT_TEXT)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    if not preflight:
+        p.add_argument("mode", nargs="?", choices=("check", "preflight"), default="check",
+                       help="check (default): the pairwise check; preflight: the job hook "
+                            "(netcheck preflight --help)")
     r = p.add_argument_group("rendezvous (or torchrun env)")
-    r.add_argument("--nnodes", type=int)
-    r.add_argument("--node-rank", type=int)
-    r.add_argument("--master-addr")
-    r.add_argument("--master-port", type=int)
+    r.add_argument("--nnodes", type=int, help="number of nodes (env WORLD_SIZE)")
+    r.add_argument("--node-rank", type=int, help="this node's rank, 0 coordinates (env RANK)")
+    r.add_argument("--master-addr", help="node rank 0's address (env MASTER_ADDR; default 127.0.0.1)")
+    r.add_argument("--master-port", type=int, help="node rank 0's store port (env MASTER_PORT; default 29560)")
     r.add_argument("--nproc-per-node", type=int, default=1,
                    help="start this many local processes (one per GPU), each one 'node', as torchrun would")
     r.add_argument("--node-name", help="this node's name in the fault list (env XPU_TIMER_NODE_NAME; default hostname)")
-    r.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
-    r.add_argument("--iface", default="", help="gloo: network interface to use (env GLOO_SOCKET_IFNAME)")
+    r.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+                   help="auto: nccl when a GPU is visible, else gloo")
+    r.add_argument("--iface", default="", help="gloo: network interface to use (env GLOO_SOCKET_IFNAME; "
+                                                "default: the one whose route reaches --master-addr)")
     m = p.add_argument_group("measurement")
     m.add_argument("--size", help="message size per pair test (default 1G on GPU, 4M on CPU)")
-    m.add_argument("--warmup", type=int, default=2)
-    m.add_argument("--iters", type=int, default=5)
+    m.add_argument("--warmup", type=int, default=2, help="untimed iterations before timing (default 2)")
+    m.add_argument("--iters", type=int, default=5, help="timed iterations per test (default 5)")
     m.add_argument("--timeout", default="60s", help="deadline of every collective and node (default 60s)")
-    m.add_argument("--join-timeout", default="300s", help="how long to wait for every node to join")
+    m.add_argument("--join-timeout", default="300s", help="how long to wait for every node to join (default 300s)")
     m.add_argument("--compute", choices=("auto", "on", "off"), default="auto", help="GEMM check (auto: on GPU)")
-    m.add_argument("--max-rounds", type=int, default=10)
+    m.add_argument("--max-rounds", type=int, default=10, help="stop pinning faults after this many rounds")
     t = p.add_argument_group("thresholds")
     t.add_argument("--min-busbw", type=float, help="absolute floor, GB/s")
     t.add_argument("--profile", default="auto", help="per-SKU floors: auto, none, H100, H200")
@@ -131,15 +152,17 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--mad-z", type=float, default=3.5, help="robust z-score limit (default 3.5)")
     o = p.add_argument_group("output")
     o.add_argument("--output", help="write the fault list here (JSON, atomically)")
-    o.add_argument("--format", choices=FORMATS, default="table")
-    o.add_argument("--taint-key", default="xpu-diag/faulty")
-    o.add_argument("--no-progress", action="store_true")
+    o.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (default), json, slurm (a hostlist for sbatch --exclude), taints (kubectl)")
+    o.add_argument("--taint-key", default="xpu-diag/faulty", help="--format taints: the taint key")
+    o.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     s = p.add_argument_group("switchbox")
-    s.add_argument("--switchbox-check", action="store_true")
-    s.add_argument("--box-pairs", nargs="+", metavar="I:J")
+    if not preflight:
+        s.add_argument("--switchbox-check", action="store_true", help="also check this host's GPU links")
+    s.add_argument("--box-pairs", nargs="+", metavar="I:J", help="GPU pairs to test (default: every pair)")
     s.add_argument("--min-bandwidth", type=float, default=10000.0, help="MB/s for a working channel")
-    s.add_argument("--min-channels", type=int, default=2)
-    s.add_argument("--switchbox-size", default="256M")
+    s.add_argument("--min-channels", type=int, default=2, help="fail under this many working GPU pairs")
+    s.add_argument("--switchbox-size", default="256M", help="bytes per GPU copy (default 256M)")
     s.add_argument("--nvml-replay", help="answer NVML queries from this recorded JSON (tests)")
     return p
 
@@ -170,7 +193,12 @@ def _rendezvous(ns: argparse.Namespace, env: Mapping[str, str], cfg: Config) -> 
 def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
     """Parse and validate; raises ConfigError (one line naming the option)."""
     env = os.environ if env is None else env
-    ns = _parser().parse_args(list(argv))
+    argv = list(argv)
+    if argv[:1] == ["preflight"]:      # its own --help text and flags
+        ns = _parser("preflight").parse_args(argv[1:])
+        ns.mode, ns.switchbox_check = "preflight", True
+    else:
+        ns = _parser().parse_args(argv)
     cfg = Config(mode=ns.mode, backend=ns.backend, warmup=ns.warmup, iters=ns.iters,
                  compute=ns.compute, max_rounds=ns.max_rounds, min_busbw=ns.min_busbw,
                  profile=ns.profile, rel_ratio=ns.rel_ratio, mad_z=ns.mad_z, output=ns.output,
@@ -187,6 +215,9 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
         raise ConfigError(str(exc)) from None
     cfg.box_pairs = [_box_pair(t) for t in ns.box_pairs] if ns.box_pairs else None
     _rendezvous(ns, env, cfg)
+    from diag.netcheck.report import expand_hostlist
+    cfg.spawn_dir = env.get("NETCHECK_SPAWN_DIR", "")
+    cfg.slurm_nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
     if ns.mode == "preflight":
         cfg.pairwise = ns.nnodes is not None or "WORLD_SIZE" in env
     cfg.validate()

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from diag import faultlist
 from diag.netcheck import rules
-from diag.netcheck.api import FAIL, INFO, PASS, RULE_PAIRING, RULE_TIMEOUT, Measurement
+from diag.netcheck.api import FAIL, INFO, PASS, UNKNOWN, RULE_PAIRING, RULE_TIMEOUT, Measurement
 from diag.netcheck.config import Config
 from diag.netcheck.pairing import HEALTHY, PairOutcome, Pinpointer
 from diag.netcheck.pairjob import pair_job_budget
@@ -31,10 +31,20 @@ class Coordinator:
         self.node_faults: dict[int, tuple[str, str]] = {}     # unit -> (rule, reason), outside pairing
         self.pair_rule: dict[frozenset, str] = {}
         self.timing: dict[str, Any] = {"rounds_s": []}
+        self.posted = 0                                        # the last plan/<round> posted
 
     # -- names -------------------------------------------------------------
     def host(self, unit: int) -> str:
-        return self.infos[unit]["name"] if unit in self.infos else f"rank{unit}"
+        if unit in self.infos:
+            return self.infos[unit]["name"]
+        slurm = self.slurm_name(unit)
+        return slurm or f"rank{unit}"
+
+    def slurm_name(self, unit: int) -> str | None:
+        """The Slurm node of a node rank, where SLURM_JOB_NODELIST lists one per rank
+        (Slurm numbers SLURM_NODEID in the order of that list)."""
+        names = self.cfg.slurm_nodes
+        return names[unit] if len(names) == self.cfg.nnodes and 0 <= unit < len(names) else None
 
     def label(self, unit: int) -> str:
         info = self.infos.get(unit)
@@ -58,7 +68,7 @@ class Coordinator:
                         names={u: self.label(u) for u in units}, max_rounds=self.cfg.max_rounds)
         self._gather_compute(units)
         while (pairs := pp.plan()) is not None:
-            rnd = pp.rounds
+            rnd = self.posted = pp.rounds
             self.session.set_json(f"plan/{rnd}", {"done": False, "round": rnd, "pairs": pairs,
                                                   "warmup": self._warmup(rnd)})
             self.reporter.start(f"round {rnd}: {len(pairs)} pair(s)", len(pairs))
@@ -69,15 +79,18 @@ class Coordinator:
             self.timing["rounds_s"].append(time.monotonic() - round_start)
         self.timing["check_s"] = time.monotonic() - checking
         doc = self._finish(pp)
-        self.session.set_json(f"plan/{pp.rounds + 1}", {"done": True, "doc": doc})
-        self._await_acks(pp)
+        # Nodes read plan/1, plan/2, ... in turn: the final document goes
+        # right after the last plan posted (plan/1 when no pair could be formed).
+        self.session.set_json(f"plan/{self.posted + 1}", {"done": True, "doc": doc})
+        self._await_acks()
         return doc
 
-    def _await_acks(self, pp: Pinpointer) -> None:
+    def _await_acks(self) -> None:
         # The store lives in this process: keep it up until every live node
-        # has read the final plan (or its heartbeat stopped).
+        # has read the final plan (or its heartbeat stopped), at most --timeout.
         pending = set(self.infos)
-        while pending:
+        cap = time.monotonic() + self.cfg.timeout
+        while pending and time.monotonic() < cap:
             for u in sorted(pending):
                 if self.session.has(f"done/{u}") or self._gone(u):
                     pending.discard(u)
@@ -106,8 +119,12 @@ class Coordinator:
                     missing.discard(r)
             time.sleep(POLL_S)
         for r in sorted(missing):
-            self.node_faults[r] = (RULE_TIMEOUT, f"node rank {r} did not join within {self.cfg.join_timeout:g}s")
-        self.reporter.log(f"{len(self.infos)} of {self.cfg.nnodes} node(s) joined")
+            slurm = self.slurm_name(r)
+            who = f"node rank {r}" + (f" (Slurm node {slurm})" if slurm else "")
+            self.node_faults[r] = (RULE_TIMEOUT, f"{who} did not join within {self.cfg.join_timeout:g}s")
+        self.reporter.log(f"{len(self.infos)} of {self.cfg.nnodes} node(s) joined"
+                          + (f"; missing: {', '.join(self.node_faults[r][1].split(' did not')[0] for r in sorted(missing))}"
+                             if missing else ""))
 
     def _gather_compute(self, units: list[int]) -> None:
         wanted = [u for u in units if self.infos[u].get("compute")]
@@ -246,9 +263,14 @@ class Coordinator:
             self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=FAIL,
                                             reason=reason, rule=rule))
         for unit in pp.units:
-            if pp.status[unit] == HEALTHY and unit not in self.node_faults:
+            if unit in self.node_faults or unit in pp.faulty:
+                continue
+            if pp.status[unit] == HEALTHY:
                 self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=PASS,
                                                 reason="passed with a healthy partner"))
+            else:       # never measured: not healthy, not faulty
+                self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit),
+                                                verdict=UNKNOWN, reason="not measured: no partner to pair with"))
         for unit in sorted(self.infos):        # each host's switchbox result, sent with its join
             local = self.infos[unit].get("local") or {}
             for f in local.get("faulty", []):

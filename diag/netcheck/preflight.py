@@ -18,7 +18,7 @@ from diag.netcheck.report import Reporter
 
 
 def run_preflight(cfg: Config) -> int:
-    from diag.netcheck.cli import emit, merge, run_pairwise
+    from diag.netcheck.check import emit, merge, run_pairwise
     from diag.netcheck.switchbox import run_switchbox
 
     me = cfg.node_name or socket.gethostname()

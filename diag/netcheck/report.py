@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from diag.common.ranks import fold
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_HOSTLIST_ITEM = re.compile(r"([^,\[\]]+)(?:\[([^\]]*)\]([^,\[\]]*))?")
 
 
 def slurm_hostlist(names: Iterable[str]) -> str:
@@ -48,6 +49,27 @@ def slurm_hostlist(names: Iterable[str]) -> str:
             ranges.append("-".join(f"{int(x):0{width}d}" for x in piece.split("-")))
         parts.append(f"{prefix}[{','.join(ranges)}]")
     return ",".join(parts + plain)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """``"gpu[01-03,7],cpu1"`` -> ``["gpu01", "gpu02", "gpu03", "gpu7", "cpu1"]`` (Slurm's order).
+
+    The inverse of :func:`slurm_hostlist` for what Slurm puts in
+    SLURM_JOB_NODELIST; a list it cannot read gives [] (names then stay unknown).
+    """
+    out: list[str] = []
+    for match in _HOSTLIST_ITEM.finditer(text or ""):
+        prefix, ranges, suffix = match.group(1), match.group(2), match.group(3) or ""
+        if ranges is None:
+            out.append(prefix + suffix)
+            continue
+        for piece in ranges.split(","):
+            lo, _, hi = piece.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                return []
+            width = len(lo) if lo.startswith("0") else 0
+            out.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def taint_commands(faulty: dict[str, str], key: str) -> list[str]:
