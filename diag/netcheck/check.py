@@ -57,16 +57,14 @@ def run_pairwise(cfg: Config, local_doc: dict[str, Any] | None = None) -> dict[s
 
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One fault list from the switchbox and pairwise parts (records and faults kept)."""
-    faulty: dict[str, str] = {}
+    entries = [e for doc in docs for e in faultlist.entries_of(doc)]
     records: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
     for doc in docs:
-        for f in doc["faulty"]:
-            faulty[f["node"]] = f"{faulty[f['node']]} | {f['reason']}" if f["node"] in faulty else f["reason"]
         records.extend(doc["records"])
         extra.update({k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")})
     created = min((d["created_unix"] for d in docs), default=None)
-    return faultlist.to_document(faulty, records, created, **extra)
+    return faultlist.to_document(entries, records, created, **extra)
 
 
 def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
@@ -89,10 +87,8 @@ def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
         render_table(doc)
     sys.stdout.flush()
     if cfg.output:
-        faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
-        extra = {k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")}
         try:
-            faultlist.write(cfg.output, faulty, doc["records"], doc["created_unix"], **extra)
+            faultlist.write_document(cfg.output, doc)
         except OSError as exc:
             raise NetcheckError(f"--output: cannot write {cfg.output} ({exc.strerror or exc}); "
                                 "give a path in a writable directory") from None

@@ -60,6 +60,7 @@ class Config:
     switchbox_size: int = 256 << 20
     nvml_replay: str | None = None
     slurm_nodes: list[str] = field(default_factory=list)   # SLURM_JOB_NODELIST, expanded: node rank -> name
+    host_rank: int = 0                      # this host's node rank (GROUP_RANK under --nproc-per-node)
     spawn_dir: str = ""                     # set by --nproc-per-node for its children (spawn.py)
     nproc_per_node: int = 1                 # >1: start that many local processes (one per GPU) via torchrun
     extra: dict = field(default_factory=dict)
@@ -217,6 +218,7 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
     _rendezvous(ns, env, cfg)
     from diag.netcheck.report import expand_hostlist
     cfg.spawn_dir = env.get("NETCHECK_SPAWN_DIR", "")
+    cfg.host_rank = int(env["GROUP_RANK"]) if env.get("GROUP_RANK", "").isdigit() else cfg.node_rank
     cfg.slurm_nodes = expand_hostlist(env.get("SLURM_JOB_NODELIST", ""))
     if ns.mode == "preflight":
         cfg.pairwise = ns.nnodes is not None or "WORLD_SIZE" in env

@@ -31,10 +31,14 @@ class Coordinator:
         self.node_faults: dict[int, tuple[str, str]] = {}     # unit -> (rule, reason), outside pairing
         self.pair_rule: dict[frozenset, str] = {}
         self.timing: dict[str, Any] = {"rounds_s": []}
+        self.display: dict[int, str] = {}                     # unit -> unique name, where hostnames repeat
+        self.unmeasured: dict[int, str] = {}                  # unit -> why it stays unknown
         self.posted = 0                                        # the last plan/<round> posted
 
     # -- names -------------------------------------------------------------
     def host(self, unit: int) -> str:
+        if unit in self.display:
+            return self.display[unit]
         if unit in self.infos:
             return self.infos[unit]["name"]
         slurm = self.slurm_name(unit)
@@ -50,7 +54,7 @@ class Coordinator:
         info = self.infos.get(unit)
         if info and info.get("local_world_size", 1) > 1:
             kind = "gpu" if info.get("device") == "cuda" else "proc"
-            return f"{info['name']}:{kind}{info['local_rank']}"
+            return f"{self.host(unit)}:{kind}{info['local_rank']}"
         return self.host(unit)
 
     def gpu(self, unit: int) -> int | None:
@@ -62,6 +66,7 @@ class Coordinator:
         started = time.monotonic()
         self._gather_joins()
         self.timing["join_s"] = time.monotonic() - started
+        self._name_nodes()
         checking = time.monotonic()
         units = sorted(self.infos, key=lambda u: (self.infos[u].get("local_rank", 0), u))
         pp = Pinpointer(units, hosts={u: self.host(u) for u in units},
@@ -125,6 +130,23 @@ class Coordinator:
         self.reporter.log(f"{len(self.infos)} of {self.cfg.nnodes} node(s) joined"
                           + (f"; missing: {', '.join(self.node_faults[r][1].split(' did not')[0] for r in sorted(missing))}"
                              if missing else ""))
+
+    def _name_nodes(self) -> None:
+        """Where several hosts (told apart by address and node rank) share a name,
+        show each as ``name#<node rank>``, and say so once."""
+        hosts: dict[str, dict[tuple, list[int]]] = {}
+        for u, info in self.infos.items():
+            key = (info.get("addr"), info.get("host_rank", u))
+            hosts.setdefault(info["name"], {}).setdefault(key, []).append(u)
+        shared = sorted(n for n, by_host in hosts.items() if len(by_host) > 1)
+        for name in shared:
+            for (_, host_rank), units in hosts[name].items():
+                for u in units:
+                    self.display[u] = f"{name}#{host_rank}"
+        if shared:
+            count = sum(len(hosts[n]) for n in shared)
+            self.reporter.log(f"warning: {count} nodes share the name(s) {', '.join(shared)}; shown as "
+                              f"{shared[0]}#<node rank>; give each --node-name (or XPU_TIMER_NODE_NAME)")
 
     def _gather_compute(self, units: list[int]) -> None:
         wanted = [u for u in units if self.infos[u].get("compute")]
@@ -247,44 +269,51 @@ class Coordinator:
                 return results[u]["rule"], f"{self.label(u)}: {results[u]['error']}"
         return None
 
+    def _entry(self, unit: int, reason: str) -> faultlist.FaultEntry:
+        info = self.infos.get(unit, {})
+        return faultlist.FaultEntry(self.host(unit), reason, info.get("hostname") or self.slurm_name(unit) or "",
+                                    info.get("host_rank", unit), info.get("addr") or "")
+
+    def _node_record(self, unit: int, verdict: str, reason: str, rule: str = "") -> Measurement:
+        info = self.infos.get(unit, {})
+        return Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=verdict, reason=reason,
+                           rule=rule, extra={"node_rank": info.get("host_rank", unit), "hostname": info.get("hostname"),
+                                             "addr": info.get("addr"), "iface": info.get("iface")})
+
     def _finish(self, pp: Pinpointer) -> dict[str, Any]:
-        faulty: dict[str, list[str]] = {}
+        entries: list[faultlist.FaultEntry] = []
         extra_records: list[dict[str, Any]] = []
         switchbox: dict[str, Any] = {}
         for unit, reason in sorted(pp.faulty.items()):
             rule = self.node_faults.get(unit, (None,))[0] or self._pinned_rule(unit, pp)
-            faulty.setdefault(self.host(unit), []).append(f"{self.label(unit)}: {reason}")
-            self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=FAIL,
-                                            reason=reason, rule=rule))
+            entries.append(self._entry(unit, f"{self.label(unit)}: {reason}"))
+            self.records.append(self._node_record(unit, FAIL, reason, rule))
         for unit, (rule, reason) in sorted(self.node_faults.items()):
             if unit in pp.faulty:
                 continue
-            faulty.setdefault(self.host(unit), []).append(f"{self.label(unit)}: {reason}")
-            self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=FAIL,
-                                            reason=reason, rule=rule))
+            entries.append(self._entry(unit, f"{self.label(unit)}: {reason}"))
+            self.records.append(self._node_record(unit, FAIL, reason, rule))
         for unit in pp.units:
             if unit in self.node_faults or unit in pp.faulty:
                 continue
             if pp.status[unit] == HEALTHY:
-                self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=PASS,
-                                                reason="passed with a healthy partner"))
+                self.records.append(self._node_record(unit, PASS, "passed with a healthy partner"))
             else:       # never measured: not healthy, not faulty
-                self.records.append(Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit),
-                                                verdict=UNKNOWN, reason="not measured: no partner to pair with"))
+                self.records.append(self._node_record(unit, UNKNOWN, self.unmeasured.get(
+                    unit, "not measured: no partner to pair with")))
         for unit in sorted(self.infos):        # each host's switchbox result, sent with its join
             local = self.infos[unit].get("local") or {}
-            for f in local.get("faulty", []):
-                faulty.setdefault(f["node"], []).append(f["reason"])
+            entries.extend(self._entry(unit, f["reason"]) for f in local.get("faulty", []))
             extra_records.extend(local.get("records", []))
             if local.get("switchbox"):
                 switchbox[self.host(unit)] = local["switchbox"]
         summary = {"rounds": pp.rounds, "nodes": self.cfg.nnodes, "joined": len(self.infos),
                    "size": self.infos.get(0, {}).get("size"), "backend": self.infos.get(0, {}).get("backend"),
-                   "timing": self.timing, "switchbox": switchbox}
+                   "timing": self.timing, "switchbox": switchbox, "unknown": sorted(self.host(u) for u in pp.units
+                   if u not in pp.faulty and u not in self.node_faults and pp.status[u] != HEALTHY)}
         self.records.append(Measurement("*", "rounds", float(pp.rounds), "", verdict=INFO,
                                         reason=f"{pp.rounds} round(s) for {self.cfg.nnodes} node(s)"))
-        return faultlist.to_document({n: " | ".join(r) for n, r in faulty.items()},
-                                     [m.to_dict() for m in self.records] + extra_records, summary=summary)
+        return faultlist.to_document(entries, [m.to_dict() for m in self.records] + extra_records, summary=summary)
 
     def _pinned_rule(self, unit: int, pp: Pinpointer) -> str:
         rules_seen = [self.pair_rule[frozenset((o.a, o.b))] for o in pp.bad_pairs

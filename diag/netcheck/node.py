@@ -41,12 +41,16 @@ class Node:
         self.cfg, self.session, self.local_doc = cfg, session, local_doc
         self.backend = pick_backend(cfg)
         self.device = pick_device(self.backend, cfg)
+        from diag.netcheck.iface import choose
+        self.endpoint = choose(cfg, self.backend)
         self.size = cfg.size or (GPU_DEFAULT_SIZE if self.device.type == "cuda" else CPU_DEFAULT_SIZE)
         self.abandoned = False
 
     def info(self) -> dict[str, Any]:
         gpu = self.device.type == "cuda"
         return {"name": self.cfg.node_name or socket.gethostname(), "hostname": socket.gethostname(),
+                "addr": self.endpoint.addr, "iface": self.endpoint.iface, "iface_how": self.endpoint.how,
+                "host_rank": self.cfg.host_rank,
                 "local_rank": self.cfg.local_rank, "local_world_size": self.cfg.local_world_size,
                 "device": self.device.type, "backend": self.backend, "size": self.size,
                 "device_name": torch.cuda.get_device_name(self.device) if gpu else "cpu",
@@ -87,7 +91,7 @@ class Node:
 
         def job() -> dict[str, Any]:
             group = make_group(cfg.master_addr, cfg.master_port, f"netcheck/pg/{rnd}/{index}/", pos,
-                               cfg.timeout, self.backend, cfg.iface)
+                               cfg.timeout, self.backend, cfg.iface, self.endpoint.addr)
             return run_pair_tests(group, pos, self.device, self.size, warmup, cfg.iters, cfg.timeout)
 
         what = f"round {rnd} with node rank {peer}"

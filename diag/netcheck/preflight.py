@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import sys
 
+from diag import faultlist
 from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, NetcheckError
 from diag.netcheck.config import Config
 from diag.netcheck.report import Reporter
@@ -35,8 +36,12 @@ def run_preflight(cfg: Config) -> int:
         return EXIT_HEALTHY
     doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local])
     emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
-    faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
-    if me in faulty:
-        print(f"netcheck preflight: {me} is faulty: {faulty[me]}", file=sys.stderr)
+    from diag.common.net import local_addrs
+    listed = faultlist.FaultList(doc["created_unix"], entries=faultlist.entries_of(doc))
+    hit = listed.match(cfg.node_name, socket.gethostname(), local_addrs())
+    if hit is not None:
+        entry, how = hit
+        print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is faulty: {entry.reason}",
+              file=sys.stderr)
         return EXIT_FAULTY
     return EXIT_HEALTHY

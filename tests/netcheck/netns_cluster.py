@@ -63,27 +63,30 @@ class Cluster:
         subprocess.run(["ip", "netns", "exec", self.ns[k], "tc", "qdisc", "add", "dev", self.node_if[k], *tbf],
                        check=True)
 
-    def start(self, k: int, args: list[str], port: int) -> subprocess.Popen:
+    def start(self, k: int, args: list[str], port: int, plain: bool = False) -> subprocess.Popen:
+        """Node k's netcheck. ``plain``: no --iface and no --node-name, as a new user
+        would run it (every namespace shares the host's hostname)."""
         # nice -10: other jobs on a shared CI host must not decide a bandwidth
         # verdict; the throttled link is what the test is about.
         cmd = ["ip", "netns", "exec", self.ns[k], "nice", "-n", "-10", PYTHON, "-m", "diag.netcheck.cli",
                "--nnodes", str(self.n), "--node-rank", str(k), "--master-addr", self.addr[0],
-               "--master-port", str(port), "--node-name", f"node{k}", "--iface", self.node_if[k],
+               "--master-port", str(port), *([] if plain else ["--node-name", f"node{k}", "--iface", self.node_if[k]]),
                "--backend", "gloo", "--no-progress", *args]
         env = {k2: v for k2, v in os.environ.items() if k2 not in ("WORLD_SIZE", "RANK", "MASTER_ADDR",
-                                                                   "MASTER_PORT", "XPU_TIMER_NODE_NAME")}
+                                                                   "MASTER_PORT", "XPU_TIMER_NODE_NAME",
+                                                                   "GLOO_SOCKET_IFNAME", "SLURM_JOB_NODELIST")}
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc
 
     def run_all(self, args_for, port: int = 29500, timeout: float = 90.0, on_line=None,
-                hung: frozenset = frozenset()) -> list[tuple[int, str, str]]:
+                hung: frozenset = frozenset(), plain: bool = False) -> list[tuple[int, str, str]]:
         """Start every node (node 0 first), wait for all; returns [(rc, stdout, stderr)].
 
         ``on_line(line, procs)`` sees node 0's stderr lines as they come.
         Nodes in ``hung`` are not waited for: they are killed once the others end.
         """
-        procs = [self.start(k, args_for(k), port) for k in range(self.n)]
+        procs = [self.start(k, args_for(k), port, plain) for k in range(self.n)]
         streams: dict[tuple[int, str], list[str]] = {}
 
         def pump(k: int, name: str, stream) -> None:
@@ -112,6 +115,11 @@ class Cluster:
             r.join(5)
         return [(p.returncode, "".join(streams.get((k, "out"), [])), "".join(streams.get((k, "err"), [])))
                 for k, p in enumerate(procs)]
+
+    def exec(self, k: int, cmd: list[str], env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run ``cmd`` in node k's namespace."""
+        return subprocess.run(["ip", "netns", "exec", self.ns[k], *cmd], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=timeout)
 
     def kill_all(self) -> None:
         for proc in self.procs:

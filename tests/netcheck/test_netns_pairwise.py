@@ -103,3 +103,39 @@ def test_hung_node_is_aborted_and_named(netns_cluster, tmp_path):
     partner = [r for r in doc["records"] if r["metric"] == "pair" and r["node"] == "node0" and r["round"] == 1]
     assert partner and partner[0]["rule"] in ("timeout", "error")
     assert results[2][0] == 1 and results[3][0] == 1
+
+
+def test_new_user_run_picks_the_routed_interface_and_names_nodes_apart(netns_cluster, tmp_path):
+    """No --iface, no --node-name: every namespace shares this host's hostname, which
+    resolves to loopback here, so gloo's default device used to bind 127.0.0.1 and
+    every pair was refused. The route to the master picks the veth, and the slow node
+    is named uniquely (hostname#node rank) with its address. The launcher then refuses
+    that node by address, and only that one."""
+    import os
+    import socket
+    import sys
+    c = netns_cluster(5)
+    c.throttle(3, RATE)
+    out = tmp_path / "faults.json"
+    results = c.run_all(lambda k: SMALL + (["--output", str(out)] if k == 0 else []), port=29625, plain=True)
+    assert results[0][0] == 1, results[0][2][-3000:]
+    host = socket.gethostname()
+    assert f"warning: 5 nodes share the name(s) {host}" in results[0][2]
+    doc = json.loads(out.read_text())
+    assert [(f["node"], f["node_rank"], f["addr"], f["hostname"]) for f in doc["faulty"]] == \
+        [(f"{host}#3", 3, c.addr[3], host)]
+    nodes = {r["node"]: r for r in doc["records"] if r["metric"] == "node"}
+    assert {n: r["extra"]["addr"] for n, r in nodes.items()} == {f"{host}#{k}": c.addr[k] for k in range(5)}
+    assert all(r["extra"]["iface"] == c.node_if[k] for k in range(5) for n, r in nodes.items() if n.endswith(f"#{k}"))
+    assert results[0][1].count(f"{host}#") >= 5     # the table shows every node by its unique name
+
+    script = tmp_path / "train.py"
+    script.write_text("print('TRAINED')\n")
+    env = {k: v for k, v in os.environ.items() if k != "XPU_TIMER_NODE_NAME"}
+    launch = [sys.executable, "-m", "diag.launcher.main", "--fault-list", str(out), "--no-hook", "--timeline-path",
+              str(tmp_path / "tl"), "--nnodes", "1", "--nproc-per-node", "1", str(script)]
+    refused = c.exec(3, launch, env)
+    assert refused.returncode == 75 and f"node {host}#3 is marked faulty" in refused.stderr, refused.stderr
+    assert "(matched by address)" in refused.stderr
+    started = c.exec(2, launch, env)
+    assert started.returncode == 0 and "TRAINED" in started.stdout, started.stderr[-2000:]
