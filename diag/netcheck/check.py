@@ -84,7 +84,7 @@ def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
     elif cfg.format == "taints":
         print("\n".join(taint_commands({f["node"]: f["reason"] for f in doc["faulty"]}, cfg.taint_key)))
     else:
-        render_table(doc)
+        render_table(doc, verbose=cfg.verbose)
     sys.stdout.flush()
     if cfg.output:
         try:

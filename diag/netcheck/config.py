@@ -53,6 +53,7 @@ class Config:
     format: str = "table"
     taint_key: str = "xpu-diag/faulty"
     progress: bool = True
+    verbose: bool = False
     switchbox: bool = False
     box_pairs: list[tuple[int, int]] | None = None
     min_bandwidth: float = 10000.0          # MB/s
@@ -156,6 +157,7 @@ def _parser(mode: str = "check") -> argparse.ArgumentParser:
     o.add_argument("--format", choices=FORMATS, default="table",
                    help="table (default), json, slurm (a hostlist for sbatch --exclude), taints (kubectl)")
     o.add_argument("--taint-key", default="xpu-diag/faulty", help="--format taints: the taint key")
+    o.add_argument("--verbose", action="store_true", help="table: one row per measurement, not per node")
     o.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     s = p.add_argument_group("switchbox")
     if not preflight:
@@ -203,7 +205,7 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
     cfg = Config(mode=ns.mode, backend=ns.backend, warmup=ns.warmup, iters=ns.iters,
                  compute=ns.compute, max_rounds=ns.max_rounds, min_busbw=ns.min_busbw,
                  profile=ns.profile, rel_ratio=ns.rel_ratio, mad_z=ns.mad_z, output=ns.output,
-                 format=ns.format, taint_key=ns.taint_key, progress=not ns.no_progress,
+                 format=ns.format, taint_key=ns.taint_key, progress=not ns.no_progress, verbose=ns.verbose,
                  switchbox=ns.switchbox_check or ns.mode == "preflight",
                  min_bandwidth=ns.min_bandwidth, min_channels=ns.min_channels, nvml_replay=ns.nvml_replay,
                  nproc_per_node=ns.nproc_per_node)
