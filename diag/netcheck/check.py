@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from diag import faultlist
-from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, NetcheckError
+from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, EXIT_INCOMPLETE, NetcheckError
 from diag.netcheck.config import Config
 from diag.netcheck.report import Reporter, render_table, slurm_hostlist, taint_commands
 
@@ -105,4 +105,11 @@ def run(cfg: Config) -> int:
         hand_up(cfg, doc=doc)
     else:
         emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
-    return EXIT_FAULTY if doc["faulty"] else EXIT_HEALTHY
+    return verdict_code(doc)
+
+
+def verdict_code(doc: dict[str, Any]) -> int:
+    """1 when a node is faulty; else 4 when --deadline left nodes unknown; else 0."""
+    if doc["faulty"]:
+        return EXIT_FAULTY
+    return EXIT_INCOMPLETE if doc.get("summary", {}).get("unknown") else EXIT_HEALTHY

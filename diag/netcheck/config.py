@@ -42,7 +42,8 @@ class Config:
     warmup: int = 2
     iters: int = 5
     timeout: float = 60.0
-    join_timeout: float = 300.0
+    join_timeout: float = 120.0
+    deadline: float = 300.0                 # the whole check; nodes not measured by then are unknown
     min_busbw: float | None = None          # GB/s
     profile: str = "auto"
     rel_ratio: float = 0.5
@@ -144,7 +145,9 @@ def _parser(mode: str = "check") -> argparse.ArgumentParser:
     m.add_argument("--warmup", type=int, default=2, help="untimed iterations before timing (default 2)")
     m.add_argument("--iters", type=int, default=5, help="timed iterations per test (default 5)")
     m.add_argument("--timeout", default="60s", help="deadline of every collective and node (default 60s)")
-    m.add_argument("--join-timeout", default="300s", help="how long to wait for every node to join (default 300s)")
+    m.add_argument("--join-timeout", default="120s", help="how long to wait for every node to join (default 120s)")
+    m.add_argument("--deadline", default="5m", help="the whole check (default 5m): what is measured by then is "
+                                                    "written, the rest of the nodes are unknown (exit 4)")
     m.add_argument("--compute", choices=("auto", "on", "off"), default="auto", help="GEMM check (auto: on GPU)")
     m.add_argument("--max-rounds", type=int, default=10, help="stop pinning faults after this many rounds")
     t = p.add_argument_group("thresholds")
@@ -213,6 +216,7 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
         cfg.size = parse_size(ns.size, "--size") if ns.size else None
         cfg.timeout = parse_duration(ns.timeout, "--timeout")
         cfg.join_timeout = parse_duration(ns.join_timeout, "--join-timeout")
+        cfg.deadline = parse_duration(ns.deadline, "--deadline")
         cfg.switchbox_size = parse_size(ns.switchbox_size, "--switchbox-size")
     except UnitError as exc:
         raise ConfigError(str(exc)) from None

@@ -14,7 +14,7 @@ from diag import faultlist
 from diag.netcheck import rules
 from diag.netcheck.api import FAIL, INFO, PASS, UNKNOWN, RULE_PAIRING, RULE_TIMEOUT, Measurement
 from diag.netcheck.config import Config
-from diag.netcheck.pairing import HEALTHY, PairOutcome, Pinpointer
+from diag.netcheck.pairing import FAULTY, HEALTHY, PairOutcome, Pinpointer
 from diag.netcheck.pairjob import pair_job_budget
 from diag.netcheck.report import Reporter
 from diag.netcheck.session import POLL_S, Session
@@ -64,6 +64,7 @@ class Coordinator:
     # -- phases ------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
+        self.deadline = started + self.cfg.deadline
         self._gather_joins()
         self.timing["join_s"] = time.monotonic() - started
         self._name_nodes()
@@ -72,7 +73,7 @@ class Coordinator:
         pp = Pinpointer(units, hosts={u: self.host(u) for u in units},
                         names={u: self.label(u) for u in units}, max_rounds=self.cfg.max_rounds)
         self._gather_compute(units)
-        while (pairs := pp.plan()) is not None:
+        while not self._past_deadline() and (pairs := pp.plan()) is not None:
             rnd = self.posted = pp.rounds
             self.session.set_json(f"plan/{rnd}", {"done": False, "round": rnd, "pairs": pairs,
                                                   "warmup": self._warmup(rnd)})
@@ -80,15 +81,22 @@ class Coordinator:
             round_start = time.monotonic()
             results = self._collect(rnd, pairs)
             self._add_to_fleet(pairs, results)
-            pp.record([self._judge(rnd, a, b, results, pp) for a, b in pairs])
+            pp.record([o for a, b in pairs if (o := self._judge(rnd, a, b, results, pp)) is not None])
             self.timing["rounds_s"].append(time.monotonic() - round_start)
         self.timing["check_s"] = time.monotonic() - checking
+        if self._past_deadline():
+            for u in pp.units:
+                if pp.status[u] not in (HEALTHY, FAULTY):
+                    self.unmeasured.setdefault(u, f"not measured before --deadline {self.cfg.deadline:g}s")
         doc = self._finish(pp)
         # Nodes read plan/1, plan/2, ... in turn: the final document goes
         # right after the last plan posted (plan/1 when no pair could be formed).
         self.session.set_json(f"plan/{self.posted + 1}", {"done": True, "doc": doc})
         self._await_acks()
         return doc
+
+    def _past_deadline(self) -> bool:
+        return time.monotonic() >= self.deadline
 
     def _await_acks(self) -> None:
         # The store lives in this process: keep it up until every live node
@@ -115,7 +123,7 @@ class Coordinator:
         return self.cfg.warmup if rnd == 1 or self.cfg.iters < 3 else 0
 
     def _gather_joins(self) -> None:
-        deadline = time.monotonic() + self.cfg.join_timeout
+        deadline = min(time.monotonic() + self.cfg.join_timeout, self.deadline)
         missing = set(range(self.cfg.nnodes))
         while missing and time.monotonic() < deadline:
             for r in sorted(missing):
@@ -126,7 +134,8 @@ class Coordinator:
         for r in sorted(missing):
             slurm = self.slurm_name(r)
             who = f"node rank {r}" + (f" (Slurm node {slurm})" if slurm else "")
-            self.node_faults[r] = (RULE_TIMEOUT, f"{who} did not join within {self.cfg.join_timeout:g}s")
+            waited = min(self.cfg.join_timeout, self.cfg.deadline)
+            self.node_faults[r] = (RULE_TIMEOUT, f"{who} did not join within {waited:g}s")
         self.reporter.log(f"{len(self.infos)} of {self.cfg.nnodes} node(s) joined"
                           + (f"; missing: {', '.join(self.node_faults[r][1].split(' did not')[0] for r in sorted(missing))}"
                              if missing else ""))
@@ -193,6 +202,8 @@ class Coordinator:
             for u in sorted(pending):
                 if self.session.has(f"result/{rnd}/{u}"):
                     results[u] = self.session.get_json(f"result/{rnd}/{u}")
+                elif self._past_deadline():      # never measured: unknown, not faulty
+                    results[u] = {"ok": False, "deadline": True}
                 elif self._gone(u) or time.monotonic() > cap:
                     results[u] = None
                 else:
@@ -224,11 +235,18 @@ class Coordinator:
                 for test in ra["tests"]:
                     self.fleet.setdefault(test, []).append(self._pair_busbw(a, b, results, test))
 
-    def _judge(self, rnd: int, a: int, b: int, results: dict, pp: Pinpointer) -> PairOutcome:
+    def _judge(self, rnd: int, a: int, b: int, results: dict, pp: Pinpointer) -> PairOutcome | None:
         link = f"{self.label(a)}<->{self.label(b)}"
+        if any((results.get(u) or {}).get("deadline") for u in (a, b)):
+            why = f"pair {link} not finished by --deadline {self.cfg.deadline:g}s"
+            self.reporter.log(f"round {rnd}: {why}; both stay unknown")
+            for u in (a, b):
+                self.unmeasured.setdefault(u, f"not measured: {why}")
+            return None
         failure = self._pair_failure(a, b, results, pp)
         if failure:
             rule, reason = failure
+            self.reporter.log(f"round {rnd}: pair {link} abandoned ({rule}): {reason}")
             for u in (a, b):
                 self.records.append(Measurement(self.host(u), "pair", None, "", gpu=self.gpu(u), link=link,
                                                 verdict=FAIL, reason=reason, rule=rule, round=rnd))

@@ -10,6 +10,7 @@ the device may be wedged.
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import torch
@@ -19,6 +20,9 @@ from diag.netcheck.config import CPU_DEFAULT_SIZE, GPU_DEFAULT_SIZE, Config
 from diag.netcheck.measure.gemm import run_gemm
 from diag.netcheck.pairjob import guarded, make_group, pair_job_budget, run_pair_tests
 from diag.netcheck.session import Session
+
+
+DEADLINE_GRACE_S = 2.0     # past --deadline, so the coordinator has stopped waiting first
 
 
 def pick_backend(cfg: Config) -> str:
@@ -45,6 +49,7 @@ class Node:
         self.endpoint = choose(cfg, self.backend)
         self.size = cfg.size or (GPU_DEFAULT_SIZE if self.device.type == "cuda" else CPU_DEFAULT_SIZE)
         self.abandoned = False
+        self.deadline = time.monotonic() + cfg.deadline
 
     def info(self) -> dict[str, Any]:
         gpu = self.device.type == "cuda"
@@ -95,7 +100,13 @@ class Node:
             return run_pair_tests(group, pos, self.device, self.size, warmup, cfg.iters, cfg.timeout)
 
         what = f"round {rnd} with node rank {peer}"
-        result, abandoned = guarded(job, pair_job_budget(cfg.timeout, cfg.warmup, cfg.iters), what)
+        # --deadline cuts the job short: the coordinator then posts the final
+        # document (this pair unknown), which this node must still read.
+        budget = pair_job_budget(cfg.timeout, cfg.warmup, cfg.iters)
+        left = self.deadline - time.monotonic() + DEADLINE_GRACE_S
+        result, abandoned = guarded(job, max(min(budget, left), 0.1), what)
+        if abandoned and left < budget:
+            result, abandoned = {"ok": False, "deadline": True, "error": f"{what}: cut by --deadline"}, False
         result["abandoned"] = abandoned
         self.abandoned = self.abandoned or abandoned
         self.session.set_json(f"result/{rnd}/{cfg.node_rank}", result)

@@ -20,7 +20,7 @@ import tempfile
 from typing import Any, Sequence
 
 from diag.common.atomic import write_atomic
-from diag.netcheck.api import EXIT_CANNOT_RUN, EXIT_FAULTY, EXIT_HEALTHY
+from diag.netcheck.api import EXIT_CANNOT_RUN, EXIT_FAULTY, EXIT_HEALTHY, EXIT_INCOMPLETE
 from diag.netcheck.config import Config
 
 SPAWN_DIR_ENV = "NETCHECK_SPAWN_DIR"
@@ -90,10 +90,10 @@ def spawn(cfg: Config, argv: Sequence[str]) -> int:
     if doc is None:
         print(f"netcheck: node rank {cfg.node_rank}: no local process reached a verdict", file=sys.stderr)
         return code or EXIT_CANNOT_RUN
-    from diag.netcheck.check import emit
+    from diag.netcheck.check import emit, verdict_code
     emit(cfg, doc, lead=cfg.node_rank == 0)
-    worst = max([c for c in codes if c not in (EXIT_HEALTHY, EXIT_FAULTY)] + [code], default=0)
-    return worst or (EXIT_FAULTY if doc["faulty"] else EXIT_HEALTHY)
+    worst = max([c for c in codes if c not in (EXIT_HEALTHY, EXIT_FAULTY, EXIT_INCOMPLETE)] + [code], default=0)
+    return worst or verdict_code(doc)
 
 
 def _run_torchrun(cfg: Config, argv: Sequence[str]) -> int:

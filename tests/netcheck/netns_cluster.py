@@ -63,6 +63,13 @@ class Cluster:
         subprocess.run(["ip", "netns", "exec", self.ns[k], "tc", "qdisc", "add", "dev", self.node_if[k], *tbf],
                        check=True)
 
+    def isolate(self, k: int) -> None:
+        """Node k reaches node 0 (the store) but no other node: its subnet route is
+        replaced by a host route to node 0 (gVisor's tc has no filters)."""
+        subnet = self.addr[0].rsplit(".", 1)[0] + ".0/24"
+        _ip("-n", self.ns[k], "route", "del", subnet, "dev", self.node_if[k])
+        _ip("-n", self.ns[k], "route", "add", f"{self.addr[0]}/32", "dev", self.node_if[k])
+
     def start(self, k: int, args: list[str], port: int, plain: bool = False) -> subprocess.Popen:
         """Node k's netcheck. ``plain``: no --iface and no --node-name, as a new user
         would run it (every namespace shares the host's hostname)."""

@@ -139,3 +139,32 @@ def test_new_user_run_picks_the_routed_interface_and_names_nodes_apart(netns_clu
     assert "(matched by address)" in refused.stderr
     started = c.exec(2, launch, env)
     assert started.returncode == 0 and "TRAINED" in started.stdout, started.stderr[-2000:]
+
+
+def test_node_that_cannot_connect_ends_at_the_deadline_unknown_and_no_one_blamed(netns_cluster, tmp_path):
+    """Node 2 reaches the store but none of its pairs can connect (its TCP is dropped).
+    --timeout is longer than --deadline, so its round-1 pair cannot finish: the run ends
+    at the deadline, node 2 and its partner are unknown (not measured, so neither
+    healthy nor faulty), nodes 0 and 1 pass, and the exit status is 4."""
+    import time
+    c = netns_cluster(4)
+    port = 29626
+    c.isolate(2)
+    out = tmp_path / "faults.json"
+    args = ["--size", "256K", "--warmup", "0", "--iters", "2", "--timeout", "40s", "--deadline", "12s",
+            "--join-timeout", "10s"]
+    start = time.monotonic()
+    results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=port, timeout=60)
+    took = time.monotonic() - start
+    assert [rc for rc, _, _ in results] == [4, 4, 4, 4], [err[-1500:] for _, _, err in results]
+    assert took < 12 + 25, took          # the deadline, plus start-up and exit on a loaded host
+    doc = json.loads(out.read_text())
+    assert doc["faulty"] == []
+    verdicts = {r["node"]: (r["verdict"], r["reason"]) for r in doc["records"] if r["metric"] == "node"}
+    assert {n: v for n, (v, _) in verdicts.items()} == {"node0": "pass", "node1": "pass", "node2": "unknown",
+                                                        "node3": "unknown"}
+    assert "not finished by --deadline 12s" in verdicts["node2"][1]
+    assert doc["summary"]["unknown"] == ["node2", "node3"]
+    err0 = results[0][2]
+    assert "round 1: pair node2<->node3 not finished by --deadline 12s; both stay unknown" in err0
+    assert not any("gloo" in line.lower() for _, _, err in results for line in err.splitlines()), err0
