@@ -27,6 +27,7 @@ import time
 
 import grpc
 
+from diag.common import envnames
 from diag.pb import collector_pb2 as pb
 
 RANKS_PER_AGENT = 8
@@ -57,7 +58,7 @@ def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, s
            "--timeline-path", os.path.join(workdir, "tl"), "--address-file", addr_file,
            "--hang-timeout", f"{args.hang_timeout}s", "--silent-after", "30s",
            "--max-agents", str(args.agents + 16), "--stats-interval", "1s"]
-    proc = subprocess.Popen(cmd, env={**os.environ, "XPU_TIMER_JOB_TOKEN": token}, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env={**os.environ, envnames.JOB_TOKEN: token}, stderr=subprocess.PIPE, text=True)
     seen: dict = {"lines": []}
 
     seen["stats"] = []  # (time read, reports so far, seconds since its previous line), the collector's own count

@@ -71,7 +71,21 @@ def show_event(timeline: str) -> str | None:
         print(f"  {name:40s} {os.path.getsize(os.path.join(event_dir, name)):>9,d} bytes")
     for path in sorted(glob.glob(os.path.join(event_dir, "rank*.py.json"))):
         print(f"  {os.path.basename(path)[:18]}: {innermost_python(path)}")
+    show_timeline(os.path.join(event_dir, "timeline.json"))
     return event_dir
+
+
+def show_timeline(path: str) -> None:
+    """One line about the merged timeline (docs/timeline.md), if it is there."""
+    try:
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    except (OSError, ValueError, KeyError):
+        return
+    spans = [e for e in events if e.get("ph") == "X"]
+    ranks = sorted({e["pid"] - 1 for e in spans})
+    say(f"timeline.json: {len(spans)} spans of ranks {ranks}, the last 30 s before the hang; "
+        f"open it in https://ui.perfetto.dev or chrome://tracing")
 
 
 def innermost_python(path: str) -> str:

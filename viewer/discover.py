@@ -21,7 +21,8 @@ from viewer.api import NoStacks, ViewerError
 
 NAME = re.compile(r"^rank(\d+)-of-(\d+)\.([A-Za-z][\w-]*)\.(json|txt)$")
 _DUMP_EXT = (".json", ".txt", ".log", ".dump", ".stack", ".stacks")
-_SKIP_NAMES = ("hang.json", "summary.txt")  # summary.txt: our own output, on a rerun
+# summary.txt: our own output, on a rerun; timeline.json: a trace, not stacks (docs/timeline.md)
+_SKIP_NAMES = ("hang.json", "summary.txt", "timeline.json")
 
 
 @dataclass

@@ -20,6 +20,8 @@ from diag.agent.connection import Connection
 from diag.agent.sampler import Sampler
 from diag.agent.state import NodeState
 from diag.pb import collector_pb2 as pb
+from diag.timeline import wire
+from diag.timeline.ring import TimelineRing
 
 
 class Agent:
@@ -27,7 +29,9 @@ class Agent:
         self.config = config
         self.state = NodeState(clock)
         self.lock = threading.Lock()          # guards state
-        self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log)
+        self.timeline = TimelineRing(int(config.timeline_window_s * 1e9), config.timeline_max_spans)
+        self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log,
+                               timeline=self.timeline)
         self._stop = threading.Event()
         self._commands: queue.Queue = queue.Queue()
         self._report_seq = 0
@@ -105,8 +109,35 @@ class Agent:
     def submit(self, command: pb.Command) -> None:
         """Called from the connection thread; the work happens on the command
         thread, one command after another, so a KillWorkers sent after a
-        DumpStacks never kills a worker before its stacks were taken."""
+        DumpStacks never kills a worker before its stacks were taken. A
+        timeline request runs on a thread of its own: it must not wait for
+        the stack dumps of the same HANG (seconds), and it takes no ptrace."""
+        if command.WhichOneof("command") == "collect_timeline":
+            threading.Thread(target=self._no_throw_timeline, args=(command.collect_timeline,),
+                             name="xpu-diag-agent-timeline", daemon=True).start()
+            return
         self._commands.put(command)
+
+    def _no_throw_timeline(self, request: pb.CollectTimeline) -> None:
+        try:
+            self.collect_timeline(request)
+        except Exception as exc:
+            self.log(f"timeline request failed: {exc!r}", every=0)
+
+    def collect_timeline(self, request: pb.CollectTimeline) -> pb.TimelineUpload:
+        """Snapshot the ring (after one more pass over the records) and upload it."""
+        self.sample_once()
+        now = time.monotonic_ns()
+        with self.lock:
+            on = self.sampler.timeline is not None   # None: switched off after a failure
+            snaps = self.timeline.snapshot(now, request.last_ns) if on else []
+        cfg = self.config
+        upload = wire.build_upload(snaps, offset_ns=wire.clock_offset_ns(), job_id=cfg.job_id,
+                                   request_id=request.request_id, node_rank=cfg.node_rank,
+                                   hostname=cfg.hostname, window_ns=self.timeline.window_ns)
+        if self.connection is not None:
+            self.connection.upload_timeline(upload)
+        return upload
 
     def _command_loop(self) -> None:
         while True:

@@ -7,8 +7,10 @@ import os
 import socket
 
 from diag.agent import dumps
+from diag.common import envnames
+from diag.timeline.api import DEFAULT_MAX_SPANS, DEFAULT_WINDOW_S
 
-ENV_REPORT_INTERVAL = "XPU_TIMER_REPORT_INTERVAL"
+ENV_REPORT_INTERVAL = envnames.REPORT_INTERVAL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +30,12 @@ class AgentConfig:
     backoff_max: float = 10.0
     dump_tools: tuple = dataclasses.field(default_factory=lambda: dumps.default_tools())  # XPU_TIMER_DUMP_TOOLS
     tool_env: dict | None = None  # env for py-spy/gdb: the launcher's, without LD_PRELOAD etc.
+    timeline_window_s: float = DEFAULT_WINDOW_S     # options.TIMELINE_WINDOW
+    timeline_max_spans: int = DEFAULT_MAX_SPANS     # per rank
 
     def __post_init__(self):
         if not self.report_interval > 0:
             raise ValueError(f"{ENV_REPORT_INTERVAL}: {self.report_interval!r} must be > 0")
+        if not self.timeline_window_s > 0 or self.timeline_max_spans < 1:
+            raise ValueError(f"timeline window {self.timeline_window_s!r} s / cap "
+                             f"{self.timeline_max_spans!r} spans must be > 0")

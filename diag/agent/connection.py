@@ -13,6 +13,7 @@ import time
 
 import grpc
 
+from diag.common import envnames
 from diag.pb import collector_pb2_grpc as pb_grpc
 
 TOKEN_KEY = "x-xpu-diag-token"
@@ -82,7 +83,7 @@ class Connection:
             return
         if code == grpc.StatusCode.UNAUTHENTICATED:
             self.agent.log(f"the collector at {self.config.collector} refused this agent's job "
-                           f"token (XPU_TIMER_JOB_TOKEN must be the same on every node)")
+                           f"token ({envnames.JOB_TOKEN} must be the same on every node)")
         else:
             detail = exc.details() if hasattr(exc, "details") else str(exc)
             self.agent.log(f"collector at {self.config.collector} unreachable "
@@ -104,6 +105,19 @@ class Connection:
                     return False
                 time.sleep(1.0 * (attempt + 1))
         return False
+
+    def upload_timeline(self, upload) -> bool:
+        """UploadTimeline once, with a timeout; never raises. Not retried: the
+        collector closes the request at its deadline anyway."""
+        try:
+            ack = self._stub.UploadTimeline(upload, metadata=self._metadata, timeout=30)
+            if not ack.ok:
+                self.agent.log(f"collector refused the timeline: {ack.message}", every=0)
+            return ack.ok
+        except grpc.RpcError as exc:
+            detail = exc.details() if hasattr(exc, "details") else ""
+            self.agent.log(f"uploading the timeline failed: {exc.code().name} {detail}", every=0)
+            return False
 
     def close(self) -> None:
         with self._call_lock:

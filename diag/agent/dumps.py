@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 
+from diag.common import envnames
 from diag.pb import collector_pb2 as pb
 
 FMT = pb.StackDump.Format
@@ -28,7 +29,7 @@ def py_spy_path() -> str | None:
     return here if os.access(here, os.X_OK) else shutil.which("py-spy")
 
 
-ENV_TOOLS = "XPU_TIMER_DUMP_TOOLS"
+ENV_TOOLS = envnames.DUMP_TOOLS
 ALL_TOOLS = ("py-spy", "gdb", "eu-stack")
 
 

@@ -16,9 +16,10 @@ from diag.records import reader
 
 class Sampler:
     def __init__(self, shm_dir: str, state: NodeState, root_pid: int, log,
-                 is_alive=procs.is_alive, is_descendant=procs.is_descendant):
+                 is_alive=procs.is_alive, is_descendant=procs.is_descendant, timeline=None):
         self.shm_dir = shm_dir
         self.state = state
+        self.timeline = timeline   # diag.timeline.ring.TimelineRing: fed the same records
         self.root_pid = root_pid
         self.log = log
         self._is_alive = is_alive
@@ -60,6 +61,7 @@ class Sampler:
             return
         self._readers[path] = rdr
         self.state.add_region(path, rdr.header)
+        self._feed_timeline("add_region", path, rdr.header)
 
     def _drain(self, path: str, rdr: reader.RegionReader) -> None:
         alive = self._is_alive(rdr.header.pid)
@@ -68,6 +70,8 @@ class Sampler:
             self.busiest = max(self.busiest, len(records) / rdr.header.capacity)
             self.state.apply(path, records)
             self.state.set_dropped(path, rdr.dropped)
+            self._feed_timeline("apply", path, records)
+            self._feed_timeline("set_dropped", path, rdr.dropped)
         except (OSError, ValueError) as exc:
             self.log(f"reading region {path} failed: {exc}")
             alive = False
@@ -76,12 +80,24 @@ class Sampler:
         # Read after the death check, so no record written before exit is lost.
         self.state.mark_exited(rdr.header.pid)
         self.state.remove_region(path)
+        self._feed_timeline("remove_region", path)
         del self._readers[path]
         rdr.close()
         try:
             os.unlink(path)
         except OSError:
             pass
+
+    def _feed_timeline(self, method: str, *args) -> None:
+        """The timeline is an extra: if it fails, it is switched off (one line)
+        and the hang path it shares this loop with goes on."""
+        if self.timeline is None:
+            return
+        try:
+            getattr(self.timeline, method)(*args)
+        except Exception as exc:
+            self.timeline = None
+            self.log(f"timeline switched off: {method} failed: {exc!r}", every=0)
 
     def close(self) -> None:
         for rdr in self._readers.values():

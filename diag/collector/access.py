@@ -51,7 +51,7 @@ def resolve(collector: str | None, job_dir: str | None, env: Mapping[str, str] |
         return collector, token
     if not job_dir:
         raise AccessError("no collector given: pass --job <timeline-path>/<job> "
-                          "(or --collector HOST:PORT with XPU_TIMER_JOB_TOKEN set)")
+                          f"(or --collector HOST:PORT with {TOKEN_ENV} set)")
     path = job_dir if os.path.basename(job_dir) == ACCESS_FILE else os.path.join(job_dir, ACCESS_FILE)
     try:
         with open(path, encoding="utf-8") as f:

@@ -13,12 +13,14 @@ import hmac
 
 import grpc
 
+from diag.common import envnames
+
 TOKEN_METADATA_KEY = "x-xpu-diag-token"
 
 
 def _refuse(request_or_iterator, context):
     context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                  f"missing or wrong job token: send metadata {TOKEN_METADATA_KEY} = $XPU_TIMER_JOB_TOKEN")
+                  f"missing or wrong job token: send metadata {TOKEN_METADATA_KEY} = ${envnames.JOB_TOKEN}")
 
 
 def _refusing_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:

@@ -7,24 +7,18 @@ the option and the fix.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
 from typing import Mapping, Sequence
 
-from diag.common.units import UnitError, parse_duration, parse_size
+from diag.common import envnames, options
+from diag.common.options import DEFAULT_SILENT_AFTER_S, ConfigError
 
-TOKEN_ENV = "XPU_TIMER_JOB_TOKEN"
+TOKEN_ENV = envnames.JOB_TOKEN
 HANG_ACTIONS = ("report", "kill")
-# The agent reports about once a second; three missed reports plus slack for a
-# busy node before its ranks count as silent.
-DEFAULT_SILENT_AFTER_S = 3 * 1.0 + 2.0
 _JOB_ID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class ConfigError(ValueError):
-    """A bad option; the message is one user-facing line naming it."""
+__all__ = ["Config", "ConfigError", "DEFAULT_SILENT_AFTER_S", "TOKEN_ENV", "parse_args", "to_argv"]
 
 
 def sanitize_job_id(job_id: str) -> str:
@@ -38,11 +32,7 @@ def sanitize_job_id(job_id: str) -> str:
 
 def parse_listen(text: str, option: str = "--listen") -> tuple[str, int]:
     """``"127.0.0.1:0"`` / ``"[::1]:5000"`` -> (host, port); port 0 means any free port."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{option}: {text!r} is not HOST:PORT; use e.g. 127.0.0.1:0 or 0.0.0.0:50051")
-    if host.startswith("[") != host.endswith("]"):
-        raise ConfigError(f"{option}: {text!r} has an unbalanced IPv6 bracket; use e.g. [::1]:0")
+    host, _, port = options.LISTEN.parse(text, option).rpartition(":")
     return host, int(port)
 
 
@@ -87,51 +77,30 @@ class Config:
         return sanitize_job_id(self.job_id)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would print usage and exit 2
-        raise ConfigError(message)
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m diag.collector", description="xpu-diag job-wide collector (gRPC server)")
-    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to bind; port 0 picks a free one")
-    p.add_argument("--timeline-path", default="/root/timeline", help="root of the event directories")
-    p.add_argument("--hang-timeout", default="300s", help="in-flight age that counts as hung (e.g. 300, 30s, 5m)")
-    p.add_argument("--job-id", required=True, help="job id (torchrun --rdzv-id); [A-Za-z0-9._-] kept in paths")
-    p.add_argument("--hang-action", default="report", help="report | kill (kill ends the workers after the dumps)")
-    p.add_argument("--address-file", default=None, help="write the bound HOST:PORT here once serving")
-    p.add_argument("--silent-after", default=f"{DEFAULT_SILENT_AFTER_S:g}s",
-                   help="an agent with no report for this long is silent")
-    p.add_argument("--dump-timeout", default="60s", help="with --hang-action kill, kill after this even if dumps are missing")
-    p.add_argument("--max-dump-size", default="64M", help="largest accepted stack dump file")
-    p.add_argument("--max-agents", default="4096", help="most agents connected at once")
-    p.add_argument("--stats-interval", default="60s", help="log an ingest-rate line this often")
+def _build_parser():
+    p = options.parser("python -m diag.collector", "xpu-diag job-wide collector (gRPC server)")
+    options.add_arguments(p, options.COLLECTOR)
     return p
 
 
 def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
     """Parse and validate; raises ConfigError (one line) on any bad option.
 
-    ``env`` defaults to ``os.environ``; only XPU_TIMER_JOB_TOKEN is read.
+    ``env`` defaults to ``os.environ``; only XPU_TIMER_JOB_TOKEN is read (the
+    options' own variables are the launcher's business: it passes flags).
     """
     env = os.environ if env is None else env
     ns = _build_parser().parse_args(list(argv))
-    try:
-        max_agents = int(ns.max_agents)
-    except ValueError:
-        raise ConfigError(f"--max-agents: {ns.max_agents!r} is not an integer") from None
-    try:
-        return Config(
-            job_id=ns.job_id, token=env.get(TOKEN_ENV, ""), listen=ns.listen,
-            timeline_path=ns.timeline_path,
-            hang_timeout_s=parse_duration(ns.hang_timeout, "--hang-timeout"),
-            hang_action=ns.hang_action, address_file=ns.address_file,
-            silent_after_s=parse_duration(ns.silent_after, "--silent-after"),
-            dump_timeout_s=parse_duration(ns.dump_timeout, "--dump-timeout"),
-            max_dump_bytes=parse_size(ns.max_dump_size, "--max-dump-size"),
-            max_agents=max_agents, stats_interval_s=parse_duration(ns.stats_interval, "--stats-interval"))
-    except UnitError as exc:
-        raise ConfigError(str(exc)) from None
+    if ns.job_id is None:
+        raise ConfigError("the following arguments are required: --job-id")
+    values = options.resolve(ns, options.COLLECTOR)
+    return Config(token=env.get(TOKEN_ENV, ""), **values)
+
+
+def to_argv(config: Config) -> list[str]:
+    """The command line that ``parse_args`` turns back into ``config`` (with
+    the token in the environment)."""
+    return options.to_argv(options.COLLECTOR, config)
 
 
 def check_timeline_writable(path: str) -> None:

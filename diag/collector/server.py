@@ -27,6 +27,7 @@ from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState
 from diag.collector.watchdog import Watchdog
 from diag.pb import collector_pb2_grpc as pb_grpc
+from diag.timeline.gather import TimelineGatherer
 
 log = logging.getLogger("diag.collector")
 SERVICE_NAME = "diag.pb.Collector"
@@ -50,6 +51,7 @@ class CollectorServer(grpc.Server):
         self.registry = registry
         self.events = events
         self.watchdog = watchdog
+        self.timelines = watchdog.timelines
         self._health = health_servicer
 
     def add_generic_rpc_handlers(self, generic_rpc_handlers):
@@ -86,7 +88,8 @@ def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, in
     """
     parse_listen(listen_addr)
     state, registry, events = JobState(), SessionRegistry(config.max_agents), EventStore(config)
-    watchdog = Watchdog(config, state, registry, events)
+    timelines = TimelineGatherer(config.job_id, registry)
+    watchdog = Watchdog(config, state, registry, events, timelines=timelines)
     rpc_limit = config.max_agents + SPARE_THREADS
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=rpc_limit, thread_name_prefix="collector-rpc")
     inner = grpc.server(pool, interceptors=[TokenInterceptor(config.token)], maximum_concurrent_rpcs=rpc_limit,
@@ -102,7 +105,7 @@ def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, in
                                  ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
                                  ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                                  ("grpc.http2.max_ping_strikes", 0)])
-    pb_grpc.add_CollectorServicer_to_server(CollectorServicer(config, state, registry, events), inner)
+    pb_grpc.add_CollectorServicer_to_server(CollectorServicer(config, state, registry, events, timelines), inner)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, inner)
     for name in ("", SERVICE_NAME):

@@ -63,16 +63,22 @@ class SessionRegistry:
             s.commands.append(command)
         return len(sessions)
 
+    def node_ranks(self) -> list[int]:
+        with self._lock:
+            return list(self._sessions)
+
     def __len__(self) -> int:
         return len(self._sessions)
 
 
 class CollectorServicer(pb_grpc.CollectorServicer):
-    def __init__(self, config: Config, state: JobState, registry: SessionRegistry, events: EventStore) -> None:
+    def __init__(self, config: Config, state: JobState, registry: SessionRegistry, events: EventStore,
+                 timelines=None) -> None:
         self._config = config
         self._state = state
         self._registry = registry
         self._events = events
+        self._timelines = timelines   # diag.timeline.gather.TimelineGatherer
 
     def Connect(self, request_iterator, context):
         context.send_initial_metadata(())
@@ -124,3 +130,24 @@ class CollectorServicer(pb_grpc.CollectorServicer):
             log.error("cannot write stack dump for rank %d of event %s: %s", request.rank, request.event_id[:64], exc)
             context.abort(grpc.StatusCode.INTERNAL, f"collector cannot write the dump: {exc.strerror}")
         return pb.Ack(ok=True, message=name)
+
+    def UploadTimeline(self, request, context):
+        if self._timelines is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no timelines")
+        try:
+            spans = self._timelines.accept_upload(request)
+        except UploadError as exc:
+            context.abort(exc.code, exc.message)
+        return pb.Ack(ok=True, message=f"{spans} spans")
+
+    def GetTimeline(self, request, context):
+        if self._timelines is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no timelines")
+        wait_s = request.wait_ms / 1000 if request.wait_ms else None
+        if wait_s is not None and not 0 < wait_s <= 600:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"wait_ms {request.wait_ms} is not in 1..600000")
+        try:
+            data, ranks, missing = self._timelines.on_demand(request.last_ns, wait_s)
+        except UploadError as exc:
+            context.abort(exc.code, exc.message)
+        return pb.TimelineReply(trace_json=data, ranks=ranks, nodes_missing=missing)

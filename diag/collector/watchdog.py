@@ -26,8 +26,9 @@ class Watchdog:
     """Owns the rule evaluation, hang declaration, dump requests and kills."""
 
     def __init__(self, config: Config, state: JobState, registry: SessionRegistry, events: EventStore,
-                 out=None) -> None:
+                 out=None, timelines=None) -> None:
         self._config = config
+        self.timelines = timelines  # diag.timeline.gather.TimelineGatherer, or None
         self._state = state
         self._registry = registry
         self._events = events
@@ -51,6 +52,8 @@ class Watchdog:
             self._thread.join(timeout=10)
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", None, True)
+        if self.timelines is not None:
+            self._no_throw(self.timelines.close, "writing open timelines")
 
     def _loop(self) -> None:
         while not self._stop.wait(self._config.eval_interval_s):
@@ -77,6 +80,8 @@ class Watchdog:
             self._declare(findings, snap, time.time() if now_unix is None else now_unix)
         self._log_stats(snap, now)
         self._report_drops(snap)
+        if self.timelines is not None:
+            self._no_throw(self.timelines.tick, "closing timeline requests", now)
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", now)
             if self._config.hang_action == "kill" and not event.killed:
@@ -114,6 +119,8 @@ class Watchdog:
         # Ask for stacks first: the stalled state is what we want on record,
         # and hang.json of a 16k-rank job takes a few hundred ms to write.
         sent = self._registry.broadcast(pb.Command(dump_stacks=pb.DumpStacks(event_id=event_id)))
+        if self.timelines is not None:   # the agents answer it on a thread of its own
+            self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
         self._say(doc["verdict"])
         event.flush(snap.now, force=True)
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)

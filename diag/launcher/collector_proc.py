@@ -7,6 +7,17 @@ import subprocess
 import sys
 import time
 
+from diag.common import envnames, options
+
+
+def collector_argv(config, address_file: str) -> list[str]:
+    """The collector's command line: its own settings plus what the launcher
+    forwards (options.TO_COLLECTOR), written back through the one spec."""
+    own = {"listen": config.collector_listen(), "job_id": config.job_id,
+           "address_file": address_file}
+    return (options.to_argv((options.LISTEN, options.JOB_ID, options.ADDRESS_FILE), own)
+            + options.to_argv(options.TO_COLLECTOR, config))
+
 
 class CollectorError(RuntimeError):
     """The collector did not come up; the message is one line."""
@@ -18,11 +29,8 @@ def start(config, token: str, workdir: str, env: dict) -> tuple[subprocess.Popen
     Its stderr is the launcher's, so its HANG lines reach the user directly.
     """
     address_file = os.path.join(workdir, "collector.addr")
-    argv = [sys.executable, "-m", "diag.collector", "--listen", config.collector_listen(),
-            "--timeline-path", config.timeline_path, "--hang-timeout", f"{config.hang_timeout}",
-            "--job-id", config.job_id, "--hang-action", config.hang_action,
-            "--address-file", address_file]
-    child_env = dict(env, XPU_TIMER_JOB_TOKEN=token)
+    argv = [sys.executable, "-m", "diag.collector", *collector_argv(config, address_file)]
+    child_env = {**env, envnames.JOB_TOKEN: token}
     proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=_die_with_parent)
     try:

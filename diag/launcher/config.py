@@ -15,33 +15,12 @@ import re
 import uuid
 from typing import Mapping, Sequence
 
-from diag.common.units import UnitError, parse_duration
+from diag.common import options
+from diag.common.options import ConfigError  # noqa: F401  (re-exported: the one ConfigError)
 
-HANG_ACTIONS = ("report", "kill")
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 _JOB_ID_DROP = re.compile(r"[^A-Za-z0-9._-]")
-# option -> (dest, env var, takes a value)
-OWN_OPTIONS = {
-    "--hang-timeout": ("hang_timeout", "XPU_TIMER_HANG_TIMEOUT", True),
-    "--timeline-path": ("timeline_path", "XPU_TIMER_TIMELINE_PATH", True),
-    "--collector": ("collector", "XPU_TIMER_COLLECTOR", True),
-    "--hang-action": ("hang_action", "XPU_TIMER_HANG_ACTION", True),
-    "--no-hook": ("no_hook", "XPU_TIMER_NO_HOOK", False),
-    "--fault-list": ("fault_list", "XPU_TIMER_FAULT_LIST", True),
-    "--fault-list-max-age": ("fault_list_max_age", "XPU_TIMER_FAULT_LIST_MAX_AGE", True),
-    "--hook-time-every": ("hook_time_every", "XPU_TIMER_HOOK_TIME_EVERY", True),
-    "--hook-completion": ("hook_completion", "XPU_TIMER_HOOK_COMPLETION", True),
-}
-HOOK_COMPLETIONS = ("fence", "event")
-DEFAULTS = {"hang_timeout": "300s", "timeline_path": "/root/timeline", "collector": None,
-            "hang_action": "report", "no_hook": False, "fault_list": None,
-            "fault_list_max_age": "24h", "hook_time_every": None, "hook_completion": None}
-TRUE = ("1", "true", "yes", "on")
-FALSE = ("0", "false", "no", "off")
-
-
-class ConfigError(ValueError):
-    """A bad option; the message is one user-facing line naming it."""
+OWN_FLAGS = options.flags_taking_value(options.LAUNCHER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,16 +31,19 @@ class Config:
     nnodes_max: int
     rdzv_host: str                    # where node 0's collector listens when nnodes > 1
     rdzv_port: int
-    hang_timeout: float = 300.0
+    unbuffered: bool = False          # `python -u train.py`
+    # One field per option in options.LAUNCHER, named as its dest.
+    hang_timeout_s: float = 300.0
     timeline_path: str = "/root/timeline"
     collector: str | None = None      # HOST:PORT of an existing collector
     hang_action: str = "report"
     no_hook: bool = False
     fault_list: str | None = None
     fault_list_max_age: float = 24 * 3600.0
-    unbuffered: bool = False          # `python -u train.py`
     hook_time_every: int | None = None  # the hook device-times 1 call in N (its default: 8)
     hook_completion: str | None = None  # how the hook sees unsampled collectives complete
+    report_interval: float = 1.0        # the agent's
+    timeline_window_s: float = 30.0     # the agent's timeline ring (docs/timeline.md)
 
     @property
     def starts_collector(self) -> bool:
@@ -80,37 +62,15 @@ def torchrun_parser() -> argparse.ArgumentParser:
     parser = get_args_parser()
     parser.prog = "xpu_timer_launch"
     parser.allow_abbrev = False  # an abbreviated own option would leak to torchrun
-    group = parser.add_argument_group("xpu-diag options (env equivalents in brackets)")
-    helps = {
-        "--hang-timeout": "a rank in one op longer than this is hung (300s) [%s]",
-        "--timeline-path": "where hang events are written (/root/timeline) [%s]",
-        "--collector": "HOST:PORT of a running collector; default: node-rank 0 starts one [%s]",
-        "--hang-action": "report, or kill the workers so --max-restarts takes over [%s]",
-        "--no-hook": "do not LD_PRELOAD the C++ hook [%s]",
-        "--fault-list": "netcheck fault list; exit 75 if this node is in it [%s]",
-        "--fault-list-max-age": "warn when the fault list is older (24h) [%s]",
-        "--hook-time-every": "the hook device-times 1 GEMM/collective in N (8; 1 = all) [%s]",
-        "--hook-completion": "how the hook sees untimed collectives complete: fence (drainer, "
-                             "no launch cost, per poll) or event (exact per op) [%s]",
-    }
-    metavars = {"--hang-timeout": "D", "--timeline-path": "DIR", "--collector": "HOST:PORT",
-                "--hang-action": "{report,kill}", "--fault-list": "PATH",
-                "--fault-list-max-age": "D", "--hook-time-every": "N",
-                "--hook-completion": "{fence,event}"}
-    for option, (dest, env, takes_value) in OWN_OPTIONS.items():
-        kwargs = {"dest": "xpu_" + dest, "default": None, "help": helps[option] % env}
-        if takes_value:
-            group.add_argument(option, metavar=metavars[option], **kwargs)
-        else:
-            group.add_argument(option, action="store_true", **kwargs)
-    parser.error = _raise  # one line, no usage dump, no exit from inside parsing
-    return parser
+    group = parser.add_argument_group("xpu-diag options (defaults in parentheses, env in brackets)")
+    options.add_arguments(group, options.LAUNCHER, prefix="xpu_")
+    return options.one_line(parser, _rewrite)  # no usage dump, no exit from inside parsing
 
 
-def _raise(message: str):
+def _rewrite(message: str) -> str:
     if "training_script" in message:
-        message = "no training script given; usage: xpu_timer_launch [options] train.py [args]"
-    raise ConfigError(message)
+        return "no training script given; usage: xpu_timer_launch [options] train.py [args]"
+    return message
 
 
 def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Config:
@@ -120,11 +80,11 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
     # Everything after the script is REMAINDER, verbatim: that fixes the split.
     script_at = len(argv) - len(ns.training_script_args) - 1
     prefix = _strip_own_options(argv[:script_at])
-    own, names = _own_values(ns, env)
+    own = options.resolve(ns, options.LAUNCHER, env, prefix="xpu_")
     script, rest, unbuffered, module = _script(ns.training_script, list(ns.training_script_args))
     if module and "-m" not in prefix and "--module" not in prefix:
         prefix.append("--module")
-    return _build(ns, prefix + [script] + rest, own, names, env, unbuffered)
+    return _build(ns, prefix + [script] + rest, own, env, unbuffered)
 
 
 def _strip_own_options(prefix: list[str]) -> list[str]:
@@ -132,36 +92,12 @@ def _strip_own_options(prefix: list[str]) -> list[str]:
     while i < len(prefix):
         token = prefix[i]
         name = token.split("=", 1)[0]
-        if name in OWN_OPTIONS:
-            i += 1 if ("=" in token or not OWN_OPTIONS[name][2]) else 2
+        if name in OWN_FLAGS:
+            i += 1 if ("=" in token or not OWN_FLAGS[name]) else 2
             continue
         out.append(token)
         i += 1
     return out
-
-
-def _own_values(ns, env) -> tuple[dict, dict]:
-    """(values, names): each value, and how errors name it: the flag, or the
-    environment variable it came from, so the user is told what they set."""
-    values, names = {}, {}
-    for option, (dest, var, takes_value) in OWN_OPTIONS.items():
-        value, names[dest] = getattr(ns, "xpu_" + dest), option
-        if value is None or value is False:
-            raw = env.get(var)
-            if raw is not None and raw != "":
-                names[dest] = f"{var} ({option})"
-                value = raw if takes_value else _yes_no(raw, names[dest])
-            else:
-                value = DEFAULTS[dest]
-        values[dest] = value
-    return values, names
-
-
-def _yes_no(raw: str, name: str) -> bool:
-    word = raw.strip().lower()
-    if word not in TRUE + FALSE:
-        raise ConfigError(f"{name}: {raw!r} is not a yes/no value; use 1 or 0")
-    return word in TRUE
 
 
 def _script(script: str, rest: list[str]):
@@ -183,53 +119,15 @@ def _script(script: str, rest: list[str]):
     return rest[0], rest[1:], unbuffered, False
 
 
-def _build(ns, torchrun_argv, own, names, env, unbuffered) -> Config:
-    try:
-        hang_timeout = parse_duration(own["hang_timeout"], names["hang_timeout"])
-        max_age = parse_duration(own["fault_list_max_age"], names["fault_list_max_age"])
-    except UnitError as exc:
-        raise ConfigError(str(exc)) from None
-    if own["hang_action"] not in HANG_ACTIONS:
-        raise ConfigError(f"{names['hang_action']}: {own['hang_action']!r} is not one of "
-                          f"{', '.join(HANG_ACTIONS)}")
-    if own["collector"] is not None:
-        check_host_port(own["collector"], names["collector"])
-    check_writable_dir(own["timeline_path"], names["timeline_path"])
-    if own["fault_list"] is not None and not own["fault_list"]:
-        raise ConfigError("--fault-list: empty path; give the faults.json netcheck wrote")
-    time_every = _positive_int(own["hook_time_every"], names["hook_time_every"])
-    completion = own["hook_completion"]
-    if completion is not None and completion not in HOOK_COMPLETIONS:
-        raise ConfigError(f"{names['hook_completion']}: {completion!r} is not one of "
-                          f"{', '.join(HOOK_COMPLETIONS)}")
+def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
+    """Checks that need more than one option's text (the parsers did the rest)."""
+    check_writable_dir(own["timeline_path"], options.TIMELINE_PATH.flag)
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
     return Config(
         torchrun_argv=torchrun_argv, job_id=_job_id(ns, env, rdzv_host, rdzv_port, nnodes_max),
         node_rank=int(ns.node_rank), nnodes_max=nnodes_max, rdzv_host=rdzv_host,
-        rdzv_port=rdzv_port, hang_timeout=hang_timeout, timeline_path=own["timeline_path"],
-        collector=own["collector"], hang_action=own["hang_action"], no_hook=bool(own["no_hook"]),
-        fault_list=own["fault_list"], fault_list_max_age=max_age, unbuffered=unbuffered,
-        hook_time_every=time_every, hook_completion=completion)
-
-
-def _positive_int(text: str | None, option: str) -> int | None:
-    if text is None:
-        return None
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"{option}: {text!r} is not a whole number >= 1; use e.g. 8 (1 times every call)")
-    return value
-
-
-def check_host_port(text: str, option: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{option}: {text!r} is not HOST:PORT; use e.g. 10.0.0.1:29501")
-    return host, int(port)
+        rdzv_port=rdzv_port, unbuffered=unbuffered, **own)
 
 
 def check_writable_dir(path: str, option: str) -> None:

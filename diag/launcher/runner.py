@@ -19,12 +19,13 @@ import tempfile
 import diag
 from diag.agent import dumps
 from diag.agent.agent import Agent
-from diag.agent.config import ENV_REPORT_INTERVAL, AgentConfig
+from diag.agent.config import AgentConfig
+from diag.common import envnames, options
 from diag.launcher import collector_proc, torchrun
 from diag.launcher.config import Config
 
-ENV_TOKEN = "XPU_TIMER_JOB_TOKEN"
-ENV_SHM_DIR = "XPU_TIMER_SHM_DIR"
+ENV_TOKEN = envnames.JOB_TOKEN
+ENV_SHM_DIR = envnames.SHM_DIR
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 HOOK_LIB = os.path.join(os.path.dirname(os.path.abspath(diag.__file__)), "lib",
                         "libxpu_timer_hook.so")
@@ -109,25 +110,17 @@ def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict
            "PYTHONPATH": os.pathsep.join(filter(None, [BOOTSTRAP_DIR, env.get("PYTHONPATH")]))}
     if not config.no_hook and os.path.exists(HOOK_LIB):
         out["LD_PRELOAD"] = " ".join(filter(None, [HOOK_LIB, env.get("LD_PRELOAD")]))
-    if config.hook_time_every is not None:
-        out["XPU_TIMER_HOOK_TIME_EVERY"] = str(config.hook_time_every)
-    if config.hook_completion is not None:
-        out["XPU_TIMER_HOOK_COMPLETION"] = config.hook_completion
+    out.update(options.env_for(options.TO_WORKERS, config))
     if config.unbuffered:
         out["PYTHONUNBUFFERED"] = "1"
     return out
 
 
 def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConfig:
-    interval = 1.0
-    try:
-        interval = float(os.environ.get(ENV_REPORT_INTERVAL, "1") or 1)
-    except ValueError:
-        say(f"{ENV_REPORT_INTERVAL}: not a number of seconds; using 1")
+    own = {opt.dest: getattr(config, opt.dest) for opt in options.AGENT}
     return AgentConfig(shm_dir=shm_dir, collector=address, token=token, job_id=config.job_id,
-                       node_rank=config.node_rank, root_pid=os.getpid(),
-                       report_interval=interval if interval > 0 else 1.0, tool_env=tool_env,
-                       dump_tools=dump_tools())
+                       node_rank=config.node_rank, root_pid=os.getpid(), tool_env=tool_env,
+                       dump_tools=dump_tools(), **own)
 
 
 def dump_tools(env=os.environ) -> tuple[str, ...]:
@@ -151,7 +144,7 @@ def check_fault_list(config: Config) -> int | None:
         say(str(exc))
         return 2
     from diag.common.net import local_addrs
-    hit = faults.match(os.environ.get("XPU_TIMER_NODE_NAME", ""), socket.gethostname(), local_addrs())
+    hit = faults.match(os.environ.get(envnames.NODE_NAME, ""), socket.gethostname(), local_addrs())
     if hit is not None:
         entry, how = hit
         say(f"node {entry.node} is marked faulty in {config.fault_list} (matched by {how}): {entry.reason}")

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from diag.common import options
+from diag.common.options import ConfigError  # noqa: F401  (re-exported: the one ConfigError)
 from diag.common.units import UnitError, parse_duration, parse_size
 
 FORMATS = ("table", "json", "slurm", "taints")
@@ -20,8 +22,6 @@ CPU_DEFAULT_SIZE = 4 << 20
 GPU_DEFAULT_SIZE = 1 << 30
 
 
-class ConfigError(ValueError):
-    """Bad command line; one line naming the option."""
 
 
 @dataclass
@@ -92,11 +92,6 @@ class Config:
                               "(give --nnodes/--node-rank/--master-addr, run under torchrun, or use --switchbox-check)")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would print usage and exit; we want one line
-        raise ConfigError(message)
-
-
 def _box_pair(text: str) -> tuple[int, int]:
     a, sep, b = text.partition(":")
     try:
@@ -121,8 +116,9 @@ def _parser(mode: str = "check") -> argparse.ArgumentParser:
     from diag import __version__
 
     preflight = mode == "preflight"
-    p = _Parser(prog="netcheck preflight" if preflight else "netcheck",
-                description=PREFLIGHT_TEXT if preflight else CHECK_TEXT, epilog=None if preflight else EXIT_TEXT)
+    p = options.parser("netcheck preflight" if preflight else "netcheck",
+                       PREFLIGHT_TEXT if preflight else CHECK_TEXT)
+    p.epilog = None if preflight else EXIT_TEXT
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     if not preflight:
         p.add_argument("mode", nargs="?", choices=("check", "preflight"), default="check",

@@ -128,12 +128,14 @@ class NodeReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., report_seq: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., local_world_size: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("dump_stacks", "kill_workers")
+    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline")
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     KILL_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    COLLECT_TIMELINE_FIELD_NUMBER: _ClassVar[int]
     dump_stacks: DumpStacks
     kill_workers: KillWorkers
-    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ...) -> None: ...
+    collect_timeline: CollectTimeline
+    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ...) -> None: ...
 
 class DumpStacks(_message.Message):
     __slots__ = ("event_id", "ranks")
@@ -184,6 +186,98 @@ class StackDump(_message.Message):
     content: bytes
     last: bool
     def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., format: _Optional[_Union[StackDump.Format, str]] = ..., content: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
+
+class CollectTimeline(_message.Message):
+    __slots__ = ("request_id", "last_ns")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_NS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    last_ns: int
+    def __init__(self, request_id: _Optional[str] = ..., last_ns: _Optional[int] = ...) -> None: ...
+
+class TimelineSpan(_message.Message):
+    __slots__ = ("name", "kind", "producer", "device_timed", "in_flight", "failed", "start_unix_ns", "dur_ns", "comm_id", "seq", "bytes", "flops")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_TIMED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    START_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    DUR_NS_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: OpKind
+    producer: Producer
+    device_timed: bool
+    in_flight: bool
+    failed: bool
+    start_unix_ns: int
+    dur_ns: int
+    comm_id: int
+    seq: int
+    bytes: int
+    flops: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., device_timed: _Optional[bool] = ..., in_flight: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_unix_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
+
+class TimelineRank(_message.Message):
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "spans", "dropped_spans", "dropped_records")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_SPANS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    local_rank: int
+    world_size: int
+    pid: int
+    spans: _containers.RepeatedCompositeFieldContainer[TimelineSpan]
+    dropped_spans: int
+    dropped_records: int
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., spans: _Optional[_Iterable[_Union[TimelineSpan, _Mapping]]] = ..., dropped_spans: _Optional[int] = ..., dropped_records: _Optional[int] = ...) -> None: ...
+
+class TimelineUpload(_message.Message):
+    __slots__ = ("job_id", "request_id", "node_rank", "hostname", "realtime_minus_monotonic_ns", "window_ns", "collected_unix_ns", "ranks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    REALTIME_MINUS_MONOTONIC_NS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_NS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTED_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    request_id: str
+    node_rank: int
+    hostname: str
+    realtime_minus_monotonic_ns: int
+    window_ns: int
+    collected_unix_ns: int
+    ranks: _containers.RepeatedCompositeFieldContainer[TimelineRank]
+    def __init__(self, job_id: _Optional[str] = ..., request_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., realtime_minus_monotonic_ns: _Optional[int] = ..., window_ns: _Optional[int] = ..., collected_unix_ns: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[TimelineRank, _Mapping]]] = ...) -> None: ...
+
+class TimelineRequest(_message.Message):
+    __slots__ = ("last_ns", "wait_ms")
+    LAST_NS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    last_ns: int
+    wait_ms: int
+    def __init__(self, last_ns: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class TimelineReply(_message.Message):
+    __slots__ = ("trace_json", "ranks", "nodes_missing")
+    TRACE_JSON_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    NODES_MISSING_FIELD_NUMBER: _ClassVar[int]
+    trace_json: bytes
+    ranks: int
+    nodes_missing: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, trace_json: _Optional[bytes] = ..., ranks: _Optional[int] = ..., nodes_missing: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("ok", "message")

@@ -44,6 +44,16 @@ class CollectorStub:
                 request_serializer=diag_dot_pb_dot_collector__pb2.StackDump.SerializeToString,
                 response_deserializer=diag_dot_pb_dot_collector__pb2.Ack.FromString,
                 _registered_method=True)
+        self.UploadTimeline = channel.unary_unary(
+                '/diag.pb.Collector/UploadTimeline',
+                request_serializer=diag_dot_pb_dot_collector__pb2.TimelineUpload.SerializeToString,
+                response_deserializer=diag_dot_pb_dot_collector__pb2.Ack.FromString,
+                _registered_method=True)
+        self.GetTimeline = channel.unary_unary(
+                '/diag.pb.Collector/GetTimeline',
+                request_serializer=diag_dot_pb_dot_collector__pb2.TimelineRequest.SerializeToString,
+                response_deserializer=diag_dot_pb_dot_collector__pb2.TimelineReply.FromString,
+                _registered_method=True)
 
 
 class CollectorServicer:
@@ -62,6 +72,20 @@ class CollectorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadTimeline(self, request, context):
+        """An agent's answer to CollectTimeline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTimeline(self, request, context):
+        """On demand (`xpu-diag timeline`): ask every agent, merge, return the trace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CollectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +98,16 @@ def add_CollectorServicer_to_server(servicer, server):
                     servicer.UploadStacks,
                     request_deserializer=diag_dot_pb_dot_collector__pb2.StackDump.FromString,
                     response_serializer=diag_dot_pb_dot_collector__pb2.Ack.SerializeToString,
+            ),
+            'UploadTimeline': grpc.unary_unary_rpc_method_handler(
+                    servicer.UploadTimeline,
+                    request_deserializer=diag_dot_pb_dot_collector__pb2.TimelineUpload.FromString,
+                    response_serializer=diag_dot_pb_dot_collector__pb2.Ack.SerializeToString,
+            ),
+            'GetTimeline': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTimeline,
+                    request_deserializer=diag_dot_pb_dot_collector__pb2.TimelineRequest.FromString,
+                    response_serializer=diag_dot_pb_dot_collector__pb2.TimelineReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +164,60 @@ class Collector:
             '/diag.pb.Collector/UploadStacks',
             diag_dot_pb_dot_collector__pb2.StackDump.SerializeToString,
             diag_dot_pb_dot_collector__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadTimeline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/diag.pb.Collector/UploadTimeline',
+            diag_dot_pb_dot_collector__pb2.TimelineUpload.SerializeToString,
+            diag_dot_pb_dot_collector__pb2.Ack.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTimeline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/diag.pb.Collector/GetTimeline',
+            diag_dot_pb_dot_collector__pb2.TimelineRequest.SerializeToString,
+            diag_dot_pb_dot_collector__pb2.TimelineReply.FromString,
             options,
             channel_credentials,
             insecure,

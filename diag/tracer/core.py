@@ -12,16 +12,17 @@ import sys
 import threading
 import time
 
+from diag.common import envnames
 from diag.records import format as fmt
 from diag.records.writer import RecordWriter
 
-ENV_SHM_DIR = "XPU_TIMER_SHM_DIR"
-ENV_DISABLE = "XPU_TIMER_TRACER_DISABLE"
-ENV_CAPACITY = "XPU_TIMER_RING_CAPACITY"
-ENV_HOST_FUNCS = "XPU_TIMER_HOST_TRACING_FUNC"
+ENV_SHM_DIR = envnames.SHM_DIR
+ENV_DISABLE = envnames.TRACER_DISABLE
+ENV_CAPACITY = envnames.RING_CAPACITY
+ENV_HOST_FUNCS = envnames.HOST_TRACING_FUNC
 # Set by the tracer in its own process, so that processes the worker spawns
 # (which inherit RANK) do not create a second region for the same rank.
-ENV_OWNER_PID = "XPU_TIMER_TRACER_PID"
+ENV_OWNER_PID = envnames.TRACER_PID
 
 _active: "Tracer | None" = None
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify
+#   bash tests/gpu/session.sh x1|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -11,6 +11,7 @@
 # the step bench with in-process hooked/bypassed pairs over 4 job generations
 # (the step-time verdict; about 380 s).
 # x2verify: the hook's 2-GPU tests alone (NCCL ids/seqs, the real hang, capture).
+# x2timeline: the merged timeline of 5 GPT-2-small DDP steps (timeline_gpt2.json, docs/timeline.md).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
 # x2step: only its step-time bench; x2net: only netcheck (as x4 does).
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
@@ -53,5 +54,6 @@ case $label in
       run hook_step 390 python3 bench/hook_step_overhead.py --rounds 120 --steps 2 --warmup 8 --generations 4 --pairs 1000 ${fwd:+--forward-ns $fwd} --out $R/hook_step.json ;;
   x2verify) run hook_nccl_2gpu 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_ctx_capture 100 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_ctx_capture.py ;;
+  x2timeline) run timeline_gpt2 500 env TIMELINE_OUT=$R/timeline_gpt2.json python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_timeline_gpt2.py ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac

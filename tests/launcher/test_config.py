@@ -14,7 +14,7 @@ def test_defaults_and_torchrun_options_pass_through_verbatim():
     cfg = parse("--nproc-per-node", "4", "--max-restarts=1", "train.py", "--lr", "0.1")
     assert cfg.torchrun_argv == ["--nproc-per-node", "4", "--max-restarts=1", "train.py",
                                  "--lr", "0.1"]
-    assert (cfg.hang_timeout, cfg.timeline_path, cfg.collector, cfg.hang_action, cfg.no_hook) == (
+    assert (cfg.hang_timeout_s, cfg.timeline_path, cfg.collector, cfg.hang_action, cfg.no_hook) == (
         300.0, "/root/timeline", None, "report", False)
     assert cfg.fault_list is None and cfg.fault_list_max_age == 24 * 3600
     assert cfg.starts_collector and cfg.collector_listen() == "127.0.0.1:0"
@@ -26,7 +26,7 @@ def test_own_options_are_removed_and_script_args_are_left_alone(tmp_path):
                 "train.py", "--hang-timeout", "3", "--no-hook")
     assert cfg.torchrun_argv == ["--nproc-per-node", "2", "train.py", "--hang-timeout", "3",
                                  "--no-hook"]
-    assert (cfg.hang_timeout, cfg.timeline_path, cfg.hang_action, cfg.no_hook, cfg.collector) == (
+    assert (cfg.hang_timeout_s, cfg.timeline_path, cfg.hang_action, cfg.no_hook, cfg.collector) == (
         10.0, str(tmp_path), "kill", True, "10.0.0.1:5000")
     assert not cfg.starts_collector
 
@@ -53,10 +53,10 @@ def test_env_equivalents_and_flags_win(tmp_path):
            "XPU_TIMER_COLLECTOR": "h:1", "XPU_TIMER_FAULT_LIST": "/x/faults.json",
            "XPU_TIMER_FAULT_LIST_MAX_AGE": "1h"}
     cfg = parse("t.py", env=env)
-    assert (cfg.hang_timeout, cfg.timeline_path, cfg.hang_action, cfg.no_hook, cfg.collector,
+    assert (cfg.hang_timeout_s, cfg.timeline_path, cfg.hang_action, cfg.no_hook, cfg.collector,
             cfg.fault_list, cfg.fault_list_max_age) == (
         120.0, str(tmp_path), "kill", True, "h:1", "/x/faults.json", 3600.0)
-    assert parse("--hang-timeout", "5", "t.py", env=env).hang_timeout == 5.0
+    assert parse("--hang-timeout", "5", "t.py", env=env).hang_timeout_s == 5.0
     assert not parse("t.py", env={"XPU_TIMER_NO_HOOK": "0"}).no_hook
 
 

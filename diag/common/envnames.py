@@ -1,0 +1,36 @@
+"""Every environment variable xpu-diag reads or sets, named once.
+
+The launcher's options also have an env equivalent; those are declared with
+the option in ``diag.common.options`` (its ``env=``) and listed here too, so
+this module is the one place to look a name up.
+"""
+
+# Set by xpu_timer_launch for the collector, agent and workers.
+JOB_TOKEN = "XPU_TIMER_JOB_TOKEN"          # shared secret on every collector RPC
+SHM_DIR = "XPU_TIMER_SHM_DIR"              # the node's record rings
+TRACER_PID = "XPU_TIMER_TRACER_PID"        # the process that owns a ring (fork check)
+
+# Read by the Python tracer in each worker.
+TRACER_DISABLE = "XPU_TIMER_TRACER_DISABLE"
+RING_CAPACITY = "XPU_TIMER_RING_CAPACITY"
+HOST_TRACING_FUNC = "XPU_TIMER_HOST_TRACING_FUNC"
+
+# Read by the C++ hook (kernel_hook/); forwarded by the launcher.
+HOOK_TIME_EVERY = "XPU_TIMER_HOOK_TIME_EVERY"
+HOOK_COMPLETION = "XPU_TIMER_HOOK_COMPLETION"
+HOOK_DISABLE = "XPU_TIMER_HOOK_DISABLE"
+
+# Read by the launcher / agent.
+REPORT_INTERVAL = "XPU_TIMER_REPORT_INTERVAL"
+DUMP_TOOLS = "XPU_TIMER_DUMP_TOOLS"
+NODE_NAME = "XPU_TIMER_NODE_NAME"
+
+# The launcher's options (flag equivalents; see diag.common.options).
+HANG_TIMEOUT = "XPU_TIMER_HANG_TIMEOUT"
+TIMELINE_PATH = "XPU_TIMER_TIMELINE_PATH"
+COLLECTOR = "XPU_TIMER_COLLECTOR"
+HANG_ACTION = "XPU_TIMER_HANG_ACTION"
+NO_HOOK = "XPU_TIMER_NO_HOOK"
+FAULT_LIST = "XPU_TIMER_FAULT_LIST"
+FAULT_LIST_MAX_AGE = "XPU_TIMER_FAULT_LIST_MAX_AGE"
+TIMELINE_WINDOW = "XPU_TIMER_TIMELINE_WINDOW"

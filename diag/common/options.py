@@ -1,0 +1,296 @@
+"""The one declaration of every option that travels launcher -> collector/agent.
+
+Each ``Option`` is declared once, with its flag, environment variable,
+default, parser and help. The launcher, the collector and the agent pick the
+options they take from the tuples at the bottom (``LAUNCHER``, ``COLLECTOR``,
+``AGENT``, ``TO_COLLECTOR``), so adding an option is: declare it here, add it
+to the tuples of the programs that take it, add the field of the same name to
+their ``Config``, and use it. Nothing else.
+
+Values are parsed once, here: a duration is a float of seconds, a size an int
+of bytes. ``to_argv`` writes a parsed value back as text that parses to the
+same value, which is how the launcher starts the collector.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from diag.common import envnames
+from diag.common.units import UnitError, parse_duration, parse_size
+
+
+class ConfigError(ValueError):
+    """A bad option; the message is one user-facing line that names it."""
+
+
+# -- parsers: (text, name) -> value; errors are ConfigError naming ``name`` --
+
+def text(value: str, name: str) -> str:
+    return value
+
+
+def nonempty(example: str) -> Callable[[str, str], str]:
+    def parse(value: str, name: str) -> str:
+        if not value:
+            raise ConfigError(f"{name}: empty; use e.g. {example}")
+        return value
+    return parse
+
+
+def duration(value: str, name: str) -> float:
+    try:
+        return parse_duration(value, name)
+    except UnitError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def size(value: str, name: str) -> int:
+    try:
+        return parse_size(value, name)
+    except UnitError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def integer(minimum: int, example: str) -> Callable[[str, str], int]:
+    def parse(value: str, name: str) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{name}: {value!r} is not a whole number; use e.g. {example}") from None
+        if number < minimum:
+            raise ConfigError(f"{name}: {value!r} must be at least {minimum}; use e.g. {example}")
+        return number
+    return parse
+
+
+def choice(*choices: str) -> Callable[[str, str], str]:
+    def parse(value: str, name: str) -> str:
+        if value not in choices:
+            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+        return value
+    return parse
+
+
+def host_port(example: str, any_port: bool) -> Callable[[str, str], str]:
+    """HOST:PORT, IPv6 in brackets; port 0 ("any free one") only if ``any_port``."""
+    low = 0 if any_port else 1
+
+    def parse(value: str, name: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not low <= int(port) <= 65535:
+            raise ConfigError(f"{name}: {value!r} is not HOST:PORT; use e.g. {example}")
+        if host.startswith("[") != host.endswith("]"):
+            raise ConfigError(f"{name}: {value!r} has an unbalanced IPv6 bracket; use e.g. [::1]:0")
+        return value
+    return parse
+
+
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+
+
+def yes_no(value: str, name: str) -> bool:
+    word = str(value).strip().lower()
+    if word not in TRUE + FALSE:
+        raise ConfigError(f"{name}: {value!r} is not a yes/no value; use 1 or 0")
+    return word in TRUE
+
+
+def seconds_text(value: float) -> str:
+    """A duration as text that ``duration`` reads back exactly (repr is exact)."""
+    return f"{value!r}s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    flag: str | None                 # "--hang-timeout"; None: environment only
+    env: str | None                  # its environment variable, read by the launcher
+    default: Any                     # text the parser reads, or None (unset) / False (switch)
+    parse: Callable[[str, str], Any]
+    help: str
+    dest: str = ""                   # the Config field; default: the flag's name
+    metavar: str | None = None
+    switch: bool = False             # a flag without a value; its env value is yes/no
+    format: Callable[[Any], str] = str  # parsed value -> text that ``parse`` reads back
+
+    def __post_init__(self):
+        if not self.dest:
+            object.__setattr__(self, "dest", self.flag.lstrip("-").replace("-", "_"))
+
+    @property
+    def name(self) -> str:
+        return self.flag or self.env
+
+
+# -- argparse --
+
+def one_line(parser: argparse.ArgumentParser,
+             rewrite: Callable[[str], str] | None = None) -> argparse.ArgumentParser:
+    """Make ``parser`` raise ConfigError(one line) instead of printing usage
+    and exiting; ``rewrite`` may turn argparse's wording into a better hint."""
+    def error(message: str):
+        raise ConfigError(rewrite(message) if rewrite else message)
+    parser.error = error
+    return parser
+
+
+def parser(prog: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A new one-line-error parser (see ``one_line``)."""
+    return one_line(argparse.ArgumentParser(prog=prog, description=description))
+
+
+def add_arguments(target, options: Iterable[Option], prefix: str = "") -> None:
+    """Add each option's flag to a parser or group. Defaults stay None so
+    ``resolve`` can tell "not given" and fall back on the environment."""
+    for opt in options:
+        if opt.flag is None:
+            continue
+        hint = opt.help
+        if opt.default not in (None, False):
+            hint += f" ({opt.default})"
+        if opt.env:
+            hint += f" [{opt.env}]"
+        hint = hint.replace("%", "%%")
+        if opt.switch:
+            target.add_argument(opt.flag, dest=prefix + opt.dest, action="store_true",
+                                default=None, help=hint)
+        else:
+            target.add_argument(opt.flag, dest=prefix + opt.dest, default=None,
+                                metavar=opt.metavar, help=hint)
+
+
+def resolve(ns, options: Iterable[Option], env: Mapping[str, str] | None = None,
+            prefix: str = "") -> dict[str, Any]:
+    """Parsed value of each option: its flag, else its environment variable
+    (only when ``env`` is given), else its default. Errors name what the user
+    set: the flag, or the variable and its flag."""
+    values = {}
+    for opt in options:
+        raw = getattr(ns, prefix + opt.dest, None) if opt.flag else None
+        name = opt.name
+        if raw is None or raw is False:
+            from_env = env.get(opt.env) if (env is not None and opt.env) else None
+            if from_env:
+                raw = from_env
+                name = f"{opt.env} ({opt.flag})" if opt.flag else opt.env
+            else:
+                raw = opt.default
+        values[opt.dest] = parse_value(opt, raw, name)
+    return values
+
+
+def parse_value(opt: Option, raw: Any, name: str | None = None) -> Any:
+    name = name or opt.name
+    if opt.switch:
+        return raw if isinstance(raw, bool) else yes_no(raw, name)
+    if raw is None:
+        return None
+    return opt.parse(raw, name)
+
+
+def to_argv(options: Iterable[Option], values) -> list[str]:
+    """The flags that give ``values`` (a Config or a mapping) back through
+    ``resolve``; unset (None) and off switches are left out."""
+    get = values.get if isinstance(values, Mapping) else (lambda key: getattr(values, key))
+    argv: list[str] = []
+    for opt in options:
+        value = get(opt.dest)
+        if opt.flag is None or value is None or value is False:
+            continue
+        argv += [opt.flag] if opt.switch else [opt.flag, opt.format(value)]
+    return argv
+
+
+def flags_taking_value(options: Iterable[Option]) -> dict[str, bool]:
+    """flag -> whether it takes a value (to strip them from another argv)."""
+    return {opt.flag: not opt.switch for opt in options if opt.flag}
+
+
+# -- the declarations --
+
+HANG_TIMEOUT = Option(
+    "--hang-timeout", envnames.HANG_TIMEOUT, "300s", duration, metavar="D",
+    help="a rank in one op longer than this is hung", dest="hang_timeout_s", format=seconds_text)
+TIMELINE_PATH = Option(
+    "--timeline-path", envnames.TIMELINE_PATH, "/root/timeline", nonempty("/root/timeline"),
+    metavar="DIR", help="where hang events are written")
+COLLECTOR_ADDRESS = Option(
+    "--collector", envnames.COLLECTOR, None, host_port("10.0.0.1:29501", any_port=False),
+    metavar="HOST:PORT", dest="collector",
+    help="HOST:PORT of a running collector; default: node-rank 0 starts one")
+HANG_ACTION = Option(
+    "--hang-action", envnames.HANG_ACTION, "report", choice("report", "kill"),
+    metavar="{report,kill}", help="report, or kill the workers so --max-restarts takes over")
+NO_HOOK = Option("--no-hook", envnames.NO_HOOK, False, yes_no, switch=True,
+                 help="do not LD_PRELOAD the C++ hook")
+FAULT_LIST = Option(
+    "--fault-list", envnames.FAULT_LIST, None, nonempty("the faults.json netcheck wrote"),
+    metavar="PATH", help="netcheck fault list; exit 75 if this node is in it")
+FAULT_LIST_MAX_AGE = Option(
+    "--fault-list-max-age", envnames.FAULT_LIST_MAX_AGE, "24h", duration, metavar="D",
+    help="warn when the fault list is older", format=seconds_text)
+HOOK_TIME_EVERY = Option(
+    "--hook-time-every", envnames.HOOK_TIME_EVERY, None, integer(1, "8 (1 times every call)"),
+    metavar="N", help="the hook device-times 1 GEMM/collective in N (8; 1 = all)")
+HOOK_COMPLETION = Option(
+    "--hook-completion", envnames.HOOK_COMPLETION, None, choice("fence", "event"),
+    metavar="{fence,event}", help="how the hook sees untimed collectives complete: fence "
+    "(drainer, no launch cost, per poll) or event (exact per op)")
+TIMELINE_WINDOW = Option(
+    "--timeline-window", envnames.TIMELINE_WINDOW, "30s", duration, metavar="D",
+    dest="timeline_window_s", format=seconds_text,
+    help="seconds of every rank's spans the agent keeps for timeline.json (docs/timeline.md)")
+REPORT_INTERVAL = Option(
+    None, envnames.REPORT_INTERVAL, "1s", duration, dest="report_interval",
+    help="how often the agent reports to the collector", format=seconds_text)
+
+# The collector's own (python -m diag.collector; the launcher sets them).
+LISTEN = Option("--listen", None, "127.0.0.1:0", host_port("127.0.0.1:0 or 0.0.0.0:50051", True),
+                metavar="HOST:PORT", help="HOST:PORT to bind; port 0 picks a free one")
+JOB_ID = Option("--job-id", None, None, nonempty("the torchrun --rdzv-id"),
+                help="job id (torchrun --rdzv-id); [A-Za-z0-9._-] kept in paths")
+ADDRESS_FILE = Option("--address-file", None, None, nonempty("/tmp/collector.addr"),
+                      metavar="PATH", help="write the bound HOST:PORT here once serving")
+# The agent reports about once a second; three missed reports plus slack for a
+# busy node before its ranks count as silent.
+DEFAULT_SILENT_AFTER_S = 3 * 1.0 + 2.0
+SILENT_AFTER = Option("--silent-after", None, f"{DEFAULT_SILENT_AFTER_S:g}s", duration,
+                      dest="silent_after_s", format=seconds_text,
+                      help="an agent with no report for this long is silent")
+DUMP_TIMEOUT = Option("--dump-timeout", None, "60s", duration, dest="dump_timeout_s",
+                      format=seconds_text,
+                      help="with --hang-action kill, kill after this even if dumps are missing")
+MAX_DUMP_SIZE = Option("--max-dump-size", None, "64M", size, dest="max_dump_bytes",
+                       help="largest accepted stack dump file")
+MAX_AGENTS = Option("--max-agents", None, "4096", integer(1, "4096"),
+                    help="most agents connected at once")
+STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_interval_s",
+                        format=seconds_text, help="log an ingest-rate line this often")
+
+# Who takes what. A Config of each program has one field per option, named dest.
+LAUNCHER: tuple[Option, ...] = (
+    HANG_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
+    FAULT_LIST_MAX_AGE, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW)
+COLLECTOR: tuple[Option, ...] = (
+    LISTEN, TIMELINE_PATH, HANG_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
+    DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL)
+# What the launcher forwards from its Config to the collector it starts.
+TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, HANG_ACTION)
+# What the launcher hands to the agent's AgentConfig (same field names).
+AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW)
+# What the launcher exports to the workers (the hook reads these).
+TO_WORKERS: tuple[Option, ...] = (HOOK_TIME_EVERY, HOOK_COMPLETION)
+
+
+def env_for(options: Sequence[Option], values) -> dict[str, str]:
+    """The environment variables that give ``values`` to a child (unset left out)."""
+    get = values.get if isinstance(values, Mapping) else (lambda key: getattr(values, key))
+    out = {}
+    for opt in options:
+        value = get(opt.dest)
+        if opt.env and value is not None and value is not False:
+            out[opt.env] = "1" if value is True else opt.format(value)
+    return out

@@ -1,0 +1,142 @@
+"""The slow-rank rules and their episodes, on synthetic windows with a fake clock."""
+
+import random
+
+import pytest
+
+from diag.slow import rules
+from diag.slow.api import (RULE_SLOW_GPU, RULE_SLOW_LINK, RULE_STRAGGLER, CommWindow, RankWindow,
+                           Thresholds)
+from diag.slow.detector import SlowDetector
+
+TH = Thresholds(window_s=60.0)
+
+
+def comm(comm_id=0, p50=0.010, count=600, busbw=None, nbytes=64e6, op="all_reduce", name='"default"'):
+    return CommWindow(comm_id, name, op, count, p50 * count, p50, busbw, nbytes)
+
+
+def rank(r, tflops=790.0, comms=None, flops=2 * 4096**3, span=60.0, node=0, gc=0.0, launches=20000.0):
+    return RankWindow(r, node, r, "host", span, tflops, 200, flops,
+                      tuple(comms if comms is not None else [comm()]), 100, gc, launches)
+
+
+def healthy(n=8, seed=0, noise=0.03):
+    rnd = random.Random(seed)
+    return {r: rank(r, tflops=790 * (1 + rnd.uniform(-noise, noise)),
+                    comms=[comm(p50=0.010 * (1 + rnd.uniform(-0.3, 0.3)))]) for r in range(n)}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_healthy_job_gives_nothing(seed):
+    assert rules.judge(healthy(seed=seed), TH) == []
+
+
+def test_a_gemm_ten_percent_slow_is_named_with_the_wait_it_costs():
+    w = healthy()
+    w[5] = rank(5, tflops=612, comms=[comm(p50=0.0005)])
+    w.update({r: rank(r, tflops=790, comms=[comm(p50=0.012)]) for r in range(8) if r != 5})
+    [f] = rules.judge(w, TH)
+    assert (f.rule, f.ranks) == (RULE_SLOW_GPU, (5,))
+    assert f.detail.startswith("GEMM 612 TFLOP/s vs job median 790 (-23%)")
+    assert "its peers wait 12% of the time in all_reduce" in f.detail
+
+
+def test_two_ranks_compare_with_each_other():
+    w = {0: rank(0, tflops=790), 1: rank(1, tflops=700)}
+    [f] = rules.judge(w, TH)
+    assert (f.rule, f.ranks, round(f.deviation, 3)) == (RULE_SLOW_GPU, (1,), round(700 / 790 - 1, 3))
+
+
+def test_ranks_of_other_roles_are_not_compared():
+    # pipeline stages: stage 1's GEMMs are 1000x larger and run faster
+    w = {r: rank(r, tflops=300, flops=2e9) for r in range(4)}
+    w.update({r: rank(r, tflops=780, flops=2e12) for r in range(4, 8)})
+    assert rules.judge(w, TH) == []
+
+
+def test_straggler_with_healthy_gemms_and_its_reason():
+    w = {r: rank(r, comms=[comm(p50=0.004)]) for r in range(4)}
+    w[2] = rank(2, comms=[comm(p50=0.0002)], launches=9000)
+    assert rules.judge(w, TH) == []   # the peers wait 4 % of the time: under the gap
+    w = {r: rank(r, comms=[comm(p50=0.015)]) for r in range(4)}
+    w[2] = rank(2, comms=[comm(p50=0.0002)], launches=9000)
+    [f] = rules.judge(w, TH)
+    assert (f.rule, f.ranks) == (RULE_STRAGGLER, (2,))
+    assert "it launches 9000 kernels/s vs 20000 for its peers" in f.detail
+    w = {r: rank(r, comms=[comm(p50=0.020)]) for r in range(4)}
+    w[2] = rank(2, comms=[comm(p50=0.001)], gc=12.0)
+    [f] = rules.judge(w, TH)
+    assert (f.rule, f.ranks) == (RULE_STRAGGLER, (2,))
+    assert "peers wait 20% of the time in all_reduce" in f.detail
+    assert "20% of the time in garbage collection" in f.detail
+
+
+def test_one_long_wait_is_not_a_straggler():
+    # rank 0 writes a 20 s checkpoint; the others wait once, in one all_reduce
+    w = {r: rank(r, comms=[CommWindow(0, '"default"', "all_reduce", 600, 0.01 * 600 + 20, 0.01, None, 64e6)])
+         for r in range(1, 4)}
+    w[0] = rank(0, comms=[comm(p50=0.01)])
+    assert rules.judge(w, TH) == []
+
+
+def test_a_straggler_on_one_group_only_is_not_named():
+    w = {r: rank(r, comms=[comm(0, p50=0.02), comm(1, p50=0.02)]) for r in range(4)}
+    w[1] = rank(1, comms=[comm(0, p50=0.001), comm(1, p50=0.02)])
+    assert rules.find_stragglers(w, TH) == []
+
+
+def test_a_slow_link_names_its_group():
+    groups = {0: (0, 1), 1: (2, 3), 2: (4, 5), 3: (6, 7)}
+    w = {}
+    for g, members in groups.items():
+        for r in members:
+            w[r] = rank(r, comms=[comm(g + 10, busbw=(180e9 if g == 2 else 370e9), name=f'"tp{g}"')])
+    [f] = rules.judge(w, TH)
+    assert (f.rule, f.ranks, f.comm_id) == (RULE_SLOW_LINK, (4, 5), 12)
+    assert '"tp2" (ranks 4-5) runs at 180.0 GB/s busbw vs 370.0 GB/s' in f.detail
+
+
+def windows_at(slow_rank=None, tflops=650):
+    w = {r: rank(r) for r in range(8)}
+    if slow_rank is not None:
+        w[slow_rank] = rank(slow_rank, tflops=tflops)
+    return w
+
+
+def test_detector_waits_half_a_window_then_fires_once():
+    d = SlowDetector(TH)
+    fired = [(t, e) for t in range(60, 200, 5) for e in d.update(float(t), windows_at(3))]
+    assert [(t, e.finding.ranks) for t, e in fired] == [(90, (3,))]
+
+
+def test_warm_up_windows_are_not_judged():
+    d = SlowDetector(TH)
+    w = {r: rank(r, span=30.0) for r in range(8)}
+    w[3] = rank(3, tflops=400, span=30.0)
+    assert [e for t in range(0, 300, 5) for e in d.update(float(t), w)] == []
+
+
+def test_a_blip_does_not_fire_and_recovery_rearms():
+    d = SlowDetector(TH)
+    t, events = 0.0, []
+    for phase, seconds in ((3, 20), (None, 60), (3, 60), (None, 70), (3, 60)):
+        for _ in range(int(seconds / 5)):
+            t += 5
+            events += d.update(t, windows_at(phase))
+    # the first 20 s blip never fired; two episodes follow, split by a recovery
+    assert [e.finding.ranks for e in events] == [(3,), (3,)]
+    assert events[1].declared - events[0].declared >= 60 + 70
+
+
+def test_no_recovery_no_second_event():
+    d = SlowDetector(TH)
+    events = []
+    for t in range(0, 400, 5):
+        events += d.update(float(t), windows_at(3 if (t // 5) % 2 else 3))
+    assert len(events) == 1
+
+
+def test_bad_threshold_is_one_line():
+    with pytest.raises(ValueError, match="slow threshold slow: 10 must be a fraction"):
+        Thresholds(slow=10)
