@@ -86,6 +86,12 @@ def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
     else:
         render_table(doc, verbose=cfg.verbose)
     sys.stdout.flush()
+    if cfg.rank_order and doc.get("rank_order"):
+        from diag.netcheck import rankorder
+        try:
+            rankorder.write(cfg.rank_order, doc["rank_order"])
+        except OSError as exc:
+            raise NetcheckError(f"--rank-order: cannot write {cfg.rank_order} ({exc.strerror or exc})") from None
     if cfg.output:
         try:
             faultlist.write_document(cfg.output, doc)

@@ -32,6 +32,14 @@ def check_usage(cfg: Config) -> None:
             select_profile(cfg.profile, None)
         except NetcheckError as exc:
             raise ConfigError(str(exc)) from None
+    if cfg.topology:
+        if not cfg.rank_order:
+            raise ConfigError("--topology: only with --rank-order FILE")
+        from diag.netcheck.rankorder import load_topology
+        try:
+            load_topology(cfg.topology)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if not cfg.output:
         return
     if os.path.isdir(cfg.output):

@@ -55,6 +55,8 @@ class Config:
     taint_key: str = "xpu-diag/faulty"
     progress: bool = True
     verbose: bool = False
+    rank_order: str | None = None           # write a topology-aware rank order here
+    topology: str | None = None             # switch map that overrides the measured grouping
     switchbox: bool = False
     box_pairs: list[tuple[int, int]] | None = None
     min_bandwidth: float = 10000.0          # MB/s
@@ -156,6 +158,10 @@ def _parser(mode: str = "check") -> argparse.ArgumentParser:
     o.add_argument("--format", choices=FORMATS, default="table",
                    help="table (default), json, slurm (a hostlist for sbatch --exclude), taints (kubectl)")
     o.add_argument("--taint-key", default="xpu-diag/faulty", help="--format taints: the taint key")
+    o.add_argument("--rank-order", metavar="FILE", help="also measure every pair and write a topology-aware "
+                   "rank order here (JSON; xpu_timer_launch --rank-order reads it)")
+    o.add_argument("--topology", metavar="FILE", help="with --rank-order: JSON {hostname or address: switch} "
+                   "that overrides the measured grouping")
     o.add_argument("--verbose", action="store_true", help="table: one row per measurement, not per node")
     o.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     s = p.add_argument_group("switchbox")
@@ -205,6 +211,7 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
                  compute=ns.compute, max_rounds=ns.max_rounds, min_busbw=ns.min_busbw,
                  profile=ns.profile, rel_ratio=ns.rel_ratio, mad_z=ns.mad_z, output=ns.output,
                  format=ns.format, taint_key=ns.taint_key, progress=not ns.no_progress, verbose=ns.verbose,
+                 rank_order=ns.rank_order, topology=ns.topology,
                  switchbox=ns.switchbox_check or ns.mode == "preflight",
                  min_bandwidth=ns.min_bandwidth, min_channels=ns.min_channels, nvml_replay=ns.nvml_replay,
                  nproc_per_node=ns.nproc_per_node)

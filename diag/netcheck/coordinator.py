@@ -33,6 +33,7 @@ class Coordinator:
         self.timing: dict[str, Any] = {"rounds_s": []}
         self.display: dict[int, str] = {}                     # unit -> unique name, where hostnames repeat
         self.unmeasured: dict[int, str] = {}                  # unit -> why it stays unknown
+        self.pair_busbw: dict[frozenset, float] = {}          # all_reduce busbw of every measured good pair
         self.posted = 0                                        # the last plan/<round> posted
 
     # -- names -------------------------------------------------------------
@@ -83,6 +84,8 @@ class Coordinator:
             self._add_to_fleet(pairs, results)
             pp.record([o for a, b in pairs if (o := self._judge(rnd, a, b, results, pp)) is not None])
             self.timing["rounds_s"].append(time.monotonic() - round_start)
+        if self.cfg.rank_order:
+            self._probe_topology(pp)
         self.timing["check_s"] = time.monotonic() - checking
         if self._past_deadline():
             for u in pp.units:
@@ -94,6 +97,37 @@ class Coordinator:
         self.session.set_json(f"plan/{self.posted + 1}", {"done": True, "doc": doc})
         self._await_acks()
         return doc
+
+    def _probe_topology(self, pp: Pinpointer) -> None:
+        """--rank-order: measure the pairs the rounds left out (every pair of the
+        nodes not found faulty, in disjoint rounds), for rankorder.group_measured.
+        These rounds judge nothing; --deadline still ends them."""
+        from diag.netcheck.rankorder import round_robin
+        units = [u for u in pp.units if u not in pp.faulty and u not in self.node_faults]
+        for pairs in round_robin(units):
+            pairs = [p for p in pairs if frozenset(p) not in self.pair_busbw]
+            if not pairs or self._past_deadline():
+                continue
+            self.posted += 1
+            rnd = self.posted
+            self.session.set_json(f"plan/{rnd}", {"done": False, "round": rnd, "pairs": pairs, "warmup": self._warmup(rnd)})
+            self.reporter.start(f"round {rnd} (topology): {len(pairs)} pair(s)", len(pairs))
+            results = self._collect(rnd, pairs)
+            for a, b in pairs:
+                ra, rb = results.get(a), results.get(b)
+                if ra and rb and ra.get("ok") and rb.get("ok"):
+                    self.pair_busbw[frozenset((a, b))] = self._pair_busbw(a, b, results, "all_reduce")
+
+    def rank_order(self, pp: Pinpointer) -> dict[str, Any]:
+        """The --rank-order document (see rankorder.py): --topology's switches, else the measured groups."""
+        from diag.netcheck import rankorder
+        nodes = [rankorder.NodeId(self.infos[u].get("host_rank", u), self.host(u), self.infos[u].get("hostname", ""),
+                                  self.infos[u].get("addr", "")) for u in sorted(self.infos)]
+        busbw = {frozenset(self.infos[u].get("host_rank", u) for u in p): bw for p, bw in self.pair_busbw.items()}
+        if self.cfg.topology:
+            groups = rankorder.group_by_switch(nodes, rankorder.load_topology(self.cfg.topology), self.cfg.topology)
+            return rankorder.document(groups, busbw, "topology")
+        return rankorder.document(rankorder.group_measured(nodes, busbw), busbw, "measured")
 
     def _past_deadline(self) -> bool:
         return time.monotonic() >= self.deadline
@@ -232,6 +266,7 @@ class Coordinator:
         for a, b in pairs:
             ra, rb = results.get(a), results.get(b)
             if ra and rb and ra["ok"] and rb["ok"]:
+                self.pair_busbw[frozenset((a, b))] = self._pair_busbw(a, b, results, "all_reduce")
                 for test in ra["tests"]:
                     self.fleet.setdefault(test, []).append(self._pair_busbw(a, b, results, test))
 
@@ -331,7 +366,9 @@ class Coordinator:
                    if u not in pp.faulty and u not in self.node_faults and pp.status[u] != HEALTHY)}
         self.records.append(Measurement("*", "rounds", float(pp.rounds), "", verdict=INFO,
                                         reason=f"{pp.rounds} round(s) for {self.cfg.nnodes} node(s)"))
-        return faultlist.to_document(entries, [m.to_dict() for m in self.records] + extra_records, summary=summary)
+        extra = {"rank_order": self.rank_order(pp)} if self.cfg.rank_order else {}
+        return faultlist.to_document(entries, [m.to_dict() for m in self.records] + extra_records, summary=summary,
+                                     **extra)
 
     def _pinned_rule(self, unit: int, pp: Pinpointer) -> str:
         rules_seen = [self.pair_rule[frozenset((o.a, o.b))] for o in pp.bad_pairs

@@ -168,3 +168,24 @@ def test_node_that_cannot_connect_ends_at_the_deadline_unknown_and_no_one_blamed
     err0 = results[0][2]
     assert "round 1: pair node2<->node3 not finished by --deadline 12s; both stay unknown" in err0
     assert not any("gloo" in line.lower() for _, _, err in results for line in err.splitlines()), err0
+
+
+def test_rank_order_groups_nodes_by_bridge(netns_cluster, tmp_path):
+    """Two bridges joined by a slow link, nodes interleaved by rank (even ranks on one
+    bridge, odd on the other): --rank-order measures every pair and groups the nodes by
+    bridge; the order keeps each bridge's nodes together. No node is blamed: the slow
+    link is between groups, and the check's own rounds stay on its verdict."""
+    c = netns_cluster(4, split=True)
+    c.throttle_link(RATE)
+    order = tmp_path / "order.json"
+    args = SMALL + ["--min-busbw", "0.0001", "--mad-z", "1000"]  # rounds cross the slow link by design
+    results = c.run_all(lambda k: args + (["--rank-order", str(order)] if k == 0 else ["--rank-order",
+                                                                                       str(tmp_path / f"o{k}.json")]),
+                        port=29627)
+    assert [rc for rc, _, _ in results] == [0, 0, 0, 0], results[0][2][-3000:]
+    doc = json.loads(order.read_text())
+    assert doc["source"] == "measured"
+    assert [[n["node_rank"] for n in g] for g in doc["groups"]] == [[0, 2], [1, 3]], json.dumps(doc, indent=1)
+    assert doc["order"] == {"0": 0, "2": 1, "1": 2, "3": 3}
+    assert len(doc["pairs"]) == 6                    # every pair measured
+    assert json.loads((tmp_path / "o3.json").read_text()) == doc     # every node gets the same file
