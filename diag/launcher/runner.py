@@ -54,6 +54,8 @@ def _raise_stopped(signum, _frame):
 
 
 def run(config: Config) -> int:
+    if config.rank_order_note:
+        say(config.rank_order_note)
     if config.fault_list is not None:
         code = check_fault_list(config)
         if code is not None:
