@@ -46,7 +46,7 @@ def test_node_is_matched_by_address_where_hostnames_repeat(tmp_path, monkeypatch
     mine = local_addrs()[0]
     host = socket.gethostname()
     path = tmp_path / "faults.json"
-    faultlist.write(path, [faultlist.FaultEntry(f"{host}#3", "slow link", host, 3, "192.0.2.250")], [])
+    faultlist.write(path, [faultlist.FaultEntry(f"{host}#3", "slow link", host, 3, "198.51.100.250")], [])
     assert check_fault_list(config_for(path)) is None          # same hostname, another node's address
     faultlist.write(path, [faultlist.FaultEntry(f"{host}#1", "slow link", host, 1, mine)], [])
     assert check_fault_list(config_for(path)) == 75

@@ -10,8 +10,8 @@ from diag.launcher.config import parse_args
 
 
 def _order(tmp_path, mine_rank=2, order=None):
-    nodes = [{"node_rank": 0, "node": "far0", "hostname": "far0", "addr": "192.0.2.1"},
-             {"node_rank": 1, "node": "far1", "hostname": "far1", "addr": "192.0.2.2"},
+    nodes = [{"node_rank": 0, "node": "far0", "hostname": "far0", "addr": "198.51.100.1"},
+             {"node_rank": 1, "node": "far1", "hostname": "far1", "addr": "198.51.100.2"},
              {"node_rank": mine_rank, "node": "me", "hostname": "not-this-host", "addr": local_addrs()[0]}]
     path = tmp_path / "order.json"
     path.write_text(json.dumps({"version": 1, "source": "measured", "order": order or {"0": 0, "2": 1, "1": 2},
@@ -21,7 +21,7 @@ def _order(tmp_path, mine_rank=2, order=None):
 
 def test_static_rendezvous_takes_the_suggested_rank_matched_by_address(tmp_path):
     cfg = parse_args(["--rank-order", _order(tmp_path), "--nnodes", "3", "--node-rank", "2", "--master-addr",
-                      "192.0.2.1", "--timeline-path", str(tmp_path), "t.py"], {})
+                      "198.51.100.1", "--timeline-path", str(tmp_path), "t.py"], {})
     assert cfg.node_rank == 1
     i = cfg.torchrun_argv.index("--node-rank")
     assert cfg.torchrun_argv[i + 1] == "1" and cfg.torchrun_argv.count("--node-rank") == 1
@@ -30,7 +30,7 @@ def test_static_rendezvous_takes_the_suggested_rank_matched_by_address(tmp_path)
 
 def test_c10d_rendezvous_is_left_alone_and_says_so(tmp_path):
     argv = ["--rank-order", _order(tmp_path), "--nnodes", "3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-            "192.0.2.1:29400", "--timeline-path", str(tmp_path), "t.py"]
+            "198.51.100.1:29400", "--timeline-path", str(tmp_path), "t.py"]
     cfg = parse_args(argv, {})
     assert "--node-rank" not in cfg.torchrun_argv
     assert cfg.rank_order_note.startswith("--rank-order: not applied: the c10d rendezvous assigns node ranks")
