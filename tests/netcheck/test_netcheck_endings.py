@@ -86,3 +86,52 @@ def test_without_torch_one_line_not_a_traceback():
     assert res.returncode == 3
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "torch is not installed" in res.stderr and "pip install torch" in res.stderr
+
+
+def test_ctrl_c_stops_the_rich_progress_cleanly():
+    """On a terminal the coordinator draws rich progress bars; Ctrl-C mid-round ends
+    it with 130, the cursor shown again and no traceback."""
+    import os
+    import pty
+    import select
+    import signal
+    port = str(free_port())
+    common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port, "--iface", "lo", "--backend",
+              "gloo", "--size", "4M", "--iters", "100000", "--timeout", "60s"]
+    master, slave = pty.openpty()
+    node0 = subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", *common, "--node-rank", "0"], cwd=REPO,
+                             stdout=slave, stderr=slave, stdin=subprocess.DEVNULL)
+    node1 = subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", *common, "--node-rank", "1",
+                              "--no-progress"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+
+    def read(until: float) -> None:
+        nonlocal seen
+        while time.monotonic() < until:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    return
+            if b"round 1" in seen and node0.poll() is None and not stopped:
+                return
+    try:
+        stopped = False
+        read(time.monotonic() + 60)
+        assert b"round 1" in seen, seen[-2000:]
+        time.sleep(1.0)
+        node0.send_signal(signal.SIGINT)
+        stopped = True
+        start = time.monotonic()
+        node0.wait(timeout=30)
+        read(time.monotonic() + 1)
+        assert node0.returncode == 130 and time.monotonic() - start < 10
+        assert b"Traceback" not in seen and b"\x1b[?25h" in seen[-200:], seen[-2000:]   # cursor shown again
+    finally:
+        for p in (node0, node1):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        os.close(master)

@@ -70,7 +70,8 @@ def test_node_dropping_out_mid_test_times_out_and_is_named(netns_cluster, tmp_pa
             procs[2].send_signal(signal.SIGKILL)   # node2 dies inside its round-1 pair
             killed.append(2)
 
-    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s"]
+    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s",
+            "--rel-ratio", "0.2"]   # about the dropout, not bandwidth: tolerate a loaded host
     results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=29623, on_line=on_line)
     rc0, _, err0 = results[0]
     assert killed and results[2][0] == -signal.SIGKILL
@@ -93,7 +94,8 @@ def test_hung_node_is_aborted_and_named(netns_cluster, tmp_path):
             procs[1].send_signal(signal.SIGSTOP)
             stopped.append(1)
 
-    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s"]
+    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s",
+            "--rel-ratio", "0.2"]   # about the dropout, not bandwidth: tolerate a loaded host
     results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=29624, on_line=on_line,
                         hung=frozenset({1}))
     assert stopped and results[0][0] == 1, results[0][2]
