@@ -26,11 +26,11 @@ def run_pairwise(cfg: Config, local_doc: dict[str, Any] | None = None) -> dict[s
     from diag.netcheck.node import Node
     from diag.netcheck.session import Session
 
-    serve = cfg.node_rank == 0 and not cfg.agent_store
-    session = Session(cfg.master_addr, cfg.master_port, cfg.node_rank, serve, cfg.join_timeout)
+    serve = cfg.rdzv.node_rank == 0 and not cfg.rdzv.agent_store
+    session = Session(cfg.rdzv.master_addr, cfg.rdzv.master_port, cfg.rdzv.node_rank, serve, cfg.rdzv.join_timeout)
     try:
         node = Node(cfg, session, local_doc)
-        if cfg.node_rank != 0:
+        if cfg.rdzv.node_rank != 0:
             return node.run()
         box: dict[str, Any] = {}
 
@@ -42,12 +42,12 @@ def run_pairwise(cfg: Config, local_doc: dict[str, Any] | None = None) -> dict[s
 
         thread = threading.Thread(target=take_part, name="netcheck-node0", daemon=True)
         thread.start()
-        reporter = Reporter(cfg.progress)
+        reporter = Reporter(cfg.out.progress)
         try:
             doc = Coordinator(cfg, session, reporter, own_node_alive=thread.is_alive).run()
         finally:
             reporter.close()
-        thread.join(cfg.timeout)
+        thread.join(cfg.measure.timeout)
         if isinstance(box.get("error"), NetcheckError):
             raise box["error"]
         return doc
@@ -75,42 +75,42 @@ def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
     """
     names = [f["node"] for f in doc["faulty"]]
     if not lead:
-        print(f"netcheck: node rank {cfg.node_rank}: {len(names)} faulty node(s)"
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: {len(names)} faulty node(s)"
               + (f": {slurm_hostlist(names)}" if names else ""), file=sys.stderr)
-    elif cfg.format == "json":
+    elif cfg.out.format == "json":
         print(json.dumps(doc, indent=1))
-    elif cfg.format == "slurm":
+    elif cfg.out.format == "slurm":
         print(slurm_hostlist(names))
-    elif cfg.format == "taints":
-        print("\n".join(taint_commands({f["node"]: f["reason"] for f in doc["faulty"]}, cfg.taint_key)))
+    elif cfg.out.format == "taints":
+        print("\n".join(taint_commands({f["node"]: f["reason"] for f in doc["faulty"]}, cfg.out.taint_key)))
     else:
-        render_table(doc, verbose=cfg.verbose)
+        render_table(doc, verbose=cfg.out.verbose)
     sys.stdout.flush()
-    if cfg.rank_order and doc.get("rank_order"):
+    if cfg.out.rank_order and doc.get("rank_order"):
         from diag.netcheck import rankorder
         try:
-            rankorder.write(cfg.rank_order, doc["rank_order"])
+            rankorder.write(cfg.out.rank_order, doc["rank_order"])
         except OSError as exc:
-            raise NetcheckError(f"--rank-order: cannot write {cfg.rank_order} ({exc.strerror or exc})") from None
-    if cfg.output:
+            raise NetcheckError(f"--rank-order: cannot write {cfg.out.rank_order} ({exc.strerror or exc})") from None
+    if cfg.out.output:
         try:
-            faultlist.write_document(cfg.output, doc)
+            faultlist.write_document(cfg.out.output, doc)
         except OSError as exc:
-            raise NetcheckError(f"--output: cannot write {cfg.output} ({exc.strerror or exc}); "
+            raise NetcheckError(f"--output: cannot write {cfg.out.output} ({exc.strerror or exc}); "
                                 "give a path in a writable directory") from None
 
 
 def run(cfg: Config) -> int:
     local = None
-    if cfg.switchbox and cfg.local_rank == 0:    # one switchbox check per host, not per GPU process
+    if cfg.switchbox and cfg.rdzv.local_rank == 0:    # one switchbox check per host, not per GPU process
         from diag.netcheck.switchbox import run_switchbox
-        local = run_switchbox(cfg, Reporter(cfg.progress))
+        local = run_switchbox(cfg, Reporter(cfg.out.progress))
     doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local] if local else [])
-    if cfg.spawn_dir:       # a child of --nproc-per-node: the parent prints and writes (spawn.py)
+    if cfg.rdzv.spawn_dir:       # a child of --nproc-per-node: the parent prints and writes (spawn.py)
         from diag.netcheck.spawn import hand_up
         hand_up(cfg, doc=doc)
     else:
-        emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
+        emit(cfg, doc, lead=cfg.rdzv.node_rank == 0 or not cfg.pairwise)
     return verdict_code(doc)
 
 

@@ -26,28 +26,28 @@ def check_usage(cfg: Config) -> None:
     """What parse_args (pure) leaves to be checked before anything runs:
     the --profile name against the shipped profiles, and that --output's
     directory is writable. Raises ConfigError, so a typo costs no measurement."""
-    if cfg.profile not in ("auto", "none"):
+    if cfg.thresholds.profile not in ("auto", "none"):
         from diag.netcheck.rules import select_profile
         try:
-            select_profile(cfg.profile, None)
+            select_profile(cfg.thresholds.profile, None)
         except NetcheckError as exc:
             raise ConfigError(str(exc)) from None
-    if cfg.topology:
-        if not cfg.rank_order:
+    if cfg.out.topology:
+        if not cfg.out.rank_order:
             raise ConfigError("--topology: only with --rank-order FILE")
         from diag.netcheck.rankorder import load_topology
         try:
-            load_topology(cfg.topology)
+            load_topology(cfg.out.topology)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    if not cfg.output:
+    if not cfg.out.output:
         return
-    if os.path.isdir(cfg.output):
-        raise ConfigError(f"--output: {cfg.output} is a directory; give a file path such as "
-                          f"{os.path.join(cfg.output, 'faults.json')}")
-    where = os.path.dirname(os.path.abspath(cfg.output))
+    if os.path.isdir(cfg.out.output):
+        raise ConfigError(f"--output: {cfg.out.output} is a directory; give a file path such as "
+                          f"{os.path.join(cfg.out.output, 'faults.json')}")
+    where = os.path.dirname(os.path.abspath(cfg.out.output))
     if not os.path.isdir(where) or not os.access(where, os.W_OK | os.X_OK):
-        raise ConfigError(f"--output: cannot write {cfg.output} ({where} is not a writable "
+        raise ConfigError(f"--output: cannot write {cfg.out.output} ({where} is not a writable "
                           "directory); give a path in a writable directory")
 
 
@@ -58,7 +58,7 @@ QUIET_TORCH_CPP_LOG = ("TORCH_CPP_LOG_LEVEL", "FATAL")
 
 
 def _dispatch(cfg: Config, argv: list[str]) -> int:
-    if cfg.nproc_per_node > 1:
+    if cfg.rdzv.nproc_per_node > 1:
         from diag.netcheck.spawn import spawn
         return spawn(cfg, argv)
     if cfg.mode == "preflight":
@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = EXIT_CANNOT_RUN
     except KeyboardInterrupt:
         code = 130
-    if cfg.spawn_dir:
+    if cfg.rdzv.spawn_dir:
         # A child of --nproc-per-node: a non-zero exit would make torchrun kill
         # the coordinating sibling before it hands up the verdict; the parent
         # returns the worst status instead (spawn.py).

@@ -48,8 +48,8 @@ class Coordinator:
     def slurm_name(self, unit: int) -> str | None:
         """The Slurm node of a node rank, where SLURM_JOB_NODELIST lists one per rank
         (Slurm numbers SLURM_NODEID in the order of that list)."""
-        names = self.cfg.slurm_nodes
-        return names[unit] if len(names) == self.cfg.nnodes and 0 <= unit < len(names) else None
+        names = self.cfg.rdzv.slurm_nodes
+        return names[unit] if len(names) == self.cfg.rdzv.nnodes and 0 <= unit < len(names) else None
 
     def label(self, unit: int) -> str:
         info = self.infos.get(unit)
@@ -65,14 +65,14 @@ class Coordinator:
     # -- phases ------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        self.deadline = started + self.cfg.deadline
+        self.deadline = started + self.cfg.measure.deadline
         self._gather_joins()
         self.timing["join_s"] = time.monotonic() - started
         self._name_nodes()
         checking = time.monotonic()
         units = sorted(self.infos, key=lambda u: (self.infos[u].get("local_rank", 0), u))
         pp = Pinpointer(units, hosts={u: self.host(u) for u in units},
-                        names={u: self.label(u) for u in units}, max_rounds=self.cfg.max_rounds)
+                        names={u: self.label(u) for u in units}, max_rounds=self.cfg.measure.max_rounds)
         self._gather_compute(units)
         while not self._past_deadline() and (pairs := pp.plan()) is not None:
             rnd = self.posted = pp.rounds
@@ -84,13 +84,13 @@ class Coordinator:
             self._add_to_fleet(pairs, results)
             pp.record([o for a, b in pairs if (o := self._judge(rnd, a, b, results, pp)) is not None])
             self.timing["rounds_s"].append(time.monotonic() - round_start)
-        if self.cfg.rank_order:
+        if self.cfg.out.rank_order:
             self._probe_topology(pp)
         self.timing["check_s"] = time.monotonic() - checking
         if self._past_deadline():
             for u in pp.units:
                 if pp.status[u] not in (HEALTHY, FAULTY):
-                    self.unmeasured.setdefault(u, f"not measured before --deadline {self.cfg.deadline:g}s")
+                    self.unmeasured.setdefault(u, f"not measured before --deadline {self.cfg.measure.deadline:g}s")
         doc = self._finish(pp)
         # Nodes read plan/1, plan/2, ... in turn: the final document goes
         # right after the last plan posted (plan/1 when no pair could be formed).
@@ -124,8 +124,8 @@ class Coordinator:
         nodes = [rankorder.NodeId(self.infos[u].get("host_rank", u), self.host(u), self.infos[u].get("hostname", ""),
                                   self.infos[u].get("addr", "")) for u in sorted(self.infos)]
         busbw = {frozenset(self.infos[u].get("host_rank", u) for u in p): bw for p, bw in self.pair_busbw.items()}
-        if self.cfg.topology:
-            groups = rankorder.group_by_switch(nodes, rankorder.load_topology(self.cfg.topology), self.cfg.topology)
+        if self.cfg.out.topology:
+            groups = rankorder.group_by_switch(nodes, rankorder.load_topology(self.cfg.out.topology), self.cfg.out.topology)
             return rankorder.document(groups, busbw, "topology")
         return rankorder.document(rankorder.group_measured(nodes, busbw), busbw, "measured")
 
@@ -136,7 +136,7 @@ class Coordinator:
         # The store lives in this process: keep it up until every live node
         # has read the final plan (or its heartbeat stopped), at most --timeout.
         pending = set(self.infos)
-        cap = time.monotonic() + self.cfg.timeout
+        cap = time.monotonic() + self.cfg.measure.timeout
         while pending and time.monotonic() < cap:
             for u in sorted(pending):
                 if self.session.has(f"done/{u}") or self._gone(u):
@@ -147,18 +147,18 @@ class Coordinator:
         """A node is gone when its heartbeat stopped for --timeout. This process's
         own node is judged by its thread instead: a starved heartbeat thread on a
         loaded host must not make the coordinator drop itself."""
-        if unit == self.cfg.node_rank:
+        if unit == self.cfg.rdzv.node_rank:
             return not self.own_node_alive()
-        return self.session.heartbeat_age(unit) > self.cfg.timeout
+        return self.session.heartbeat_age(unit) > self.cfg.measure.timeout
 
     def _warmup(self, rnd: int) -> int:
         """Later rounds confirm a verdict: with >= 3 timed iterations the median
         already drops the first one's set-up cost, so they skip the warm-up."""
-        return self.cfg.warmup if rnd == 1 or self.cfg.iters < 3 else 0
+        return self.cfg.measure.warmup if rnd == 1 or self.cfg.measure.iters < 3 else 0
 
     def _gather_joins(self) -> None:
-        deadline = min(time.monotonic() + self.cfg.join_timeout, self.deadline)
-        missing = set(range(self.cfg.nnodes))
+        deadline = min(time.monotonic() + self.cfg.rdzv.join_timeout, self.deadline)
+        missing = set(range(self.cfg.rdzv.nnodes))
         while missing and time.monotonic() < deadline:
             for r in sorted(missing):
                 if self.session.has(f"join/{r}"):
@@ -168,9 +168,9 @@ class Coordinator:
         for r in sorted(missing):
             slurm = self.slurm_name(r)
             who = f"node rank {r}" + (f" (Slurm node {slurm})" if slurm else "")
-            waited = min(self.cfg.join_timeout, self.cfg.deadline)
+            waited = min(self.cfg.rdzv.join_timeout, self.cfg.measure.deadline)
             self.node_faults[r] = (RULE_TIMEOUT, f"{who} did not join within {waited:g}s")
-        self.reporter.log(f"{len(self.infos)} of {self.cfg.nnodes} node(s) joined"
+        self.reporter.log(f"{len(self.infos)} of {self.cfg.rdzv.nnodes} node(s) joined"
                           + (f"; missing: {', '.join(self.node_faults[r][1].split(' did not')[0] for r in sorted(missing))}"
                              if missing else ""))
 
@@ -194,7 +194,7 @@ class Coordinator:
     def _gather_compute(self, units: list[int]) -> None:
         wanted = [u for u in units if self.infos[u].get("compute")]
         results = {}
-        deadline = time.monotonic() + self.cfg.timeout
+        deadline = time.monotonic() + self.cfg.measure.timeout
         while len(results) < len(wanted) and time.monotonic() < deadline:
             for u in wanted:
                 if u not in results and self.session.has(f"gemm/{u}"):
@@ -207,14 +207,14 @@ class Coordinator:
     def _judge_compute(self, unit: int, res: dict | None, fleet: list[float]) -> None:
         name, gpu = self.host(unit), self.gpu(unit)
         if res is None or "tflops" not in res:
-            why = res.get("error") if res else f"no GEMM result within {self.cfg.timeout:g}s"
+            why = res.get("error") if res else f"no GEMM result within {self.cfg.measure.timeout:g}s"
             self.records.append(Measurement(name, "gemm", None, "TFLOP/s", gpu=gpu, verdict=FAIL,
                                             reason=why, rule="error" if res else RULE_TIMEOUT))
             self.node_faults[unit] = ("error" if res else RULE_TIMEOUT, f"compute check: {why}")
             return
-        profile = rules.select_profile(self.cfg.profile, self.infos[unit].get("device_name"))
-        th = rules.Thresholds(profile.get("min_gemm_tflops") if profile else None, self.cfg.rel_ratio,
-                              self.cfg.mad_z, profile.get("typical_gemm_tflops") if profile else None)
+        profile = rules.select_profile(self.cfg.thresholds.profile, self.infos[unit].get("device_name"))
+        th = rules.Thresholds(profile.get("min_gemm_tflops") if profile else None, self.cfg.thresholds.rel_ratio,
+                              self.cfg.thresholds.mad_z, profile.get("typical_gemm_tflops") if profile else None)
         v = rules.judge(res["tflops"], fleet, th, "gemm", "TFLOP/s")
         self.records.append(Measurement(name, "gemm", res["tflops"], "TFLOP/s", gpu=gpu, expected=v.expected,
                                         threshold=v.threshold, verdict=v.verdict, reason=v.reason, rule=v.rule,
@@ -231,7 +231,7 @@ class Coordinator:
         """
         pending = {u for p in pairs for u in p}
         results: dict[int, dict | None] = {}
-        cap = time.monotonic() + pair_job_budget(self.cfg.timeout, self.cfg.warmup, self.cfg.iters) + 30.0
+        cap = time.monotonic() + pair_job_budget(self.cfg.measure.timeout, self.cfg.measure.warmup, self.cfg.measure.iters) + 30.0
         while pending:
             for u in sorted(pending):
                 if self.session.has(f"result/{rnd}/{u}"):
@@ -248,13 +248,13 @@ class Coordinator:
         return results
 
     def _thresholds(self, a: int, b: int) -> rules.Thresholds:
-        profile = rules.select_profile(self.cfg.profile, self.infos[a].get("device_name"))
+        profile = rules.select_profile(self.cfg.thresholds.profile, self.infos[a].get("device_name"))
         scope = "same_host" if self.host(a) == self.host(b) else "cross_host"
-        floor = self.cfg.min_busbw
+        floor = self.cfg.thresholds.min_busbw
         if floor is None and profile:
             floor = profile["min_busbw_gbs"][scope]
         typical = profile["typical_busbw_gbs"][scope] if profile else None
-        return rules.Thresholds(floor, self.cfg.rel_ratio, self.cfg.mad_z, typical)
+        return rules.Thresholds(floor, self.cfg.thresholds.rel_ratio, self.cfg.thresholds.mad_z, typical)
 
     @staticmethod
     def _pair_busbw(a: int, b: int, results: dict, test: str) -> float:
@@ -273,7 +273,7 @@ class Coordinator:
     def _judge(self, rnd: int, a: int, b: int, results: dict, pp: Pinpointer) -> PairOutcome | None:
         link = f"{self.label(a)}<->{self.label(b)}"
         if any((results.get(u) or {}).get("deadline") for u in (a, b)):
-            why = f"pair {link} not finished by --deadline {self.cfg.deadline:g}s"
+            why = f"pair {link} not finished by --deadline {self.cfg.measure.deadline:g}s"
             self.reporter.log(f"round {rnd}: {why}; both stay unknown")
             for u in (a, b):
                 self.unmeasured.setdefault(u, f"not measured: {why}")
@@ -310,7 +310,7 @@ class Coordinator:
         for u in (a, b):
             res = results.get(u)
             if res is None:
-                why = f"{self.label(u)} gave no result and its heartbeat stopped for > {self.cfg.timeout:g}s"
+                why = f"{self.label(u)} gave no result and its heartbeat stopped for > {self.cfg.measure.timeout:g}s"
                 pp.mark_faulty(u, f"dropped out or hung: {why}")
                 self.node_faults.setdefault(u, (RULE_TIMEOUT, f"dropped out or hung: {why}"))
                 return RULE_TIMEOUT, why
@@ -360,13 +360,13 @@ class Coordinator:
             extra_records.extend(local.get("records", []))
             if local.get("switchbox"):
                 switchbox[self.host(unit)] = local["switchbox"]
-        summary = {"rounds": pp.rounds, "nodes": self.cfg.nnodes, "joined": len(self.infos),
+        summary = {"rounds": pp.rounds, "nodes": self.cfg.rdzv.nnodes, "joined": len(self.infos),
                    "size": self.infos.get(0, {}).get("size"), "backend": self.infos.get(0, {}).get("backend"),
                    "timing": self.timing, "switchbox": switchbox, "unknown": sorted(self.host(u) for u in pp.units
                    if u not in pp.faulty and u not in self.node_faults and pp.status[u] != HEALTHY)}
         self.records.append(Measurement("*", "rounds", float(pp.rounds), "", verdict=INFO,
-                                        reason=f"{pp.rounds} round(s) for {self.cfg.nnodes} node(s)"))
-        extra = {"rank_order": self.rank_order(pp)} if self.cfg.rank_order else {}
+                                        reason=f"{pp.rounds} round(s) for {self.cfg.rdzv.nnodes} node(s)"))
+        extra = {"rank_order": self.rank_order(pp)} if self.cfg.out.rank_order else {}
         return faultlist.to_document(entries, [m.to_dict() for m in self.records] + extra_records, summary=summary,
                                      **extra)
 

@@ -29,25 +29,25 @@ class Endpoint:
 def choose(cfg: Config, backend: str = "gloo") -> Endpoint:
     """The endpoint for this node; raises NetcheckError (one line with the fix) when it cannot work."""
     try:
-        master = resolve_ipv4(cfg.master_addr)
+        master = resolve_ipv4(cfg.rdzv.master_addr)
     except OSError as exc:
-        raise NetcheckError(f"--master-addr {cfg.master_addr}: cannot resolve it ({exc}); "
+        raise NetcheckError(f"--master-addr {cfg.rdzv.master_addr}: cannot resolve it ({exc}); "
                             "give node rank 0's address") from None
-    if cfg.iface:
-        addr = iface_addr(cfg.iface)
+    if cfg.rdzv.iface:
+        addr = iface_addr(cfg.rdzv.iface)
         if addr is None:
-            raise NetcheckError(f"--iface {cfg.iface} (or GLOO_SOCKET_IFNAME): no such interface with an "
+            raise NetcheckError(f"--iface {cfg.rdzv.iface} (or GLOO_SOCKET_IFNAME): no such interface with an "
                                 f"IPv4 address here; give one listed by `ip -br addr`")
-        chosen = Endpoint(addr, cfg.iface, f"--iface {cfg.iface}")
+        chosen = Endpoint(addr, cfg.rdzv.iface, f"--iface {cfg.rdzv.iface}")
     else:
         try:
-            addr = route_source(master, cfg.master_port)
+            addr = route_source(master, cfg.rdzv.master_port)
         except OSError as exc:
-            raise NetcheckError(f"--master-addr {cfg.master_addr}: no route to {master} ({exc}); "
+            raise NetcheckError(f"--master-addr {cfg.rdzv.master_addr}: no route to {master} ({exc}); "
                                 "check the network or give --iface") from None
         chosen = Endpoint(addr, iface_of(addr), f"route to {master}")
     # NCCL picks its own interface (never lo by default); only gloo binds where we say.
-    if backend == "gloo" and cfg.nnodes > 1 and is_loopback(chosen.addr) and not is_loopback(master):
-        raise NetcheckError(f"node rank {cfg.node_rank}: the {chosen.how} gives loopback {chosen.addr}, which "
+    if backend == "gloo" and cfg.rdzv.nnodes > 1 and is_loopback(chosen.addr) and not is_loopback(master):
+        raise NetcheckError(f"node rank {cfg.rdzv.node_rank}: the {chosen.how} gives loopback {chosen.addr}, which "
                             f"other nodes cannot reach; pass --iface <the interface that reaches {master}>")
     return chosen

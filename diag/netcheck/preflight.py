@@ -22,23 +22,23 @@ def run_preflight(cfg: Config) -> int:
     from diag.netcheck.check import emit, merge, run_pairwise
     from diag.netcheck.switchbox import run_switchbox
 
-    me = cfg.node_name or socket.gethostname()
+    me = cfg.rdzv.node_name or socket.gethostname()
     local = None
     try:
-        if cfg.local_rank == 0:
-            local = run_switchbox(cfg, Reporter(cfg.progress))
+        if cfg.rdzv.local_rank == 0:
+            local = run_switchbox(cfg, Reporter(cfg.out.progress))
     except NetcheckError as exc:
-        if cfg.nvml_replay:
+        if cfg.box.nvml_replay:
             raise
         print(f"netcheck preflight: switchbox skipped: {exc}", file=sys.stderr)
     if not cfg.pairwise and local is None:
         print(f"netcheck preflight: {me}: nothing to check here (no NVML, no peers); passing", file=sys.stderr)
         return EXIT_HEALTHY
     doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local])
-    emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
+    emit(cfg, doc, lead=cfg.rdzv.node_rank == 0 or not cfg.pairwise)
     from diag.common.net import local_addrs
     listed = faultlist.FaultList(doc["created_unix"], entries=faultlist.entries_of(doc))
-    hit = listed.match(cfg.node_name, socket.gethostname(), local_addrs())
+    hit = listed.match(cfg.rdzv.node_name, socket.gethostname(), local_addrs())
     if hit is not None:
         entry, how = hit
         print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is faulty: {entry.reason}",

@@ -46,19 +46,19 @@ def child_argv(argv: Sequence[str]) -> list[str]:
 
 
 def torchrun_argv(cfg: Config, argv: Sequence[str]) -> list[str]:
-    return ["--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank), "--master-addr", cfg.master_addr,
-            "--master-port", str(cfg.master_port), "--nproc-per-node", str(cfg.nproc_per_node),
+    return ["--nnodes", str(cfg.rdzv.nnodes), "--node-rank", str(cfg.rdzv.node_rank), "--master-addr", cfg.rdzv.master_addr,
+            "--master-port", str(cfg.rdzv.master_port), "--nproc-per-node", str(cfg.rdzv.nproc_per_node),
             "-m", "diag.netcheck.cli", *child_argv(argv)]
 
 
 def hand_up(cfg: Config, doc: dict[str, Any] | None = None, code: int | None = None) -> None:
     """A child's document or exit status, for the parent (best effort: a full disk must not hang the job)."""
-    name, data = (f"doc.{cfg.node_rank}.json", json.dumps(doc)) if doc is not None else \
-        (f"code.{cfg.node_rank}", str(code))
+    name, data = (f"doc.{cfg.rdzv.node_rank}.json", json.dumps(doc)) if doc is not None else \
+        (f"code.{cfg.rdzv.node_rank}", str(code))
     try:
-        write_atomic(os.path.join(cfg.spawn_dir, name), data.encode())
+        write_atomic(os.path.join(cfg.rdzv.spawn_dir, name), data.encode())
     except OSError as exc:
-        print(f"netcheck: node rank {cfg.node_rank}: cannot hand the result up ({exc})", file=sys.stderr)
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: cannot hand the result up ({exc})", file=sys.stderr)
 
 
 def _handed_up(where: str) -> tuple[dict[str, Any] | None, list[int]]:
@@ -88,10 +88,10 @@ def spawn(cfg: Config, argv: Sequence[str]) -> int:
         os.environ.pop(SPAWN_DIR_ENV, None)
         shutil.rmtree(where, ignore_errors=True)
     if doc is None:
-        print(f"netcheck: node rank {cfg.node_rank}: no local process reached a verdict", file=sys.stderr)
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: no local process reached a verdict", file=sys.stderr)
         return code or EXIT_CANNOT_RUN
     from diag.netcheck.check import emit, verdict_code
-    emit(cfg, doc, lead=cfg.node_rank == 0)
+    emit(cfg, doc, lead=cfg.rdzv.node_rank == 0)
     worst = max([c for c in codes if c not in (EXIT_HEALTHY, EXIT_FAULTY, EXIT_INCOMPLETE)] + [code], default=0)
     return worst or verdict_code(doc)
 
@@ -105,10 +105,10 @@ def _run_torchrun(cfg: Config, argv: Sequence[str]) -> int:
         trun.run(trun.parse_args(torchrun_argv(cfg, argv)))
         return 0
     except SignalException as exc:  # torchrun has stopped the children already
-        print(f"netcheck: node rank {cfg.node_rank}: stopped by signal {exc.sigval}", file=sys.stderr)
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: stopped by signal {exc.sigval}", file=sys.stderr)
         return 128 + int(exc.sigval)
     except ChildFailedError as exc:
         codes = sorted({f.exitcode for f in exc.failures.values()})
-        print(f"netcheck: node rank {cfg.node_rank}: local process(es) exited with status "
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: local process(es) exited with status "
               f"{', '.join(map(str, codes))}", file=sys.stderr)
         return max((c for c in codes if c > 0), default=1)
