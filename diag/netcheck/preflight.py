@@ -3,7 +3,8 @@
 Switchbox and NVML health on this node, then the pairwise check when peers
 are given (--nnodes ... or torchrun env). Exit 0 when this node is healthy,
 1 when it is faulty (a fault on another node is reported, not ours to
-refuse), 3 when the check itself could not run. On a host without NVML the
+refuse), 4 when --deadline left this node unmeasured, 3 when the check
+itself could not run. On a host without NVML the
 switchbox part is skipped with one line, so CPU nodes can use the hook too.
 """
 
@@ -13,7 +14,7 @@ import socket
 import sys
 
 from diag import faultlist
-from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, NetcheckError
+from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, EXIT_INCOMPLETE, UNKNOWN, NetcheckError
 from diag.netcheck.config import Config
 from diag.netcheck.report import Reporter
 
@@ -44,4 +45,15 @@ def run_preflight(cfg: Config) -> int:
         print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is faulty: {entry.reason}",
               file=sys.stderr)
         return EXIT_FAULTY
+    # Never measured (--deadline): not healthy either; the scheduler decides.
+    unknown = [faultlist.FaultEntry(r["node"], r["reason"], (r.get("extra") or {}).get("hostname") or "",
+                                    (r.get("extra") or {}).get("node_rank"), (r.get("extra") or {}).get("addr") or "")
+               for r in doc["records"] if r["metric"] == "node" and r["verdict"] == UNKNOWN]
+    hit = faultlist.FaultList(doc["created_unix"], entries=unknown).match(cfg.rdzv.node_name, socket.gethostname(),
+                                                                         local_addrs())
+    if hit is not None:
+        entry, how = hit
+        print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is unknown: {entry.reason}",
+              file=sys.stderr)
+        return EXIT_INCOMPLETE
     return EXIT_HEALTHY
