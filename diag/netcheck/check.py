@@ -26,6 +26,9 @@ def run_pairwise(cfg: Config, local_doc: dict[str, Any] | None = None) -> dict[s
     from diag.netcheck.node import Node
     from diag.netcheck.session import Session
 
+    from diag.netcheck.iface import choose
+    from diag.netcheck.node import pick_backend
+    choose(cfg, pick_backend(cfg))   # a loopback that peers cannot reach stops here, before any wait
     serve = cfg.rdzv.node_rank == 0 and not cfg.rdzv.agent_store
     session = Session(cfg.rdzv.master_addr, cfg.rdzv.master_port, cfg.rdzv.node_rank, serve, cfg.rdzv.join_timeout)
     try:

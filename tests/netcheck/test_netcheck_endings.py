@@ -135,3 +135,15 @@ def test_ctrl_c_stops_the_rich_progress_cleanly():
                 p.kill()
                 p.wait()
         os.close(master)
+
+
+def test_loopback_towards_a_remote_master_stops_at_once_with_the_fix():
+    """--iface lo (or a hostname resolving to 127.0.1.1) with peers elsewhere: every
+    pair would be refused; netcheck says so before waiting for anything."""
+    start = time.monotonic()
+    res = _netcheck("--nnodes", "2", "--node-rank", "1", "--master-addr", "198.51.100.7", "--master-port", "29999",
+                    "--iface", "lo", "--backend", "gloo", "--join-timeout", "60s", "--no-progress", timeout=60)
+    assert res.returncode == 3 and time.monotonic() - start < 30
+    lines = res.stderr.strip().splitlines()
+    assert lines == ["netcheck: node rank 1: the --iface lo gives loopback 127.0.0.1, which other nodes cannot "
+                     "reach; pass --iface <the interface that reaches 198.51.100.7>"], res.stderr
