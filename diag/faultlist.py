@@ -6,7 +6,8 @@ File format (JSON, ``version`` 1)::
       "version": 1,
       "tool": "netcheck",
       "created_unix": 1763812345.2,          # seconds since the epoch
-      "faulty": [{"node": "node3", "reason": "busbw 1.2 GB/s < 20 GB/s (--min-busbw)"}],
+      "faulty": [{"node": "node3", "reason": "busbw 1.2 GB/s < 20 GB/s (--min-busbw)",
+                  "hostname": "node3", "node_rank": 3, "addr": "10.0.0.4"}],
       "records": [                           # one per measurement, healthy ones too
         {"node": "node3", "gpu": null, "link": "node3<->node1", "metric": "busbw",
          "value": 1.2, "unit": "GB/s", "expected": 22.0, "threshold": 20.0,
@@ -14,6 +15,9 @@ File format (JSON, ``version`` 1)::
       ]
     }
 
+``node`` is the display name (unique in the list: ``vm#3`` where hostnames
+repeat); ``hostname``, ``node_rank`` and ``addr`` are there when netcheck saw
+the node, so a reader can match a node by any of them (:meth:`FaultList.match`).
 Readers only need ``version``, ``created_unix`` and ``faulty``; ``records``
 is the evidence, kept so that nothing measured is lost. Writers go through
 :func:`write`, which writes a temp file in the same directory and renames it,
@@ -38,6 +42,34 @@ class FaultListError(ValueError):
     """A fault list that cannot be used; the message is one user-facing line naming the file."""
 
 
+@dataclass(frozen=True)
+class FaultEntry:
+    """One faulty node: its display name, why, and how else to recognise it."""
+
+    node: str
+    reason: str
+    hostname: str = ""
+    node_rank: int | None = None
+    addr: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"node": self.node, "reason": self.reason}
+        out.update({k: v for k, v in (("hostname", self.hostname), ("node_rank", self.node_rank),
+                                      ("addr", self.addr)) if v not in ("", None)})
+        return out
+
+
+def merge_entries(entries: Iterable[FaultEntry]) -> list[FaultEntry]:
+    """One entry per node name, reasons joined with `` | `` (first identity seen is kept)."""
+    out: dict[str, FaultEntry] = {}
+    for e in entries:
+        old = out.get(e.node)
+        out[e.node] = e if old is None else FaultEntry(e.node, f"{old.reason} | {e.reason}", old.hostname or e.hostname,
+                                                       old.node_rank if old.node_rank is not None else e.node_rank,
+                                                       old.addr or e.addr)
+    return [out[n] for n in sorted(out)]
+
+
 @dataclass
 class FaultList:
     """A loaded fault list.
@@ -50,6 +82,30 @@ class FaultList:
     faulty: dict[str, str] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
     path: str = ""
+    entries: list[FaultEntry] = field(default_factory=list)
+
+    def match(self, node_name: str = "", hostname: str = "",
+              addrs: Iterable[str] = ()) -> tuple[FaultEntry, str] | None:
+        """The entry for this node and what matched (``XPU_TIMER_NODE_NAME``, ``hostname``
+        or ``address``), or None. The node name is tried first, then the address (unique
+        even where hostnames repeat), then the hostname, short or qualified."""
+        entries = self.entries or [FaultEntry(n, r) for n, r in self.faulty.items()]
+        if node_name:
+            for e in entries:
+                if e.node == node_name or _short(e.node) == _short(node_name):
+                    return e, "XPU_TIMER_NODE_NAME"
+        addrs = {a for a in addrs if a}
+        for e in entries:
+            if e.addr and e.addr in addrs:
+                return e, "address"
+        if hostname:
+            for e in entries:
+                # An entry that carries an address names one node of several sharing the hostname.
+                if e.addr and addrs:
+                    continue
+                if _short(e.hostname or e.node.split("#", 1)[0]) == _short(hostname):
+                    return e, "hostname"
+        return None
 
     def reason_for(self, names: Iterable[str]) -> str | None:
         """Reason if any of ``names`` is marked faulty, else None.
@@ -73,18 +129,25 @@ class FaultList:
         return (time.time() if now is None else now) - self.created_unix
 
 
+def _short(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
 def _fail(path: str, why: str) -> FaultListError:
     return FaultListError(f"fault list {path}: {why}")
 
 
-def _parse_faulty(path: str, raw: Any) -> dict[str, str]:
+def _parse_faulty(path: str, raw: Any) -> list[FaultEntry]:
     if not isinstance(raw, list):
         raise _fail(path, "'faulty' must be a list of {node, reason}; regenerate it with netcheck --output")
-    out: dict[str, str] = {}
+    out: list[FaultEntry] = []
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict) or not isinstance(entry.get("node"), str) or not entry["node"]:
             raise _fail(path, f"faulty[{i}] has no node name; regenerate it with netcheck --output")
-        out[entry["node"]] = str(entry.get("reason") or "marked faulty")
+        rank = entry.get("node_rank")
+        out.append(FaultEntry(entry["node"], str(entry.get("reason") or "marked faulty"),
+                              str(entry.get("hostname") or ""), rank if isinstance(rank, int) else None,
+                              str(entry.get("addr") or "")))
     return out
 
 
@@ -105,7 +168,8 @@ def parse(text: str, path: str = "<string>") -> FaultList:
     records = doc.get("records", [])
     if not isinstance(records, list):
         raise _fail(path, "'records' must be a list")
-    return FaultList(float(created), _parse_faulty(path, doc.get("faulty")), records, path)
+    entries = _parse_faulty(path, doc.get("faulty"))
+    return FaultList(float(created), {e.node: e.reason for e in entries}, records, path, entries)
 
 
 def load(path: str | os.PathLike) -> FaultList:
@@ -121,21 +185,37 @@ def load(path: str | os.PathLike) -> FaultList:
     return parse(text, path)
 
 
-def to_document(faulty: dict[str, str], records: list[dict[str, Any]],
+def to_document(faulty: dict[str, str] | Iterable[FaultEntry], records: list[dict[str, Any]],
                 created_unix: float | None = None, **extra: Any) -> dict[str, Any]:
     """Build the JSON document (see the module docstring); ``extra`` adds top-level keys."""
     doc: dict[str, Any] = {
         "version": VERSION,
         "tool": "netcheck",
         "created_unix": time.time() if created_unix is None else created_unix,
-        "faulty": [{"node": n, "reason": r} for n, r in sorted(faulty.items())],
+        "faulty": [e.to_dict() for e in _entries(faulty)],
         "records": records,
     }
     doc.update(extra)
     return doc
 
 
-def write(path: str | os.PathLike, faulty: dict[str, str], records: list[dict[str, Any]],
+def _entries(faulty: dict[str, str] | Iterable[FaultEntry]) -> list[FaultEntry]:
+    if isinstance(faulty, dict):
+        return [FaultEntry(n, r) for n, r in sorted(faulty.items())]
+    return merge_entries(faulty)
+
+
+def entries_of(doc: dict[str, Any]) -> list[FaultEntry]:
+    """The typed entries of a document built by :func:`to_document`."""
+    return _parse_faulty("<document>", doc["faulty"])
+
+
+def write_document(path: str | os.PathLike, doc: dict[str, Any]) -> None:
+    """Write a document built by :func:`to_document` atomically (temp file, fsync, rename)."""
+    write_atomic(os.fspath(path), (json.dumps(doc, indent=1) + "\n").encode("utf-8"), fsync=True)
+
+
+def write(path: str | os.PathLike, faulty: dict[str, str] | Iterable[FaultEntry], records: list[dict[str, Any]],
           created_unix: float | None = None, **extra: Any) -> None:
     """Write a fault list atomically: temp file in the same directory, fsync, rename."""
     path = os.fspath(path)

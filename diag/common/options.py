@@ -250,6 +250,9 @@ FAULT_LIST = Option(
 FAULT_LIST_MAX_AGE = Option(
     "--fault-list-max-age", envnames.FAULT_LIST_MAX_AGE, "24h", duration, metavar="D",
     help="warn when the fault list is older", format=seconds_text)
+RANK_ORDER = Option(
+    "--rank-order", None, None, nonempty("order.json from netcheck --rank-order"), metavar="FILE",
+    help="netcheck's topology-aware order: this node's --node-rank comes from it (static rendezvous)")
 HOOK_TIME_EVERY = Option(
     "--hook-time-every", envnames.HOOK_TIME_EVERY, None, integer(1, "8 (1 times every call)"),
     metavar="N", help="the hook device-times 1 GEMM/collective in N (8; 1 = all)")
@@ -313,7 +316,7 @@ STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_i
 # Who takes what. A Config of each program has one field per option, named dest.
 LAUNCHER: tuple[Option, ...] = (
     HANG_TIMEOUT, IDLE_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
-    FAULT_LIST_MAX_AGE, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
+    FAULT_LIST_MAX_AGE, RANK_ORDER, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
     PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION)
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,

@@ -41,6 +41,8 @@ class Config:
     no_hook: bool = False
     fault_list: str | None = None
     fault_list_max_age: float = 24 * 3600.0
+    rank_order: str | None = None       # netcheck --rank-order's file (diag/launcher/rankorder.py)
+    rank_order_note: str = ""           # the one line saying what --rank-order did
     hook_time_every: int | None = None  # the hook device-times 1 call in N (its default: 8)
     hook_completion: str | None = None  # how the hook sees unsampled collectives complete
     report_interval: float = 1.0        # the agent's
@@ -147,9 +149,13 @@ def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
     that writes it (the one that starts the collector), before anything starts."""
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
+    node_rank, note = int(ns.node_rank), ""
+    if own.get("rank_order"):
+        from diag.launcher import rankorder
+        torchrun_argv, node_rank, note = rankorder.apply(own["rank_order"], torchrun_argv, node_rank)
     return Config(
         torchrun_argv=torchrun_argv, job_id=_job_id(ns, env, rdzv_host, rdzv_port, nnodes_max),
-        node_rank=int(ns.node_rank), nnodes_max=nnodes_max, rdzv_host=rdzv_host,
+        node_rank=node_rank, rank_order_note=note, nnodes_max=nnodes_max, rdzv_host=rdzv_host,
         rdzv_port=rdzv_port, unbuffered=unbuffered, **own)
 
 

@@ -56,6 +56,8 @@ def _raise_stopped(signum, _frame):
 
 
 def run(config: Config) -> int:
+    if config.rank_order_note:
+        say(config.rank_order_note)
     if config.fault_list is not None:
         code = check_fault_list(config)
         if code is not None:
@@ -183,12 +185,11 @@ def check_fault_list(config: Config) -> int | None:
     except faultlist.FaultListError as exc:
         say(str(exc))
         return 2
-    host = socket.gethostname()
-    names = [os.environ.get(envnames.NODE_NAME, ""), host, host.split(".", 1)[0]]
-    reason = faults.reason_for(names)
-    if reason is not None:
-        say(f"node {next(n for n in names if n)} is marked faulty in {config.fault_list}: "
-            f"{reason}")
+    from diag.common.net import local_addrs
+    hit = faults.match(os.environ.get(envnames.NODE_NAME, ""), socket.gethostname(), local_addrs())
+    if hit is not None:
+        entry, how = hit
+        say(f"node {entry.node} is marked faulty in {config.fault_list} (matched by {how}): {entry.reason}")
         return faultlist.EXIT_FAULTY_NODE
     if faults.age_s() > config.fault_list_max_age:
         say(f"warning: fault list {config.fault_list} is {faults.age_s() / 3600:.1f} h old "

@@ -15,9 +15,10 @@ EXIT_HEALTHY = 0
 EXIT_FAULTY = 1
 EXIT_USAGE = 2
 EXIT_CANNOT_RUN = 3
+EXIT_INCOMPLETE = 4      # no node faulty, but --deadline left some unknown (never read as healthy)
 
 # Verdicts and the rules that can fire (each failing record names one).
-PASS, FAIL, INFO = "pass", "fail", "info"
+PASS, FAIL, INFO, UNKNOWN = "pass", "fail", "info", "unknown"   # unknown: never measured, never healthy
 RULE_ABSOLUTE = "absolute"          # under --min-busbw / --min-bandwidth / the SKU profile
 RULE_RATIO = "relative-ratio"       # under --rel-ratio x fleet median
 RULE_MAD = "relative-mad"           # robust z-score against the fleet median/MAD

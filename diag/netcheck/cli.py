@@ -1,133 +1,53 @@
-"""``netcheck``: main() only dispatches; see docs/netcheck.md for the user guide."""
+"""``netcheck``: parse and dispatch only; see docs/netcheck.md for the user guide.
+
+The check itself is in check.py, the job hook in preflight.py, the
+one-process-per-GPU launch in spawn.py.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import threading
 import warnings
-from typing import Any, Sequence
+from typing import Sequence
 
 from diag import faultlist
 
 # torch warns at import when numpy is absent; netcheck never uses numpy.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-from diag.netcheck.api import EXIT_CANNOT_RUN, EXIT_FAULTY, EXIT_HEALTHY, EXIT_USAGE, NetcheckError
+from diag.netcheck.api import EXIT_CANNOT_RUN, EXIT_USAGE, NetcheckError
 from diag.netcheck.config import Config, ConfigError, parse_args
-from diag.netcheck.report import Reporter, render_table, slurm_hostlist, taint_commands
 
-
-def run_pairwise(cfg: Config, local_doc: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Join the job, take part in every round; rank 0 also coordinates. Returns the final document.
-
-    ``local_doc`` (this host's switchbox result) travels to the coordinator
-    with the join, so the final fault list covers every host's switchbox too.
-    """
-    from diag.netcheck.coordinator import Coordinator
-    from diag.netcheck.node import Node
-    from diag.netcheck.session import Session
-
-    serve = cfg.node_rank == 0 and not cfg.agent_store
-    session = Session(cfg.master_addr, cfg.master_port, cfg.node_rank, serve, cfg.join_timeout)
-    try:
-        node = Node(cfg, session, local_doc)
-        if cfg.node_rank != 0:
-            return node.run()
-        box: dict[str, Any] = {}
-
-        def take_part() -> None:
-            try:
-                box["doc"] = node.run()
-            except BaseException as exc:  # noqa: BLE001 - reported below, never lost in a thread
-                box["error"] = exc
-
-        thread = threading.Thread(target=take_part, name="netcheck-node0", daemon=True)
-        thread.start()
-        reporter = Reporter(cfg.progress)
-        try:
-            doc = Coordinator(cfg, session, reporter, own_node_alive=thread.is_alive).run()
-        finally:
-            reporter.close()
-        thread.join(cfg.timeout)
-        if isinstance(box.get("error"), NetcheckError):
-            raise box["error"]
-        return doc
-    finally:
-        session.close()
-
-
-def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One fault list from the switchbox and pairwise parts (records and faults kept)."""
-    faulty: dict[str, str] = {}
-    records: list[dict[str, Any]] = []
-    extra: dict[str, Any] = {}
-    for doc in docs:
-        for f in doc["faulty"]:
-            faulty[f["node"]] = f"{faulty[f['node']]} | {f['reason']}" if f["node"] in faulty else f["reason"]
-        records.extend(doc["records"])
-        extra.update({k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")})
-    created = min((d["created_unix"] for d in docs), default=None)
-    return faultlist.to_document(faulty, records, created, **extra)
-
-
-def emit(cfg: Config, doc: dict[str, Any], lead: bool) -> None:
-    """Print in --format (lead only; others one line), then write --output (every node).
-
-    Printing comes first so that a fault list that cannot be written still
-    leaves its verdict in the log.
-    """
-    names = [f["node"] for f in doc["faulty"]]
-    if not lead:
-        print(f"netcheck: node rank {cfg.node_rank}: {len(names)} faulty node(s)"
-              + (f": {slurm_hostlist(names)}" if names else ""), file=sys.stderr)
-    elif cfg.format == "json":
-        print(json.dumps(doc, indent=1))
-    elif cfg.format == "slurm":
-        print(slurm_hostlist(names))
-    elif cfg.format == "taints":
-        print("\n".join(taint_commands({f["node"]: f["reason"] for f in doc["faulty"]}, cfg.taint_key)))
-    else:
-        render_table(doc)
-    sys.stdout.flush()
-    if cfg.output:
-        faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
-        extra = {k: v for k, v in doc.items() if k not in ("faulty", "records", "version", "created_unix")}
-        try:
-            faultlist.write(cfg.output, faulty, doc["records"], doc["created_unix"], **extra)
-        except OSError as exc:
-            raise NetcheckError(f"--output: cannot write {cfg.output} ({exc.strerror or exc}); "
-                                "give a path in a writable directory") from None
-
-
-def run(cfg: Config) -> int:
-    local = None
-    if cfg.switchbox and cfg.local_rank == 0:    # one switchbox check per host, not per GPU process
-        from diag.netcheck.switchbox import run_switchbox
-        local = run_switchbox(cfg, Reporter(cfg.progress))
-    doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local] if local else [])
-    emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
-    return EXIT_FAULTY if doc["faulty"] else EXIT_HEALTHY
+NO_TORCH = ("netcheck: torch is not installed in this Python ({python}); install it "
+            "(pip install torch) or run netcheck from the training environment")
 
 
 def check_usage(cfg: Config) -> None:
     """What parse_args (pure) leaves to be checked before anything runs:
     the --profile name against the shipped profiles, and that --output's
     directory is writable. Raises ConfigError, so a typo costs no measurement."""
-    if cfg.profile not in ("auto", "none"):
+    if cfg.thresholds.profile not in ("auto", "none"):
         from diag.netcheck.rules import select_profile
         try:
-            select_profile(cfg.profile, None)
+            select_profile(cfg.thresholds.profile, None)
         except NetcheckError as exc:
             raise ConfigError(str(exc)) from None
-    if not cfg.output:
+    if cfg.out.topology:
+        if not cfg.out.rank_order:
+            raise ConfigError("--topology: only with --rank-order FILE")
+        from diag.netcheck.rankorder import load_topology
+        try:
+            load_topology(cfg.out.topology)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if not cfg.out.output:
         return
-    if os.path.isdir(cfg.output):
-        raise ConfigError(f"--output: {cfg.output} is a directory; give a file path such as "
-                          f"{os.path.join(cfg.output, 'faults.json')}")
-    where = os.path.dirname(os.path.abspath(cfg.output))
+    if os.path.isdir(cfg.out.output):
+        raise ConfigError(f"--output: {cfg.out.output} is a directory; give a file path such as "
+                          f"{os.path.join(cfg.out.output, 'faults.json')}")
+    where = os.path.dirname(os.path.abspath(cfg.out.output))
     if not os.path.isdir(where) or not os.access(where, os.W_OK | os.X_OK):
-        raise ConfigError(f"--output: cannot write {cfg.output} ({where} is not a writable "
+        raise ConfigError(f"--output: cannot write {cfg.out.output} ({where} is not a writable "
                           "directory); give a path in a writable directory")
 
 
@@ -135,6 +55,17 @@ def check_usage(cfg: Config) -> None:
 # before netcheck reports the same error in one line. Before torch loads;
 # TORCH_CPP_LOG_LEVEL=WARNING in the environment shows them again.
 QUIET_TORCH_CPP_LOG = ("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+
+def _dispatch(cfg: Config, argv: list[str]) -> int:
+    if cfg.rdzv.nproc_per_node > 1:
+        from diag.netcheck.spawn import spawn
+        return spawn(cfg, argv)
+    if cfg.mode == "preflight":
+        from diag.netcheck.preflight import run_preflight
+        return run_preflight(cfg)
+    from diag.netcheck.check import run
+    return run(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -147,19 +78,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"netcheck: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     try:
-        if cfg.nproc_per_node > 1:
-            from diag.netcheck.spawn import spawn
-            code = spawn(cfg, argv)
-        elif cfg.mode == "preflight":
-            from diag.netcheck.preflight import run_preflight
-            code = run_preflight(cfg)
-        else:
-            code = run(cfg)
+        code = _dispatch(cfg, argv)
     except (NetcheckError, faultlist.FaultListError, OSError) as exc:
         print(f"netcheck: {exc}", file=sys.stderr)
         code = EXIT_CANNOT_RUN
+    except ImportError as exc:
+        if exc.name != "torch" and not (exc.name or "").startswith("torch."):
+            raise
+        print(NO_TORCH.format(python=sys.executable), file=sys.stderr)
+        code = EXIT_CANNOT_RUN
     except KeyboardInterrupt:
         code = 130
+    if cfg.rdzv.spawn_dir:
+        # A child of --nproc-per-node: a non-zero exit would make torchrun kill
+        # the coordinating sibling before it hands up the verdict; the parent
+        # returns the worst status instead (spawn.py).
+        from diag.netcheck.spawn import hand_up
+        hand_up(cfg, code=code)
+        code = 0
     sys.stdout.flush()
     sys.stderr.flush()
     # A pair thread may still sit in a wedged backend; do not let interpreter

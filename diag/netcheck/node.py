@@ -10,6 +10,7 @@ the device may be wedged.
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 import torch
@@ -21,9 +22,12 @@ from diag.netcheck.pairjob import guarded, make_group, pair_job_budget, run_pair
 from diag.netcheck.session import Session
 
 
+DEADLINE_GRACE_S = 2.0     # past --deadline, so the coordinator has stopped waiting first
+
+
 def pick_backend(cfg: Config) -> str:
-    if cfg.backend != "auto":
-        return cfg.backend
+    if cfg.rdzv.backend != "auto":
+        return cfg.rdzv.backend
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -31,7 +35,7 @@ def pick_device(backend: str, cfg: Config) -> torch.device:
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise NetcheckError("--backend nccl: no CUDA device is visible; use --backend gloo")
-        torch.cuda.set_device(cfg.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(cfg.rdzv.local_rank % torch.cuda.device_count())
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -41,21 +45,26 @@ class Node:
         self.cfg, self.session, self.local_doc = cfg, session, local_doc
         self.backend = pick_backend(cfg)
         self.device = pick_device(self.backend, cfg)
-        self.size = cfg.size or (GPU_DEFAULT_SIZE if self.device.type == "cuda" else CPU_DEFAULT_SIZE)
+        from diag.netcheck.iface import choose
+        self.endpoint = choose(cfg, self.backend)
+        self.size = cfg.measure.size or (GPU_DEFAULT_SIZE if self.device.type == "cuda" else CPU_DEFAULT_SIZE)
         self.abandoned = False
+        self.deadline = time.monotonic() + cfg.measure.deadline
 
     def info(self) -> dict[str, Any]:
         gpu = self.device.type == "cuda"
-        return {"name": self.cfg.node_name or socket.gethostname(), "hostname": socket.gethostname(),
-                "local_rank": self.cfg.local_rank, "local_world_size": self.cfg.local_world_size,
+        return {"name": self.cfg.rdzv.node_name or socket.gethostname(), "hostname": socket.gethostname(),
+                "addr": self.endpoint.addr, "iface": self.endpoint.iface, "iface_how": self.endpoint.how,
+                "host_rank": self.cfg.rdzv.host_rank,
+                "local_rank": self.cfg.rdzv.local_rank, "local_world_size": self.cfg.rdzv.local_world_size,
                 "device": self.device.type, "backend": self.backend, "size": self.size,
                 "device_name": torch.cuda.get_device_name(self.device) if gpu else "cpu",
-                "compute": self.cfg.compute == "on" or (self.cfg.compute == "auto" and gpu),
+                "compute": self.cfg.measure.compute == "on" or (self.cfg.measure.compute == "auto" and gpu),
                 "local": self.local_doc}
 
     def run(self) -> dict[str, Any]:
         """Take part until the coordinator posts the final document; return it."""
-        rank = self.cfg.node_rank
+        rank = self.cfg.rdzv.node_rank
         info = self.info()
         self.session.set_json(f"join/{rank}", info)
         if info["compute"]:
@@ -69,7 +78,7 @@ class Node:
             for index, (a, b) in enumerate(plan["pairs"]):
                 if rank in (a, b):
                     self._run_pair(rnd, index, 0 if rank == a else 1, b if rank == a else a,
-                                   plan.get("warmup", self.cfg.warmup))
+                                   plan.get("warmup", self.cfg.measure.warmup))
             if self.abandoned:
                 raise NetcheckError(f"node rank {rank}: pair job stuck past every deadline; "
                                     "exiting so the device is not reused")
@@ -86,25 +95,31 @@ class Node:
         cfg = self.cfg
 
         def job() -> dict[str, Any]:
-            group = make_group(cfg.master_addr, cfg.master_port, f"netcheck/pg/{rnd}/{index}/", pos,
-                               cfg.timeout, self.backend, cfg.iface)
-            return run_pair_tests(group, pos, self.device, self.size, warmup, cfg.iters, cfg.timeout)
+            group = make_group(cfg.rdzv.master_addr, cfg.rdzv.master_port, f"netcheck/pg/{rnd}/{index}/", pos,
+                               cfg.measure.timeout, self.backend, cfg.rdzv.iface, self.endpoint.addr)
+            return run_pair_tests(group, pos, self.device, self.size, warmup, cfg.measure.iters, cfg.measure.timeout)
 
         what = f"round {rnd} with node rank {peer}"
-        result, abandoned = guarded(job, pair_job_budget(cfg.timeout, cfg.warmup, cfg.iters), what)
+        # --deadline cuts the job short: the coordinator then posts the final
+        # document (this pair unknown), which this node must still read.
+        budget = pair_job_budget(cfg.measure.timeout, cfg.measure.warmup, cfg.measure.iters)
+        left = self.deadline - time.monotonic() + DEADLINE_GRACE_S
+        result, abandoned = guarded(job, max(min(budget, left), 0.1), what)
+        if abandoned and left < budget:
+            result, abandoned = {"ok": False, "deadline": True, "error": f"{what}: cut by --deadline"}, False
         result["abandoned"] = abandoned
         self.abandoned = self.abandoned or abandoned
-        self.session.set_json(f"result/{rnd}/{cfg.node_rank}", result)
+        self.session.set_json(f"result/{rnd}/{cfg.rdzv.node_rank}", result)
 
     def _coordinator_alive(self) -> None:
-        if self.cfg.node_rank == 0:
+        if self.cfg.rdzv.node_rank == 0:
             return
         try:
             age = self.session.heartbeat_age(0)
         except Exception as exc:  # noqa: BLE001 - the store lives with the coordinator
-            raise NetcheckError(f"node rank {self.cfg.node_rank}: lost the coordinator (node rank 0 at "
-                                f"{self.cfg.master_addr}:{self.cfg.master_port}): {str(exc).splitlines()[0]}") from None
-        if age > self.cfg.timeout:
-            raise NetcheckError(f"node rank {self.cfg.node_rank}: the coordinator (node rank 0 at "
-                                f"{self.cfg.master_addr}:{self.cfg.master_port}) stopped its heartbeat "
+            raise NetcheckError(f"node rank {self.cfg.rdzv.node_rank}: lost the coordinator (node rank 0 at "
+                                f"{self.cfg.rdzv.master_addr}:{self.cfg.rdzv.master_port}): {str(exc).splitlines()[0]}") from None
+        if age > self.cfg.measure.timeout:
+            raise NetcheckError(f"node rank {self.cfg.rdzv.node_rank}: the coordinator (node rank 0 at "
+                                f"{self.cfg.rdzv.master_addr}:{self.cfg.rdzv.master_port}) stopped its heartbeat "
                                 f"{age:.0f}s ago; presume it faulty")

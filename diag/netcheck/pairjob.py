@@ -22,7 +22,7 @@ from diag.netcheck.measure.timing import measure
 
 
 def make_group(addr: str, port: int, prefix: str, rank: int, timeout_s: float, backend: str,
-               iface: str = "") -> Any:
+               iface: str = "", addr_bind: str = "") -> Any:
     """A 2-rank group over a fresh store client whose waits also end at ``timeout_s``."""
     timeout = timedelta(seconds=timeout_s)
     name = prefix.strip("/").replace("/", "-")     # unique per pair: logs and NCCL's flight recorder
@@ -39,8 +39,14 @@ def make_group(addr: str, port: int, prefix: str, rank: int, timeout_s: float, b
     opts = ProcessGroupGloo._Options()
     opts._timeout = timeout
     opts.group_name = name
-    opts._devices = [ProcessGroupGloo.create_device(interface=iface) if iface
-                     else ProcessGroupGloo.create_default_device()]
+    # --iface: gloo's own lookup; else the address iface.choose() routed towards the master.
+    if iface:
+        device = ProcessGroupGloo.create_device(interface=iface)
+    elif addr_bind:
+        device = ProcessGroupGloo.create_device(hostname=addr_bind)
+    else:
+        device = ProcessGroupGloo.create_default_device()
+    opts._devices = [device]
     return ProcessGroupGloo(store, rank, 2, opts)
 
 

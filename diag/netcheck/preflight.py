@@ -3,7 +3,8 @@
 Switchbox and NVML health on this node, then the pairwise check when peers
 are given (--nnodes ... or torchrun env). Exit 0 when this node is healthy,
 1 when it is faulty (a fault on another node is reported, not ours to
-refuse), 3 when the check itself could not run. On a host without NVML the
+refuse), 4 when --deadline left this node unmeasured, 3 when the check
+itself could not run. On a host without NVML the
 switchbox part is skipped with one line, so CPU nodes can use the hook too.
 """
 
@@ -12,31 +13,47 @@ from __future__ import annotations
 import socket
 import sys
 
-from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, NetcheckError
+from diag import faultlist
+from diag.netcheck.api import EXIT_FAULTY, EXIT_HEALTHY, EXIT_INCOMPLETE, UNKNOWN, NetcheckError
 from diag.netcheck.config import Config
 from diag.netcheck.report import Reporter
 
 
 def run_preflight(cfg: Config) -> int:
-    from diag.netcheck.cli import emit, merge, run_pairwise
+    from diag.netcheck.check import emit, merge, run_pairwise
     from diag.netcheck.switchbox import run_switchbox
 
-    me = cfg.node_name or socket.gethostname()
+    me = cfg.rdzv.node_name or socket.gethostname()
     local = None
     try:
-        if cfg.local_rank == 0:
-            local = run_switchbox(cfg, Reporter(cfg.progress))
+        if cfg.rdzv.local_rank == 0:
+            local = run_switchbox(cfg, Reporter(cfg.out.progress))
     except NetcheckError as exc:
-        if cfg.nvml_replay:
+        if cfg.box.nvml_replay:
             raise
         print(f"netcheck preflight: switchbox skipped: {exc}", file=sys.stderr)
     if not cfg.pairwise and local is None:
         print(f"netcheck preflight: {me}: nothing to check here (no NVML, no peers); passing", file=sys.stderr)
         return EXIT_HEALTHY
     doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local])
-    emit(cfg, doc, lead=cfg.node_rank == 0 or not cfg.pairwise)
-    faulty = {f["node"]: f["reason"] for f in doc["faulty"]}
-    if me in faulty:
-        print(f"netcheck preflight: {me} is faulty: {faulty[me]}", file=sys.stderr)
+    emit(cfg, doc, lead=cfg.rdzv.node_rank == 0 or not cfg.pairwise)
+    from diag.common.net import local_addrs
+    listed = faultlist.FaultList(doc["created_unix"], entries=faultlist.entries_of(doc))
+    hit = listed.match(cfg.rdzv.node_name, socket.gethostname(), local_addrs())
+    if hit is not None:
+        entry, how = hit
+        print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is faulty: {entry.reason}",
+              file=sys.stderr)
         return EXIT_FAULTY
+    # Never measured (--deadline): not healthy either; the scheduler decides.
+    unknown = [faultlist.FaultEntry(r["node"], r["reason"], (r.get("extra") or {}).get("hostname") or "",
+                                    (r.get("extra") or {}).get("node_rank"), (r.get("extra") or {}).get("addr") or "")
+               for r in doc["records"] if r["metric"] == "node" and r["verdict"] == UNKNOWN]
+    hit = faultlist.FaultList(doc["created_unix"], entries=unknown).match(cfg.rdzv.node_name, socket.gethostname(),
+                                                                         local_addrs())
+    if hit is not None:
+        entry, how = hit
+        print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is unknown: {entry.reason}",
+              file=sys.stderr)
+        return EXIT_INCOMPLETE
     return EXIT_HEALTHY

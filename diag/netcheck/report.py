@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from diag.common.ranks import fold
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_HOSTLIST_ITEM = re.compile(r"([^,\[\]]+)(?:\[([^\]]*)\]([^,\[\]]*))?")
 
 
 def slurm_hostlist(names: Iterable[str]) -> str:
@@ -50,6 +51,27 @@ def slurm_hostlist(names: Iterable[str]) -> str:
     return ",".join(parts + plain)
 
 
+def expand_hostlist(text: str) -> list[str]:
+    """``"gpu[01-03,7],cpu1"`` -> ``["gpu01", "gpu02", "gpu03", "gpu7", "cpu1"]`` (Slurm's order).
+
+    The inverse of :func:`slurm_hostlist` for what Slurm puts in
+    SLURM_JOB_NODELIST; a list it cannot read gives [] (names then stay unknown).
+    """
+    out: list[str] = []
+    for match in _HOSTLIST_ITEM.finditer(text or ""):
+        prefix, ranges, suffix = match.group(1), match.group(2), match.group(3) or ""
+        if ranges is None:
+            out.append(prefix + suffix)
+            continue
+        for piece in ranges.split(","):
+            lo, _, hi = piece.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                return []
+            width = len(lo) if lo.startswith("0") else 0
+            out.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def taint_commands(faulty: dict[str, str], key: str) -> list[str]:
     """kubectl commands that keep pods off the faulty nodes. Printed, never run."""
     out = []
@@ -67,13 +89,73 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def render_table(doc: dict[str, Any], console: Any = None) -> None:
-    """The end-of-run table: failing records first, then one line per healthy node."""
+TABLE_WIDTH = 120
+
+
+def render_table(doc: dict[str, Any], console: Any = None, verbose: bool = False) -> None:
+    """The end-of-run verdict: one row per node (``verbose``: one per measurement), then the faulty hostlist."""
     from rich.console import Console
+
+    # Logs are read wide, but not wider than TABLE_WIDTH.
+    console = console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    console.print(_records_table(doc) if verbose else _nodes_table(doc, min(console.width, TABLE_WIDTH)))
+    if doc["faulty"]:
+        console.print("faulty: " + slurm_hostlist(f["node"] for f in doc["faulty"]))
+
+
+def _worst(records: list[dict[str, Any]]) -> str:
+    """The measurement furthest under its expectation, as ``metric value/expected unit``."""
+    scored = [r for r in records if isinstance(r.get("value"), (int, float)) and r.get("expected")]
+    if not scored:
+        return "-"
+    r = min(scored, key=lambda r: r["value"] / r["expected"])
+    return f"{r['metric']} {_fmt(r['value'])}/{_fmt(r['expected'])} {r['unit']}".strip()
+
+
+def node_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per node: node, node_rank, addr, verdict, worst, reason (faulty first, then by rank)."""
+    faulty = {f["node"]: f for f in doc["faulty"]}
+    rows: dict[str, dict[str, Any]] = {}
+    for r in doc["records"]:
+        if r["node"] == "*":
+            continue
+        row = rows.setdefault(r["node"], {"node": r["node"], "node_rank": None, "addr": "", "verdict": "pass",
+                                          "reason": "", "records": []})
+        if r["metric"] == "node":
+            extra = r.get("extra") or {}
+            row.update(node_rank=extra.get("node_rank"), addr=extra.get("addr") or "", verdict=r["verdict"],
+                       reason=r["reason"])
+        else:
+            row["records"].append(r)
+    for name, f in faulty.items():
+        row = rows.setdefault(name, {"node": name, "node_rank": f.get("node_rank"), "addr": f.get("addr", ""),
+                                     "records": []})
+        row.update(verdict="fail", reason=row.get("reason") or f["reason"])
+        row["node_rank"] = row["node_rank"] if row["node_rank"] is not None else f.get("node_rank")
+        row["addr"] = row["addr"] or f.get("addr", "")
+    for row in rows.values():
+        row["worst"] = _worst(row.pop("records"))
+    order = {"fail": 0, "unknown": 1}
+    return sorted(rows.values(), key=lambda r: (order.get(r["verdict"], 2), r["node_rank"] if r["node_rank"]
+                                                 is not None else 1 << 30, r["node"]))
+
+
+def _nodes_table(doc: dict[str, Any], width: int) -> Any:
     from rich.table import Table
 
-    # Logs are read wide: without a terminal, do not wrap cells at 80 columns.
-    console = console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else 180)
+    table = Table(title=f"netcheck: {len(doc['faulty'])} faulty node(s)", width=width)
+    for col, kw in (("node", {"max_width": 24}), ("rank", {"justify": "right"}), ("addr", {"max_width": 16}),
+                    ("verdict", {}), ("worst vs expected", {"max_width": 34}), ("reason", {"ratio": 1})):
+        table.add_column(col, overflow="ellipsis", no_wrap=True, **kw)
+    for row in node_rows(doc):
+        table.add_row(row["node"], _fmt(row["node_rank"]), row["addr"] or "-", row["verdict"], row["worst"],
+                      row["reason"], style="red" if row["verdict"] == "fail" else None)
+    return table
+
+
+def _records_table(doc: dict[str, Any]) -> Any:
+    from rich.table import Table
+
     table = Table(title=f"netcheck: {len(doc['faulty'])} faulty node(s)")
     for col in ("node", "gpu/link", "metric", "value", "unit", "expected", "threshold", "verdict", "rule / reason"):
         table.add_column(col, overflow="fold")
@@ -86,9 +168,7 @@ def render_table(doc: dict[str, Any], console: Any = None) -> None:
         why = f"{r['rule']}: {r['reason']}" if r.get("rule") else r.get("reason", "")
         table.add_row(r["node"], where, r["metric"], _fmt(r["value"]), r["unit"], _fmt(r.get("expected")),
                       _fmt(r.get("threshold")), r["verdict"], why, style=style)
-    console.print(table)
-    if doc["faulty"]:
-        console.print("faulty: " + slurm_hostlist(f["node"] for f in doc["faulty"]))
+    return table
 
 
 class Reporter:

@@ -3,14 +3,27 @@
 As xpu_timer_launch does, torchrun runs in this process; its agent serves the
 store on --master-addr/--master-port, and each child is one pairing unit
 (one GPU) that finds the store through torchrun's environment.
+
+The children never print the verdict or exit non-zero: torchrun kills every
+sibling once one exits non-zero, which used to take the coordinator (and the
+verdict) with it. Each child hands its document and exit status up through
+NETCHECK_SPAWN_DIR; this process prints, writes --output and returns the worst.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import sys
-from typing import Sequence
+import tempfile
+from typing import Any, Sequence
 
+from diag.common.atomic import write_atomic
+from diag.netcheck.api import EXIT_CANNOT_RUN, EXIT_FAULTY, EXIT_HEALTHY, EXIT_INCOMPLETE
 from diag.netcheck.config import Config
+
+SPAWN_DIR_ENV = "NETCHECK_SPAWN_DIR"
 
 # Rendezvous flags the children must not see: torchrun's env carries them.
 _DROP = {"--nnodes": True, "--node-rank": True, "--master-addr": True, "--master-port": True,
@@ -33,13 +46,57 @@ def child_argv(argv: Sequence[str]) -> list[str]:
 
 
 def torchrun_argv(cfg: Config, argv: Sequence[str]) -> list[str]:
-    return ["--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank), "--master-addr", cfg.master_addr,
-            "--master-port", str(cfg.master_port), "--nproc-per-node", str(cfg.nproc_per_node),
+    return ["--nnodes", str(cfg.rdzv.nnodes), "--node-rank", str(cfg.rdzv.node_rank), "--master-addr", cfg.rdzv.master_addr,
+            "--master-port", str(cfg.rdzv.master_port), "--nproc-per-node", str(cfg.rdzv.nproc_per_node),
             "-m", "diag.netcheck.cli", *child_argv(argv)]
 
 
+def hand_up(cfg: Config, doc: dict[str, Any] | None = None, code: int | None = None) -> None:
+    """A child's document or exit status, for the parent (best effort: a full disk must not hang the job)."""
+    name, data = (f"doc.{cfg.rdzv.node_rank}.json", json.dumps(doc)) if doc is not None else \
+        (f"code.{cfg.rdzv.node_rank}", str(code))
+    try:
+        write_atomic(os.path.join(cfg.rdzv.spawn_dir, name), data.encode())
+    except OSError as exc:
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: cannot hand the result up ({exc})", file=sys.stderr)
+
+
+def _handed_up(where: str) -> tuple[dict[str, Any] | None, list[int]]:
+    doc, codes = None, []
+    for name in sorted(os.listdir(where)):
+        path = os.path.join(where, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            if name.startswith("doc.") and doc is None:
+                doc = json.loads(text)
+            elif name.startswith("code."):
+                codes.append(int(text))
+        except (OSError, ValueError):
+            continue
+    return doc, codes
+
+
 def spawn(cfg: Config, argv: Sequence[str]) -> int:
-    """Run the children; their worst exit status (they print the verdicts themselves)."""
+    """Run the children, then print and write the verdict they handed up; the worst exit status."""
+    where = tempfile.mkdtemp(prefix="netcheck-spawn-")
+    os.environ[SPAWN_DIR_ENV] = where
+    try:
+        code = _run_torchrun(cfg, argv)
+        doc, codes = _handed_up(where)
+    finally:
+        os.environ.pop(SPAWN_DIR_ENV, None)
+        shutil.rmtree(where, ignore_errors=True)
+    if doc is None:
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: no local process reached a verdict", file=sys.stderr)
+        return code or EXIT_CANNOT_RUN
+    from diag.netcheck.check import emit, verdict_code
+    emit(cfg, doc, lead=cfg.rdzv.node_rank == 0)
+    worst = max([c for c in codes if c not in (EXIT_HEALTHY, EXIT_FAULTY, EXIT_INCOMPLETE)] + [code], default=0)
+    return worst or verdict_code(doc)
+
+
+def _run_torchrun(cfg: Config, argv: Sequence[str]) -> int:
     from torch.distributed import run as trun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -48,10 +105,10 @@ def spawn(cfg: Config, argv: Sequence[str]) -> int:
         trun.run(trun.parse_args(torchrun_argv(cfg, argv)))
         return 0
     except SignalException as exc:  # torchrun has stopped the children already
-        print(f"netcheck: node rank {cfg.node_rank}: stopped by signal {exc.sigval}", file=sys.stderr)
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: stopped by signal {exc.sigval}", file=sys.stderr)
         return 128 + int(exc.sigval)
     except ChildFailedError as exc:
         codes = sorted({f.exitcode for f in exc.failures.values()})
-        print(f"netcheck: node rank {cfg.node_rank}: local process(es) exited with status "
+        print(f"netcheck: node rank {cfg.rdzv.node_rank}: local process(es) exited with status "
               f"{', '.join(map(str, codes))}", file=sys.stderr)
         return max((c for c in codes if c > 0), default=1)

@@ -71,12 +71,12 @@ def measure_box(plan: BoxPlan, cfg: Config) -> BoxFigures:
     from diag.netcheck.measure.timing import measure
 
     figs = BoxFigures()
-    size, cpu = cfg.switchbox_size, torch.device("cpu")
+    size, cpu = cfg.box.switchbox_size, torch.device("cpu")
 
     def mbs(test, src, dst) -> float:
-        ctx = TestContext(size_bytes=size, device=dst if dst.type == "cuda" else src, timeout_s=cfg.timeout,
+        ctx = TestContext(size_bytes=size, device=dst if dst.type == "cuda" else src, timeout_s=cfg.measure.timeout,
                           src_device=src, dst_device=dst)
-        return measure(test, ctx, cfg.warmup, cfg.iters).algbw_gbs * 1000.0
+        return measure(test, ctx, cfg.measure.warmup, cfg.measure.iters).algbw_gbs * 1000.0
     for pair in plan.pairs:                       # one pair at a time: pairs share switches
         for a, b in ((pair.a, pair.b), (pair.b, pair.a)):
             figs.peer[(a, b)] = mbs(PeerCopy(), torch.device("cuda", a), torch.device("cuda", b))
@@ -84,7 +84,7 @@ def measure_box(plan: BoxPlan, cfg: Config) -> BoxFigures:
         dev = torch.device("cuda", gpu.index)
         figs.host[gpu.index] = {"h2d": mbs(HostCopy(), cpu, dev), "d2h": mbs(HostCopy(), dev, cpu)}
     for group in plan.groups:
-        figs.group[tuple(group)] = {d: concurrent_host_copy(group, size, d == "h2d", cfg.iters)["aggregate_mbs"]
+        figs.group[tuple(group)] = {d: concurrent_host_copy(group, size, d == "h2d", cfg.measure.iters)["aggregate_mbs"]
                                     for d in ("h2d", "d2h")}
     return figs
 
@@ -93,7 +93,7 @@ def _host_records(node: str, figs: BoxFigures, profile: dict | None, cfg: Config
     out = []
     floor = profile.get("min_host_copy_mbs") if profile else None
     typical = profile.get("typical_host_copy_mbs") if profile else None
-    th = rules.Thresholds(floor, cfg.rel_ratio, cfg.mad_z, typical)
+    th = rules.Thresholds(floor, cfg.thresholds.rel_ratio, cfg.thresholds.mad_z, typical)
     for direction in ("h2d", "d2h"):
         fleet = [v[direction] for v in figs.host.values()]
         for gpu, v in sorted(figs.host.items()):
@@ -122,17 +122,17 @@ def judge_box(node: str, plan: BoxPlan, figs: BoxFigures, findings: list[Finding
             if (a, b) not in figs.peer:
                 continue
             value = figs.peer[(a, b)]
-            ok = value >= cfg.min_bandwidth
+            ok = value >= cfg.thresholds.min_bandwidth
             working += ok
             records.append(Measurement(node, "peer_copy", value, "MB/s", gpu=a, link=f"gpu{a}->gpu{b}",
-                                       threshold=cfg.min_bandwidth, verdict=PASS if ok else FAIL, rule="" if ok
+                                       threshold=cfg.thresholds.min_bandwidth, verdict=PASS if ok else FAIL, rule="" if ok
                                        else RULE_ABSOLUTE, reason="" if ok else
-                                       f"peer copy {value:.0f} MB/s < --min-bandwidth {cfg.min_bandwidth:.0f} MB/s",
+                                       f"peer copy {value:.0f} MB/s < --min-bandwidth {cfg.thresholds.min_bandwidth:.0f} MB/s",
                                        extra={"pair_kind": pair.kind}))
     if figs.measured:
-        ok = working >= cfg.min_channels
-        why = f"{working} working channel(s) < --min-channels {cfg.min_channels}"
-        records.append(Measurement(node, "channels", float(working), "channels", threshold=float(cfg.min_channels),
+        ok = working >= cfg.thresholds.min_channels
+        why = f"{working} working channel(s) < --min-channels {cfg.thresholds.min_channels}"
+        records.append(Measurement(node, "channels", float(working), "channels", threshold=float(cfg.thresholds.min_channels),
                                    verdict=PASS if ok else FAIL, rule="" if ok else RULE_CHANNELS,
                                    reason="" if ok else why, extra={"pairs": [p.label() for p in plan.pairs]}))
         if not ok:
@@ -182,9 +182,9 @@ def busy_links(gpus: list[int], size: int):
 
 def run_switchbox(cfg: Config, reporter: Reporter) -> dict[str, Any]:
     """The whole switchbox check on this host; returns a fault-list document."""
-    nvml: Any = ReplayNvml(cfg.nvml_replay) if cfg.nvml_replay else RealNvml()
-    node = cfg.node_name or socket.gethostname()
-    plan = plan_box(nvml, cfg.box_pairs)
+    nvml: Any = ReplayNvml(cfg.box.nvml_replay) if cfg.box.nvml_replay else RealNvml()
+    node = cfg.rdzv.node_name or socket.gethostname()
+    plan = plan_box(nvml, cfg.box.box_pairs)
     nvml.watch_xid([g.index for g in plan.gpus])
     reporter.log(f"switchbox pairs ({plan.note}): " + (" ".join(f"{p.label()}({p.kind})" for p in plan.pairs)
                                                         or "none"))
@@ -199,11 +199,11 @@ def run_switchbox(cfg: Config, reporter: Reporter) -> dict[str, Any]:
     else:
         reporter.log("switchbox: no CUDA device visible: bandwidth not measured, NVML findings only")
     if cuda:
-        with busy_links([g.index for g in plan.gpus], cfg.switchbox_size):
+        with busy_links([g.index for g in plan.gpus], cfg.box.switchbox_size):
             findings = link_health(nvml, plan.gpus, under_load=True)
     else:
         findings = link_health(nvml, plan.gpus, under_load=False)
-    profile = rules.select_profile(cfg.profile, plan.gpus[0].name if plan.gpus else None)
+    profile = rules.select_profile(cfg.thresholds.profile, plan.gpus[0].name if plan.gpus else None)
     records, reason = judge_box(node, plan, figs, findings, cfg, profile)
     faulty = {node: reason} if reason else {}
     return faultlist.to_document(faulty, [r.to_dict() for r in records],

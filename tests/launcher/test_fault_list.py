@@ -25,8 +25,8 @@ def test_faulty_node_exits_75_through_the_cli(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == faultlist.EXIT_FAULTY_NODE == 75
     lines = [line for line in proc.stderr.splitlines() if line.startswith("xpu_timer_launch")]
-    assert lines == [f"xpu_timer_launch: node {socket.gethostname()} is marked faulty in {path}: "
-                     f"busbw 1.2 GB/s < 20 GB/s"]
+    assert lines == [f"xpu_timer_launch: node {socket.gethostname()} is marked faulty in {path} "
+                     f"(matched by hostname): busbw 1.2 GB/s < 20 GB/s"]
     assert "DONE" not in proc.stdout
 
 
@@ -37,6 +37,20 @@ def test_node_name_from_env_is_checked(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XPU_TIMER_NODE_NAME", "gpu-node-7")
     assert check_fault_list(config_for(path)) == 75
     assert "node gpu-node-7 is marked faulty" in capsys.readouterr().err
+
+
+def test_node_is_matched_by_address_where_hostnames_repeat(tmp_path, monkeypatch, capsys):
+    """Five nodes all called "vm": the entry's address says which one is meant."""
+    from diag.common.net import local_addrs
+    monkeypatch.delenv("XPU_TIMER_NODE_NAME", raising=False)
+    mine = local_addrs()[0]
+    host = socket.gethostname()
+    path = tmp_path / "faults.json"
+    faultlist.write(path, [faultlist.FaultEntry(f"{host}#3", "slow link", host, 3, "198.51.100.250")], [])
+    assert check_fault_list(config_for(path)) is None          # same hostname, another node's address
+    faultlist.write(path, [faultlist.FaultEntry(f"{host}#1", "slow link", host, 1, mine)], [])
+    assert check_fault_list(config_for(path)) == 75
+    assert f"node {host}#1 is marked faulty in {path} (matched by address): slow link" in capsys.readouterr().err
 
 
 def test_old_list_warns_and_goes_on(tmp_path, capsys):

@@ -15,8 +15,8 @@ def netns_cluster():
         pytest.skip(reason)
     made: list[Cluster] = []
 
-    def make(n: int) -> Cluster:
-        cluster = Cluster(n)
+    def make(n: int, split: bool = False) -> Cluster:
+        cluster = Cluster(n, split)
         made.append(cluster)
         cluster.up()
         return cluster

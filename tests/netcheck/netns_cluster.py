@@ -28,7 +28,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class Cluster:
     """``n`` namespaces on one bridge, node k at 10.X.Y.(k+1)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, split: bool = False):
         self.id = f"{os.getpid() % 100000:05d}{random.randint(0, 99):02d}"
         self.n = n
         self.bridge = f"ncb{self.id}"
@@ -38,6 +38,10 @@ class Cluster:
         x, y = random.randint(200, 250), random.randint(0, 255)
         self.addr = [f"10.{x}.{y}.{k + 1}" for k in range(n)]
         self.procs: list[subprocess.Popen] = []
+        # split: two bridges joined by one veth (``throttle_link``); node k on bridge k % 2,
+        # so the bridges interleave by node rank as a job's order often does.
+        self.bridges = [self.bridge, f"ncc{self.id}"] if split else [self.bridge]
+        self.link_if = (f"nx{self.id}a", f"nx{self.id}b")
 
     def up(self) -> None:
         # Bridged frames skip iptables: a host firewall (e.g. Docker's FORWARD
@@ -46,11 +50,20 @@ class Cluster:
                check=False).returncode != 0:
             _ip("link", "add", self.bridge, "type", "bridge")
         _ip("link", "set", self.bridge, "up")
+        if len(self.bridges) == 2:
+            if _ip("link", "add", self.bridges[1], "type", "bridge", "nf_call_iptables", "0", "nf_call_ip6tables",
+                   "0", check=False).returncode != 0:
+                _ip("link", "add", self.bridges[1], "type", "bridge")
+            _ip("link", "set", self.bridges[1], "up")
+            _ip("link", "add", self.link_if[0], "type", "veth", "peer", "name", self.link_if[1])
+            for end, br in zip(self.link_if, self.bridges):
+                _ip("link", "set", end, "master", br)
+                _ip("link", "set", end, "up")
         for k in range(self.n):
             _ip("netns", "add", self.ns[k])
             _ip("link", "add", self.host_if[k], "type", "veth", "peer", "name", self.node_if[k])
             _ip("link", "set", self.node_if[k], "netns", self.ns[k])
-            _ip("link", "set", self.host_if[k], "master", self.bridge)
+            _ip("link", "set", self.host_if[k], "master", self.bridges[k % len(self.bridges)])
             _ip("link", "set", self.host_if[k], "up")
             _ip("-n", self.ns[k], "addr", "add", f"{self.addr[k]}/24", "dev", self.node_if[k])
             _ip("-n", self.ns[k], "link", "set", self.node_if[k], "up")
@@ -63,27 +76,43 @@ class Cluster:
         subprocess.run(["ip", "netns", "exec", self.ns[k], "tc", "qdisc", "add", "dev", self.node_if[k], *tbf],
                        check=True)
 
-    def start(self, k: int, args: list[str], port: int) -> subprocess.Popen:
+    def isolate(self, k: int) -> None:
+        """Node k reaches node 0 (the store) but no other node: its subnet route is
+        replaced by a host route to node 0 (gVisor's tc has no filters)."""
+        subnet = self.addr[0].rsplit(".", 1)[0] + ".0/24"
+        _ip("-n", self.ns[k], "route", "del", subnet, "dev", self.node_if[k])
+        _ip("-n", self.ns[k], "route", "add", f"{self.addr[0]}/32", "dev", self.node_if[k])
+
+    def throttle_link(self, rate: str) -> None:
+        """tbf on both ends of the veth between the two bridges."""
+        tbf = ["root", "tbf", "rate", rate, "burst", "32kbit", "latency", "200ms"]
+        for end in self.link_if:
+            subprocess.run(["tc", "qdisc", "add", "dev", end, *tbf], check=True)
+
+    def start(self, k: int, args: list[str], port: int, plain: bool = False) -> subprocess.Popen:
+        """Node k's netcheck. ``plain``: no --iface and no --node-name, as a new user
+        would run it (every namespace shares the host's hostname)."""
         # nice -10: other jobs on a shared CI host must not decide a bandwidth
         # verdict; the throttled link is what the test is about.
         cmd = ["ip", "netns", "exec", self.ns[k], "nice", "-n", "-10", PYTHON, "-m", "diag.netcheck.cli",
                "--nnodes", str(self.n), "--node-rank", str(k), "--master-addr", self.addr[0],
-               "--master-port", str(port), "--node-name", f"node{k}", "--iface", self.node_if[k],
+               "--master-port", str(port), *([] if plain else ["--node-name", f"node{k}", "--iface", self.node_if[k]]),
                "--backend", "gloo", "--no-progress", *args]
         env = {k2: v for k2, v in os.environ.items() if k2 not in ("WORLD_SIZE", "RANK", "MASTER_ADDR",
-                                                                   "MASTER_PORT", "XPU_TIMER_NODE_NAME")}
+                                                                   "MASTER_PORT", "XPU_TIMER_NODE_NAME",
+                                                                   "GLOO_SOCKET_IFNAME", "SLURM_JOB_NODELIST")}
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc
 
     def run_all(self, args_for, port: int = 29500, timeout: float = 90.0, on_line=None,
-                hung: frozenset = frozenset()) -> list[tuple[int, str, str]]:
+                hung: frozenset = frozenset(), plain: bool = False) -> list[tuple[int, str, str]]:
         """Start every node (node 0 first), wait for all; returns [(rc, stdout, stderr)].
 
         ``on_line(line, procs)`` sees node 0's stderr lines as they come.
         Nodes in ``hung`` are not waited for: they are killed once the others end.
         """
-        procs = [self.start(k, args_for(k), port) for k in range(self.n)]
+        procs = [self.start(k, args_for(k), port, plain) for k in range(self.n)]
         streams: dict[tuple[int, str], list[str]] = {}
 
         def pump(k: int, name: str, stream) -> None:
@@ -113,6 +142,11 @@ class Cluster:
         return [(p.returncode, "".join(streams.get((k, "out"), [])), "".join(streams.get((k, "err"), [])))
                 for k, p in enumerate(procs)]
 
+    def exec(self, k: int, cmd: list[str], env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run ``cmd`` in node k's namespace."""
+        return subprocess.run(["ip", "netns", "exec", self.ns[k], *cmd], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
     def kill_all(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -123,7 +157,10 @@ class Cluster:
         self.kill_all()
         for ns in self.ns:
             _ip("netns", "del", ns, check=False)
-        _ip("link", "del", self.bridge, check=False)
+        if len(self.bridges) == 2:
+            _ip("link", "del", self.link_if[0], check=False)
+        for br in self.bridges:
+            _ip("link", "del", br, check=False)
 
 
 def namespaces_unavailable() -> str | None:

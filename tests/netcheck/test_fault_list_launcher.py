@@ -49,7 +49,8 @@ def test_faulty_node_refuses_to_start_with_one_line(tmp_path, faults_json):
     lines = [l for l in res.stderr.strip().splitlines()
              if "Failed to initialize NumPy" not in l and "_conversion_method_template" not in l]
     assert len(lines) == 1, res.stderr
-    assert lines[0].startswith(f"xpu_timer_launch: node boxA is marked faulty in {faults_json}: ")
+    assert lines[0].startswith(f"xpu_timer_launch: node boxA is marked faulty in {faults_json} "
+                               "(matched by XPU_TIMER_NODE_NAME): ")
     assert "ECC_UNCORRECTED" in lines[0]
     assert not marker.exists()
 

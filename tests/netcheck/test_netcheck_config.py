@@ -8,30 +8,30 @@ RDV = ["--nnodes", "4", "--node-rank", "1", "--master-addr", "10.0.0.1", "--mast
 def test_flags():
     cfg = parse_args(RDV + ["--size", "64M", "--timeout", "30s", "--min-busbw", "20", "--output", "f.json",
                             "--format", "slurm"], env={})
-    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port) == (4, 1, "10.0.0.1", 29600)
-    assert cfg.size == 64 << 20 and cfg.timeout == 30.0 and cfg.min_busbw == 20.0
-    assert cfg.pairwise and not cfg.switchbox and cfg.format == "slurm"
+    assert (cfg.rdzv.nnodes, cfg.rdzv.node_rank, cfg.rdzv.master_addr, cfg.rdzv.master_port) == (4, 1, "10.0.0.1", 29600)
+    assert cfg.measure.size == 64 << 20 and cfg.measure.timeout == 30.0 and cfg.thresholds.min_busbw == 20.0
+    assert cfg.pairwise and not cfg.switchbox and cfg.out.format == "slurm"
 
 
 def test_defaults():
     cfg = parse_args(RDV, env={})
-    assert cfg.timeout == 60.0 and cfg.size is None and cfg.rel_ratio == 0.5
-    assert cfg.min_bandwidth == 10000.0 and cfg.min_channels == 2 and cfg.profile == "auto"
+    assert cfg.measure.timeout == 60.0 and cfg.measure.size is None and cfg.thresholds.rel_ratio == 0.5
+    assert cfg.thresholds.min_bandwidth == 10000.0 and cfg.thresholds.min_channels == 2 and cfg.thresholds.profile == "auto"
 
 
 def test_torchrun_env_and_flags_win():
     env = {"WORLD_SIZE": "8", "RANK": "3", "MASTER_ADDR": "h0", "MASTER_PORT": "29400", "LOCAL_RANK": "3",
            "LOCAL_WORLD_SIZE": "8", "TORCHELASTIC_USE_AGENT_STORE": "True", "XPU_TIMER_NODE_NAME": "gpu-a7"}
     cfg = parse_args([], env=env)
-    assert (cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port) == (8, 3, "h0", 29400)
-    assert cfg.agent_store and cfg.local_rank == 3 and cfg.local_world_size == 8 and cfg.node_name == "gpu-a7"
+    assert (cfg.rdzv.nnodes, cfg.rdzv.node_rank, cfg.rdzv.master_addr, cfg.rdzv.master_port) == (8, 3, "h0", 29400)
+    assert cfg.rdzv.agent_store and cfg.rdzv.local_rank == 3 and cfg.rdzv.local_world_size == 8 and cfg.rdzv.node_name == "gpu-a7"
     cfg = parse_args(["--master-port", "29555", "--node-name", "x"], env=env)
-    assert cfg.master_port == 29555 and not cfg.agent_store and cfg.node_name == "x"
+    assert cfg.rdzv.master_port == 29555 and not cfg.rdzv.agent_store and cfg.rdzv.node_name == "x"
 
 
 def test_switchbox_alone_needs_no_rendezvous():
     cfg = parse_args(["--switchbox-check", "--box-pairs", "0:1", "2:4", "--min-bandwidth", "20000"], env={})
-    assert cfg.switchbox and not cfg.pairwise and cfg.box_pairs == [(0, 1), (2, 4)]
+    assert cfg.switchbox and not cfg.pairwise and cfg.box.box_pairs == [(0, 1), (2, 4)]
     both = parse_args(["--switchbox-check"] + RDV, env={})
     assert both.switchbox and both.pairwise
 
@@ -70,7 +70,7 @@ def test_bad_env_names_the_variable():
 
 def test_one_node_many_processes_is_a_fleet():
     cfg = parse_args(["--nnodes", "1", "--nproc-per-node", "8"], env={})
-    assert cfg.nproc_per_node == 8 and cfg.pairwise
+    assert cfg.rdzv.nproc_per_node == 8 and cfg.pairwise
 
 
 @pytest.mark.parametrize("extra, start", [

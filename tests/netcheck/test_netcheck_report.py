@@ -60,13 +60,45 @@ def test_table_lists_failures_first_with_rule_and_faulty_hostlist():
                         reason="NVLink 5 is inactive")]
     doc = faultlist.to_document({"n3": "slow"}, [r.to_dict() for r in recs])
     buf = io.StringIO()
-    render_table(doc, Console(file=buf, width=200))
+    render_table(doc, Console(file=buf, width=200), verbose=True)
     lines = buf.getvalue().splitlines()
     body = [l for l in lines if l.startswith("│")]
     assert "n3" in body[0] and "fail" in body[0] and "n1" in body[-1]
     assert any("relative-ratio: busbw 2 GB/s" in l for l in body)
     assert any("gpu2 nvlink5" in l for l in body)
     assert lines[-1] == "faulty: n3"
+
+
+def test_default_table_is_one_row_per_node_within_120_columns():
+    import io
+
+    from rich.console import Console
+
+    from diag import faultlist
+    from diag.netcheck.api import Measurement
+    from diag.netcheck.report import render_table
+    recs = []
+    for k in range(5):
+        slow = k == 3
+        recs.append(Measurement(f"vm#{k}", "node", None, "", verdict="fail" if slow else "pass",
+                                reason=("all_reduce busbw 0.004 GB/s < 0.2 x fleet median 0.9 GB/s; partner vm#0 is "
+                                        "healthy; and a long tail that must not widen the table " * 3)
+                                if slow else "passed with a healthy partner",
+                                extra={"node_rank": k, "addr": f"10.200.1.{k + 1}"}))
+        for metric, value in (("all_reduce.busbw", 0.004 if slow else 0.9), ("sendrecv.busbw", 0.8)):
+            recs.append(Measurement(f"vm#{k}", metric, value, "GB/s", link=f"vm#{k}<->vm#0", expected=0.85))
+    recs.append(Measurement("*", "rounds", 2.0, "", verdict="info"))
+    doc = faultlist.to_document([faultlist.FaultEntry("vm#3", "slow", "vm", 3, "10.200.1.4")],
+                                [r.to_dict() for r in recs])
+    buf = io.StringIO()
+    render_table(doc, Console(file=buf, width=180))
+    lines = buf.getvalue().splitlines()
+    body = [l for l in lines if l.startswith("│")]
+    assert len(body) == 5 and max(map(len, lines)) <= 120
+    assert body[0].split("│")[1].strip() == "vm#3" and "10.200.1.4" in body[0] and "fail" in body[0]
+    assert "all_reduce.busbw 0.004/0.85 GB/s" in body[0]
+    assert [l.split("│")[2].strip() for l in body] == ["3", "0", "1", "2", "4"]
+    assert lines[-1] == "faulty: vm#3"
 
 
 def test_unwritable_output_is_refused_before_anything_is_measured(tmp_path):
