@@ -67,6 +67,7 @@ case $label in
   x2timeline) run timeline_gpt2 500 env TIMELINE_OUT=$R/timeline_gpt2.json python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_timeline_gpt2.py ;;
   x2slow) run slow 560 bash tests/gpu/scripts/slow_session.sh $R/slow ;;
   x2perf) run perf_gpt2 400 python3 tests/gpu/scripts/perf_gpt2_session.py $R/perf ;;   # the per-call bench: x2diverge
-  deps) run image_grpc 60 env PYTHONPATH=$PWD python3 -c "import grpc, google.protobuf as p, diag.pb.collector_pb2_grpc, diag.collector.server, diag.agent.agent; print('image grpc', grpc.__version__, 'protobuf', p.__version__, ': stubs, collector and agent import')" ;;
+  deps) python3 -m pip install -q --no-index --no-deps --target /tmp/floor .whl/floor/*.whl   # health checking alone: a declared dependency the image lacks
+      run image_grpc 60 env PYTHONPATH=$PWD:/tmp/floor python3 -c "import grpc, google.protobuf as p, diag.pb.collector_pb2_grpc, diag.collector.server, diag.agent.agent; print('image grpc', grpc.__version__, 'protobuf', p.__version__, ': stubs, collector and agent import')" ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac
