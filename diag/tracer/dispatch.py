@@ -24,6 +24,7 @@ traces) are handed on unrecorded. Cost: see docs/tracer.md and
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 import threading
@@ -187,6 +188,19 @@ class Completions:
         self._p2p: list = []
         self._pending = 0
         self._thread = None
+        # A queued gloo work keeps its process group's threads alive; one still
+        # queued at interpreter teardown makes gloo abort the worker ("terminate
+        # called without an active exception"), as a cached group did
+        # (collectives.GroupInfo). Let go of them while the interpreter is whole.
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """END what completed, then drop every work still held."""
+        self.check()
+        with self._cond:
+            self._queues.clear()
+            self._p2p = []
+            self._pending = 0
 
     def add(self, record, work) -> None:
         with self._cond:

@@ -101,7 +101,8 @@ def test_a_hang_writes_timeline_json_into_its_event_directory(start_collector, a
     stop.set()
     doc = json.loads(path.read_text())
     assert len(check(doc)) == 4 and doc["otherData"]["request"] == event_id
-    assert server.timelines.written == [str(path)]
+    # the path is listed once the write is done: just after the file appears
+    wait_for(lambda: server.timelines.written == [str(path)], "the written timeline listed")
 
 
 @pytest.mark.parametrize("change, code", [
