@@ -63,7 +63,7 @@ demo: system-deps setup hook
 	$(BIN)/python examples/demo.py
 
 test: system-deps setup hook protoc-tools
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
 
 bench: setup hook
 	$(BIN)/python bench/run_all.py
