@@ -180,3 +180,11 @@ def test_extra_gpu_work_is_the_stragglers_clue():
     [f] = rules.judge(w, TH)
     assert (f.rule, f.ranks) == (RULE_STRAGGLER, (1,))
     assert "it launches 12960 kernels a step vs 12000 for its peers (extra GPU work" in f.detail
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 10])
+def test_medians_without_each_match_the_plain_median(n):
+    import statistics
+    values = [random.Random(n).uniform(0, 100) for _ in range(n)]
+    got = rules.medians_without_each(values)
+    assert got == [statistics.median(values[:i] + values[i + 1:]) for i in range(n)]
