@@ -61,7 +61,7 @@ class SlowWatch:
 
     def _declare(self, event: SlowEvent, snap: Snapshot, now_unix: float) -> None:
         event_id, path = self._events.reserve_dir(now_unix)
-        doc = slow_document(event, self._config, event_id, path, now_unix)
+        doc = slow_document(event, self._config, event_id, path, now_unix, snap.world_size)
         if self._timelines is not None:   # the window the verdict was judged on, as far as the rings hold it
             self._timelines.request(event_id, snap.now, int(self._config.perf_window_s * 1e9), event_path=path)
         if self._config.slow_action == "dump":
@@ -109,12 +109,13 @@ def verdict_line(event: SlowEvent, windows: dict[int, RankWindow], window_s: flo
     return f"SLOW: {who} {f.detail} over {window_s:g} s; details in {path}/"
 
 
-def slow_document(event: SlowEvent, config: Config, event_id: str, path: str, now_unix: float) -> dict:
+def slow_document(event: SlowEvent, config: Config, event_id: str, path: str, now_unix: float,
+                  world_size: int) -> dict:
     f = event.finding
     windows = event.windows[0] if event.windows else {}
     th = config.perf_window_s
     return {
-        "version": 1, "kind": "slow", "job_id": config.job_id, "event_id": event_id,
+        "version": 1, "kind": "slow", "job_id": config.job_id, "event_id": event_id, "world_size": world_size,
         "declared_unix": now_unix, "verdict": verdict_line(event, windows, th, path),
         "rule": f.rule, "ranks": list(f.ranks), "comm_id": f.comm_id, "figure": f.figure,
         "reference": f.reference, "unit": f.unit, "deviation": round(f.deviation, 4), "detail": f.detail,
