@@ -97,7 +97,7 @@ def main(argv=None) -> int:
             print(f"{name:<8} {shown}  {named}", flush=True)
         healthy.wait(60 * args.healthy_minutes + 20 * window)
         false = healthy.matching(r"SLOW: |HANG: ")
-        print(f"healthy  {args.healthy_minutes:g} min, 4 ranks, pause every run: {len(false)} verdict(s)"
+        print(f"healthy  {args.healthy_minutes:g} min, 4 ranks, one checkpoint pause: {len(false)} verdict(s)"
               + "".join(f"\n    {line}" for line in false), flush=True)
     finally:
         healthy.kill()
