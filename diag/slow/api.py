@@ -13,7 +13,6 @@ import dataclasses
 RULE_SLOW_GPU = "slow_gpu"
 RULE_STRAGGLER = "straggler"
 RULE_SLOW_LINK = "slow_link"
-RULES = (RULE_SLOW_GPU, RULE_STRAGGLER, RULE_SLOW_LINK)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,16 +46,6 @@ class RankWindow:
     gc_s: float = 0.0               # time in garbage collection, where the tracer timed it
     launches_per_s: float = 0.0
 
-    @property
-    def wait_s(self) -> float:
-        return sum(c.wait_s for c in self.comms)
-
-    def wait_share(self, comm_id: int) -> float | None:
-        for c in self.comms:
-            if c.comm_id == comm_id:
-                return c.wait_s / self.span_s if self.span_s > 0 else None
-        return None
-
 
 @dataclasses.dataclass(frozen=True)
 class Thresholds:
@@ -67,9 +56,6 @@ class Thresholds:
     exceed the straggler's by; ``link`` is the busbw shortfall against the
     median of like communicators. ``min_gemm_samples`` keeps a rank with a
     handful of timed GEMMs (a rank that barely computes) out of the GEMM rule.
-    ``structure_change`` is the change in collectives per second between two
-    consecutive windows above which the window is irregular (a checkpoint, an
-    evaluation phase, a restart) and no rule is judged on it.
     """
 
     window_s: float = 60.0
@@ -78,10 +64,9 @@ class Thresholds:
     link: float = 0.25
     min_gemm_samples: int = 8
     min_collectives: int = 5
-    structure_change: float = 0.25
 
     def __post_init__(self):
-        for name in ("slow", "wait_gap", "link", "structure_change"):
+        for name in ("slow", "wait_gap", "link"):
             value = getattr(self, name)
             if not 0.0 < value < 1.0:
                 raise ValueError(f"slow threshold {name}: {value!r} must be a fraction between 0 and 1, e.g. 0.1")

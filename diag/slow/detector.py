@@ -60,10 +60,6 @@ class SlowDetector:
                 self.recovered.append(_finding_stub(key))
         return out
 
-    @property
-    def open_episodes(self) -> list[tuple]:
-        return [k for k, ep in self._episodes.items() if ep.declared]
-
 
 def ready(windows: dict[int, RankWindow], th: Thresholds) -> bool:
     """Judge only windows every rank fills: warm-up and restarts are skipped."""
