@@ -10,6 +10,7 @@ import os
 import pytest
 
 from tests.functional.launch import SCRIPTS
+from tests.waiting import wait_for
 from tests.functional.test_launch import _wait_for_stacks, event_dirs, frame_names, launches  # noqa: F401
 
 pytestmark = pytest.mark.timeout(240)
@@ -31,7 +32,9 @@ def test_ddp_stall_on_gloo_is_flagged_with_the_peer_in_ddps_buffer_broadcast(lau
     # Rank 0 waits in the broadcast DDP's forward issues from C++; rank 1 never got there.
     assert hang[1].startswith('HANG: rank 0 in broadcast (group "default" (ranks 0-1), seq '), hang[1]
     assert "rank 1 not in any collective" in hang[1], hang[1]
-    [event] = event_dirs(tmp_path)
+    # hang.json may land just after the HANG line
+    [event] = wait_for(lambda: [d for d in event_dirs(tmp_path) if os.path.exists(os.path.join(d, "hang.json"))],
+                       "hang.json")
     with open(os.path.join(event, "hang.json")) as f:
         doc = json.load(f)
     assert [(op["op"], op["ranks"]) for op in doc["hung_ops"]] == [("broadcast", [0])]
