@@ -236,6 +236,8 @@ class Coordinator:
             for u in sorted(pending):
                 if self.session.has(f"result/{rnd}/{u}"):
                     results[u] = self.session.get_json(f"result/{rnd}/{u}")
+                    if (results[u].get("nccl") or {}).get("net") and u in self.infos:
+                        self.infos[u]["nccl"] = results[u]["nccl"]["net"]
                 elif self._past_deadline():      # never measured: unknown, not faulty
                     results[u] = {"ok": False, "deadline": True}
                 elif self._gone(u) or time.monotonic() > cap:
@@ -303,8 +305,14 @@ class Coordinator:
                     expected=v.expected, threshold=v.threshold, verdict=v.verdict, reason=v.reason, rule=v.rule,
                     round=rnd, extra={"algbw": f["algbw"], "seconds": f["seconds"],
                                       "mean_seconds": f.get("mean_seconds", f["seconds"]), "bytes": f["bytes"],
-                                      "pair_busbw": busbw}))
+                                      "pair_busbw": busbw, **self._transport(results[u])}))
         return PairOutcome(a, b, ok, "; ".join(reasons))
+
+    @staticmethod
+    def _transport(result: dict) -> dict[str, Any]:
+        """NCCL's channels for this pair (``P2P/CUMEM/read``, ``NET/IB/0``), where NCCL said."""
+        via = (result.get("nccl") or {}).get("transports")
+        return {"nccl_transports": via} if via else {}
 
     def _pair_failure(self, a: int, b: int, results: dict, pp: Pinpointer) -> tuple[str, str] | None:
         for u in (a, b):
@@ -331,7 +339,8 @@ class Coordinator:
         info = self.infos.get(unit, {})
         return Measurement(self.host(unit), "node", None, "", gpu=self.gpu(unit), verdict=verdict, reason=reason,
                            rule=rule, extra={"node_rank": info.get("host_rank", unit), "hostname": info.get("hostname"),
-                                             "addr": info.get("addr"), "iface": info.get("iface")})
+                                             "addr": info.get("addr"), "iface": info.get("iface"),
+                                             **({"nccl": info["nccl"]} if info.get("nccl") else {})})
 
     def _finish(self, pp: Pinpointer) -> dict[str, Any]:
         entries: list[faultlist.FaultEntry] = []

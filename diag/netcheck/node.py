@@ -18,6 +18,7 @@ import torch
 from diag.netcheck.api import NetcheckError
 from diag.netcheck.config import CPU_DEFAULT_SIZE, GPU_DEFAULT_SIZE, Config
 from diag.netcheck.measure.gemm import run_gemm
+from diag.netcheck.ncclnet import DebugLog, first_warning, transports
 from diag.netcheck.pairjob import guarded, make_group, pair_job_budget, run_pair_tests
 from diag.netcheck.session import Session
 
@@ -47,6 +48,8 @@ class Node:
         self.device = pick_device(self.backend, cfg)
         from diag.netcheck.iface import choose
         self.endpoint = choose(cfg, self.backend)
+        # Before any NCCL call: NCCL reads its debug variables once.
+        self.nccl_log = DebugLog() if self.backend == "nccl" else None
         self.size = cfg.measure.size or (GPU_DEFAULT_SIZE if self.device.type == "cuda" else CPU_DEFAULT_SIZE)
         self.abandoned = False
         self.deadline = time.monotonic() + cfg.measure.deadline
@@ -64,6 +67,13 @@ class Node:
 
     def run(self) -> dict[str, Any]:
         """Take part until the coordinator posts the final document; return it."""
+        try:
+            return self._take_part()
+        finally:
+            if self.nccl_log:
+                self.nccl_log.close()
+
+    def _take_part(self) -> dict[str, Any]:
         rank = self.cfg.rdzv.node_rank
         info = self.info()
         self.session.set_json(f"join/{rank}", info)
@@ -108,8 +118,18 @@ class Node:
         if abandoned and left < budget:
             result, abandoned = {"ok": False, "deadline": True, "error": f"{what}: cut by --deadline"}, False
         result["abandoned"] = abandoned
+        if self.nccl_log:
+            self._add_nccl_report(result)
         self.abandoned = self.abandoned or abandoned
         self.session.set_json(f"result/{rnd}/{cfg.rdzv.node_rank}", result)
+
+    def _add_nccl_report(self, result: dict[str, Any]) -> None:
+        """Which network NCCL says it used (the node's) and how this pair's channels ran."""
+        text = self.nccl_log.since_last()
+        result["nccl"] = {"net": self.nccl_log.net().to_dict(), "transports": transports(text)}
+        warning = first_warning(text)
+        if warning and not result.get("ok") and "error" in result:
+            result["error"] += f" (NCCL: {warning})"
 
     def _coordinator_alive(self) -> None:
         if self.cfg.rdzv.node_rank == 0:

@@ -99,8 +99,24 @@ def render_table(doc: dict[str, Any], console: Any = None, verbose: bool = False
     # Logs are read wide, but not wider than TABLE_WIDTH.
     console = console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else TABLE_WIDTH)
     console.print(_records_table(doc) if verbose else _nodes_table(doc, min(console.width, TABLE_WIDTH)))
+    if line := nccl_networks(doc):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if doc["faulty"]:
         console.print("faulty: " + slurm_hostlist(f["node"] for f in doc["faulty"]))
+
+
+def nccl_networks(doc: dict[str, Any]) -> str:
+    """One line: which network NCCL said it used, and on which nodes (the odd one out is the point:
+    ``NCCL: IB mlx5_0,mlx5_1 on gpu[01-15]; Socket eth0 on gpu16``). Empty for gloo."""
+    from diag.netcheck.ncclnet import NcclNet
+    by_net: dict[str, list[str]] = {}
+    for r in doc["records"]:
+        nccl = (r.get("extra") or {}).get("nccl") if r["metric"] == "node" else None
+        if nccl:
+            net = NcclNet(**nccl)
+            by_net.setdefault(net.short() or f"not recorded ({net.unrecorded})", []).append(r["node"])
+    parts = sorted(by_net.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return "NCCL: " + "; ".join(f"{net} on {slurm_hostlist(nodes)}" for net, nodes in parts) if parts else ""
 
 
 def _worst(records: list[dict[str, Any]]) -> str:
