@@ -11,7 +11,7 @@ verdict. NCCL says it at init, at INFO level::
     host:12:40 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
 
 So, unless the user set NCCL_DEBUG or NCCL_DEBUG_FILE (theirs win; we then
-record nothing), netcheck asks for INFO on the INIT and NET subsystems into
+record nothing), netcheck asks for INFO on the INIT, NET and BOOTSTRAP subsystems into
 a private file: NCCL's lines, retries included, never reach the terminal.
 The log is read after each pair; the network is recorded per node and the
 transports (``P2P/CUMEM``, ``NET/IB/0``, ...) per pair.
@@ -107,7 +107,7 @@ class DebugLog:
         self._dir = tempfile.mkdtemp(prefix="netcheck-nccl-")
         self.path = os.path.join(self._dir, "nccl.log")
         env["NCCL_DEBUG"] = "INFO"
-        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+        env.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET,BOOTSTRAP")   # 2.28 says "Bootstrap: Using" under BOOTSTRAP
         env["NCCL_DEBUG_FILE"] = self.path
 
     def _read(self) -> str:

@@ -78,7 +78,7 @@ def test_nccl_socket_ifname_is_left_to_nccl_and_recorded(tmp_path):
 
 
 def test_keep_a_real_nccl_init_log_for_the_parser_tests(tmp_path):
-    """A 2-rank all_reduce with NCCL's INIT,NET log on: tests/netcheck/test_ncclnet.py reads the copy in docs/gpu-runs."""
+    """A 2-rank all_reduce with NCCL's INIT,NET,BOOTSTRAP log on: tests/netcheck/test_ncclnet.py reads the copy in docs/gpu-runs."""
     script = tmp_path / "init.py"
     script.write_text("import os, torch, torch.distributed as d\n"
                       "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"

@@ -73,7 +73,7 @@ def test_the_log_is_armed_into_a_private_file_when_the_user_left_nccl_debug_alon
     env = {"NCCL_SOCKET_IFNAME": "eth1"}
     log = DebugLog(env)
     try:
-        assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
+        assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET,BOOTSTRAP"
         assert env["NCCL_DEBUG_FILE"] == log.path and oct(os.stat(os.path.dirname(log.path)).st_mode)[-3:] == "700"
         assert log.net().unrecorded == "NCCL named no network in its log"     # nothing written yet
         # What NCCL appends, pair by pair: since_last() gives each pair its own lines.
