@@ -87,7 +87,7 @@ def test_keep_a_real_nccl_init_log_for_the_parser_tests(tmp_path):
                       "d.all_reduce(t)\n"
                       "torch.cuda.synchronize()\n"
                       "d.destroy_process_group()\n")
-    env = dict(os.environ, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
+    env = dict(os.environ, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET,BOOTSTRAP",
                NCCL_DEBUG_FILE=str(tmp_path / "nccl_init.%p.log"))
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                           str(_free_port()), str(script)], cwd=REPO, capture_output=True, text=True, timeout=300,
