@@ -62,8 +62,11 @@ proto: protoc-tools
 demo: system-deps setup hook
 	$(BIN)/python examples/demo.py
 
+# Two workers, a file each at a time (module fixtures run once): most tests
+# wait on real processes, so two halve the wall time on CI's 2 cores
+# (11:15 -> 6:45) without starving the jobs whose timing the tests judge.
 test: system-deps setup hook protoc-tools
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 tests
 
 bench: setup hook
 	$(BIN)/python bench/run_all.py

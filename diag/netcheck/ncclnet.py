@@ -128,9 +128,16 @@ class DebugLog:
 
     def since_last(self) -> str:
         """The log written since the previous call (one pair's lines)."""
-        text = self._read()
-        new, self._offset = text[self._offset:], len(text)
-        return new
+        if not self.path:
+            return ""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                new = f.read()
+        except OSError:
+            return ""
+        self._offset += len(new)
+        return new.decode(errors="replace")
 
     def close(self) -> None:
         if self._dir:

@@ -4,11 +4,15 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from diag import faultlist
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 
@@ -186,3 +190,29 @@ def test_rank_order_groups_nodes_by_bridge(netns_cluster, tmp_path):
     assert doc["order"] == {"0": 0, "2": 1, "1": 2, "3": 3}
     assert len(doc["pairs"]) == 6                    # every pair measured
     assert json.loads((tmp_path / "o3.json").read_text()) == doc     # every node gets the same file
+
+    # The order, used: xpu_timer_launch --rank-order on each node (static rendezvous, the
+    # usual --node-rank k). Every namespace shares one hostname, so each finds itself by address.
+    train = tmp_path / "train.py"
+    train.write_text("import os, pathlib, sys, torch, torch.distributed as d\n"
+                     "d.init_process_group('gloo')\n"
+                     "t = torch.tensor([float(d.get_rank())]); d.all_reduce(t)\n"
+                     "pathlib.Path(sys.argv[1], sys.argv[2]).write_text(f\"{os.environ['GROUP_RANK']} {t.item():g}\")\n"
+                     "d.destroy_process_group()\n")
+    port = 29631
+    procs = []
+    for k in range(4):
+        env = {key: v for key, v in os.environ.items() if not key.startswith(("XPU_TIMER_", "MASTER_", "GLOO_"))}
+        env.update(XPU_TIMER_JOB_TOKEN="rank-order-test", GLOO_SOCKET_IFNAME=c.node_if[k])
+        cmd = ["ip", "netns", "exec", c.ns[k], sys.executable, "-m", "diag.launcher.main", "--rank-order", str(order),
+               "--no-hook", "--timeline-path", str(tmp_path / "tl"), "--nnodes", "4", "--node-rank", str(k),
+               "--nproc-per-node", "1", "--master-addr", c.addr[0], "--master-port", str(port), "--rdzv-id", "ro",
+               str(train), str(tmp_path), f"node{k}"]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    outs = [p.communicate(timeout=150)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], "\n".join(outs)[-4000:]
+    # node k now runs as the file says: node2 -> 1, node1 -> 2; the job still sums 0+1+2+3.
+    assert {k: (tmp_path / f"node{k}").read_text() for k in range(4)} == \
+        {0: "0 6", 1: "2 6", 2: "1 6", 3: "3 6"}
+    assert "--rank-order: node rank 2 -> 1 (matched by address: node2)" in outs[2], outs[2]
