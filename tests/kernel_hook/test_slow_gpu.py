@@ -6,11 +6,14 @@ import glob
 import json
 import os
 
+import pytest
+
 from tests.functional.launch import Launch
 from tests.kernel_hook.conftest import HOOKPROG
 
 GEMM_US = 2000.0
 FLOPS = 2 * 1024 ** 3
+pytestmark = pytest.mark.alone     # one SLOW verdict, judged from real processes: no other test's load beside them
 
 
 def test_a_gemm_slowdown_of_15_percent_is_a_slow_gpu(built, tmp_path):

@@ -12,6 +12,7 @@ import pytest
 from tests.functional.launch import SCRIPTS, Launch
 
 TRAIN = os.path.join(SCRIPTS, "slow_train.py")
+pytestmark = pytest.mark.alone     # wait shares of real ranks: no other test's load beside them
 WINDOW = "10s"
 
 
@@ -23,11 +24,12 @@ def _launch(tmp, job, env):
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("slow")
-    # rank 2 sleeps 40 ms a step for 30 s, recovers for 30 s, then is slow again
-    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": "0-30,60-95",
-                                      "RUN_S": "95"})
-    # healthy for 2 min: every rank pauses 20 s at 40 s (a checkpoint), rank 0 writes 6 s more
-    healthy = _launch(tmp, "healthy", {"PAUSE_AT": "40", "PAUSE_S": "20", "SOLO_S": "6", "RUN_S": "120"})
+    # rank 2 sleeps 40 ms a step for 25 s (2.5 windows), recovers for 25 s, then is slow again
+    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": "0-25,50-80",
+                                      "RUN_S": "80"})
+    # healthy for 90 s: every rank pauses 20 s at 30 s (a checkpoint), rank 0 writes 6 s more,
+    # then three full windows of steps after it
+    healthy = _launch(tmp, "healthy", {"PAUSE_AT": "30", "PAUSE_S": "20", "SOLO_S": "6", "RUN_S": "90"})
     try:
         codes = (slow.wait(300), healthy.wait(300))
         yield {"tmp": tmp, "slow": slow, "healthy": healthy, "codes": codes}

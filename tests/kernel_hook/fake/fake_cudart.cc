@@ -2,6 +2,7 @@
 // each stream is a thread that runs queued work in order. A "kernel" is a host
 // function run on that thread after the api's configured delay; a hung call
 // never finishes, so every later item on its stream (and its events) waits.
+// Events carry the stream's device clock (Stream::clock_ns), not the host's.
 //
 // Environment (read once): FAKE_DELAY_US="api=us,api=us", FAKE_HANG="api:nth",
 // FAKE_CUDA_INLINE=1 (run work at once on the calling thread: the benches).
@@ -10,7 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -100,6 +103,7 @@ struct Work {
   bool hang;
   Event* ev;
   uint64_t gen;
+  uint64_t t_enq = 0;  // when the host enqueued it (set by push)
 };
 
 struct Stream {
@@ -112,6 +116,12 @@ struct Stream {
   bool destroyed = false;  // cudaStreamDestroy'd: any later use is a bug
   bool capture_global = false;  // begun in cudaStreamCaptureModeGlobal
   bool started = false;
+  // The fake device's own clock, as a GPU has one: a work begins when the one
+  // before it ended (or when it was enqueued, if the stream was idle) and lasts
+  // its delay. Host sleeps overshoot on a loaded machine (hundreds of us under
+  // gVisor); the events' times must not, or a test of the hook's timing reads
+  // the machine's load instead of the hook.
+  std::atomic<uint64_t> clock_ns{0};
 
   void run() {
     for (;;) {
@@ -127,20 +137,30 @@ struct Stream {
       cv.notify_all();
     }
   }
-  static void execute(const Work& w) {
+  void execute(const Work& w) {
     if (w.hang)
       for (;;) pause();  // a kernel that never finishes
-    if (w.delay_ns) {
-      timespec ts{time_t(w.delay_ns / 1000000000ull), long(w.delay_ns % 1000000000ull)};
-      nanosleep(&ts, nullptr);
+    // A kernel takes at least 1 us, as on a GPU: a zero-length span reads as untimed.
+    uint64_t cost = w.ev ? 0 : std::max<uint64_t>(w.delay_ns, 1000);
+    uint64_t end = std::max(clock_ns.load(std::memory_order_relaxed), w.t_enq) + cost;
+    if (w.delay_ns) {  // until the device clock's end, so overshoots do not add up
+      timespec ts{time_t(end / 1000000000ull), long(end % 1000000000ull)};
+      while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+      }
     }
-    if (w.fn) w.fn(w.args);
+    if (w.fn) {  // its own time counts: a collective waiting for its peers is device time
+      uint64_t t0 = now_ns();
+      w.fn(w.args);
+      end += now_ns() - t0;
+    }
+    clock_ns.store(end, std::memory_order_relaxed);
     if (w.ev) {
-      w.ev->t_ns.store(now_ns());
+      w.ev->t_ns.store(end);
       w.ev->completed.store(w.gen, std::memory_order_release);
     }
   }
-  void push(const Work& w) {
+  void push(Work w) {
+    w.t_enq = now_ns();
     if (g_inline) {
       execute(w);
       return;
