@@ -20,7 +20,7 @@
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
-# x2step: only its step-time bench; x2net: only netcheck (as x4 does).
+# x2step: only its step-time bench; x2net: only netcheck (as x4 does); x2bench: only the per-call bench.
 # Carry .whl (py-spy, grpcio, protobuf wheels for the image's Python) and .carry
 # (nccl-tests all_reduce_perf, built outside the repo and never committed).
 set -uo pipefail
@@ -69,5 +69,6 @@ case $label in
   x2perf) run perf_gpt2 400 python3 tests/gpu/scripts/perf_gpt2_session.py $R/perf ;;   # the per-call bench: x2diverge
   deps) python3 -m pip install -q --no-index --no-deps --target /tmp/floor .whl/floor/*.whl   # health checking alone: a declared dependency the image lacks
       run image_grpc 60 env PYTHONPATH=$PWD:/tmp/floor python3 -c "import grpc, google.protobuf as p, diag.pb.collector_pb2_grpc, diag.collector.server, diag.agent.agent; print('image grpc', grpc.__version__, 'protobuf', p.__version__, ': stubs, collector and agent import')" ;;
+  x2bench) run hook_launch_bench 200 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac
