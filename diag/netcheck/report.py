@@ -12,6 +12,7 @@ import sys
 from typing import Any, Iterable
 
 from diag.common.ranks import fold
+from diag.netcheck.ncclnet import NcclNet
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 _HOSTLIST_ITEM = re.compile(r"([^,\[\]]+)(?:\[([^\]]*)\]([^,\[\]]*))?")
@@ -108,7 +109,6 @@ def render_table(doc: dict[str, Any], console: Any = None, verbose: bool = False
 def nccl_networks(doc: dict[str, Any]) -> str:
     """One line: which network NCCL said it used, and on which nodes (the odd one out is the point:
     ``NCCL: IB mlx5_0,mlx5_1 on gpu[01-15]; Socket eth0 on gpu16``). Empty for gloo."""
-    from diag.netcheck.ncclnet import NcclNet
     by_net: dict[str, list[str]] = {}
     for r in doc["records"]:
         nccl = (r.get("extra") or {}).get("nccl") if r["metric"] == "node" else None

@@ -6,13 +6,11 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from diag import faultlist
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.netcheck.netns_cluster import REPO
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 
