@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -36,12 +37,17 @@ bool is_self(void* p) {
   return info.dli_fbase == g_self.dli_fbase;
 }
 
+// Unset or empty: the default, silently. Anything else that is not a whole
+// number in int's range: one line, the default (a typo must not pass unseen).
 int env_int(const char* name, int def) {
   const char* v = getenv(name);
   if (!v || !*v) return def;
   char* end = nullptr;
+  errno = 0;  // the callers' errno is kept by their ErrnoKeeper
   long x = strtol(v, &end, 10);
-  return (*end == '\0') ? int(x) : def;
+  if (*end == '\0' && errno == 0 && x >= INT_MIN && x <= INT_MAX) return int(x);
+  say("%s=%s is not a whole number; using %d", name, v, def);
+  return def;
 }
 
 // A period: 0 would make the drainer spin on a core of the training process,
@@ -217,8 +223,7 @@ void start_core() {
   cfg.capacity = uint32_t(cap);
   cfg.poll_us = uint32_t(positive_env("XPU_TIMER_HOOK_POLL_US", 1000));
   cfg.count_every_ms = uint32_t(positive_env("XPU_TIMER_HOOK_COUNT_MS", 500));
-  const char* every_s = getenv("XPU_TIMER_HOOK_TIME_EVERY");
-  int every = every_s && *every_s ? env_int("XPU_TIMER_HOOK_TIME_EVERY", -1) : kDefaultTimeEvery;
+  int every = env_int("XPU_TIMER_HOOK_TIME_EVERY", kDefaultTimeEvery);
   if (every <= 0) {
     say("XPU_TIMER_HOOK_TIME_EVERY=%s is not a positive number; using %d",
         getenv("XPU_TIMER_HOOK_TIME_EVERY"), kDefaultTimeEvery);

@@ -17,7 +17,6 @@ from diag.common.atomic import probe_writable_dir
 from diag.common.options import DEFAULT_SILENT_AFTER_S, ConfigError
 
 TOKEN_ENV = envnames.JOB_TOKEN
-HANG_ACTIONS = ("report", "kill")
 _JOB_ID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
 __all__ = ["Config", "ConfigError", "DEFAULT_SILENT_AFTER_S", "TOKEN_ENV", "parse_args", "to_argv"]
 
@@ -60,22 +59,18 @@ class Config:
     slow_action: str = "report"
 
     def __post_init__(self) -> None:
-        parse_listen(self.listen)
+        # Each value again through its option's own parser, bounds included, so
+        # a Config built in code is held to what the command line is.
+        for opt in options.COLLECTOR:
+            value = getattr(self, opt.dest)
+            if value is not None:
+                opt.parse(opt.format(value), opt.flag)
         sanitize_job_id(self.job_id)
         if not self.token:
             raise ConfigError(f"no job token: set {TOKEN_ENV} (xpu_timer_launch sets it for its children)")
-        if self.hang_action not in HANG_ACTIONS:
-            raise ConfigError(f"--hang-action: {self.hang_action!r} is not one of {', '.join(HANG_ACTIONS)}")
-        for option, value in (("--hang-timeout", self.hang_timeout_s), ("--idle-timeout", self.idle_timeout_s),
-                              ("--silent-after", self.silent_after_s),
-                              ("--dump-timeout", self.dump_timeout_s), ("eval interval", self.eval_interval_s),
-                              ("--stats-interval", self.stats_interval_s)):
-            if not value > 0:
-                raise ConfigError(f"{option}: {value!r} must be a positive duration, e.g. 30s")
-        if self.max_agents < 1:
-            raise ConfigError(f"--max-agents: {self.max_agents!r} must be at least 1")
-        if not self.timeline_path:
-            raise ConfigError("--timeline-path: must not be empty; use e.g. /root/timeline")
+        options.job_token(self.token, TOKEN_ENV)
+        if not self.eval_interval_s > 0:
+            raise ConfigError(f"eval interval: {self.eval_interval_s!r} must be a positive duration")
 
     @property
     def safe_job_id(self) -> str:

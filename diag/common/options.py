@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from diag.common import envnames
@@ -54,7 +55,19 @@ def size(value: str, name: str) -> int:
         raise ConfigError(str(exc)) from None
 
 
-def integer(minimum: int, example: str) -> Callable[[str, str], int]:
+def size_up_to(maximum: int, maximum_text: str) -> Callable[[str, str], int]:
+    def parse(value: str, name: str) -> int:
+        try:
+            return parse_size(value, name, maximum, maximum_text)
+        except UnitError as exc:
+            raise ConfigError(str(exc)) from None
+    return parse
+
+
+def integer(minimum: int, example: str, maximum: int,
+            why_maximum: str = "") -> Callable[[str, str], int]:
+    """A whole number in [minimum, maximum]; every count has a ceiling, and
+    the message gives it (with ``why_maximum``, its reason)."""
     def parse(value: str, name: str) -> int:
         try:
             number = int(str(value).strip())
@@ -62,8 +75,64 @@ def integer(minimum: int, example: str) -> Callable[[str, str], int]:
             raise ConfigError(f"{name}: {value!r} is not a whole number; use e.g. {example}") from None
         if number < minimum:
             raise ConfigError(f"{name}: {value!r} must be at least {minimum}; use e.g. {example}")
+        if number > maximum:
+            why = f" ({why_maximum})" if why_maximum else ""
+            raise ConfigError(f"{name}: {value!r} is too large; at most {maximum}{why}")
         return number
     return parse
+
+
+def power_of_two(maximum: int, example: str, why_maximum: str) -> Callable[[str, str], int]:
+    whole = integer(1, example, maximum, why_maximum)
+
+    def parse(value: str, name: str) -> int:
+        number = whole(value, name)
+        if number & (number - 1):
+            raise ConfigError(f"{name}: {value!r} is not a power of two; use e.g. {example}")
+        return number
+    return parse
+
+
+def names(*known: str) -> Callable[[str, str], tuple[str, ...]]:
+    """A comma-separated list of ``known`` words (empty items ignored)."""
+    def parse(value: str, name: str) -> tuple[str, ...]:
+        words = tuple(w for w in (p.strip() for p in str(value).split(",")) if w)
+        unknown = [w for w in words if w not in known]
+        if unknown or not words:
+            what = f"{', '.join(map(repr, unknown))} unknown" if unknown else "names none"
+            raise ConfigError(f"{name}: {value!r}: {what}; use a comma-separated list of "
+                              f"{', '.join(known)}")
+        return words
+    return parse
+
+
+# gRPC metadata values are printable ASCII (0x20-0x7e); spaces may be trimmed at
+# the ends, so none at all. The whole header block is 8 KiB by default.
+_TOKEN_CHARS = re.compile(r"[\x21-\x7e]*")
+MAX_TOKEN_CHARS = 1024
+
+
+def job_token(value: str, name: str) -> str:
+    """The job token as gRPC metadata can carry it. Never quoted in a message."""
+    fix = "use printable ASCII without spaces, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    if not _TOKEN_CHARS.fullmatch(value):
+        at = next(i for i, ch in enumerate(value) if not _TOKEN_CHARS.fullmatch(ch))
+        raise ConfigError(f"{name}: character {at + 1} ({value[at]!r}) cannot travel in gRPC "
+                          f"metadata; {fix}")
+    if len(value) > MAX_TOKEN_CHARS:
+        raise ConfigError(f"{name}: {len(value)} characters is too long; at most "
+                          f"{MAX_TOKEN_CHARS}; {fix}")
+    return value
+
+
+def host_functions(value: str, name: str) -> str:
+    """XPU_TIMER_HOST_TRACING_FUNC, read by the tracer's own parser (no torch)."""
+    from diag.tracer.host_funcs import HostFuncSpecError, parse_spec
+    try:
+        parse_spec(value)
+    except HostFuncSpecError as exc:
+        raise ConfigError(str(exc)) from None
+    return value
 
 
 def choice(*choices: str) -> Callable[[str, str], str]:
@@ -80,7 +149,8 @@ def host_port(example: str, any_port: bool) -> Callable[[str, str], str]:
 
     def parse(value: str, name: str) -> str:
         host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not low <= int(port) <= 65535:
+        if (not sep or not host or not re.fullmatch(r"[0-9]{1,5}", port)
+                or not low <= int(port) <= 65535):
             raise ConfigError(f"{name}: {value!r} is not HOST:PORT; use e.g. {example}")
         if host.startswith("[") != host.endswith("]"):
             raise ConfigError(f"{name}: {value!r} has an unbalanced IPv6 bracket; use e.g. [::1]:0")
@@ -114,6 +184,15 @@ def fraction(value: str, name: str) -> float:
 def seconds_text(value: float) -> str:
     """A duration as text that ``duration`` reads back exactly (repr is exact)."""
     return f"{value!r}s"
+
+
+def one_zero(value: bool) -> str:
+    """A yes/no value as the one spelling every reader takes (the hook wants "1")."""
+    return "1" if value else "0"
+
+
+def comma_list(value: Sequence[str]) -> str:
+    return ",".join(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,7 +333,7 @@ RANK_ORDER = Option(
     "--rank-order", None, None, nonempty("order.json from netcheck --rank-order"), metavar="FILE",
     help="netcheck's topology-aware order: this node's --node-rank comes from it (static rendezvous)")
 HOOK_TIME_EVERY = Option(
-    "--hook-time-every", envnames.HOOK_TIME_EVERY, None, integer(1, "8 (1 times every call)"),
+    "--hook-time-every", envnames.HOOK_TIME_EVERY, None, integer(1, "8 (1 times every call)", (1 << 31) - 1, "the hook reads an int"),
     metavar="N", help="the hook device-times 1 GEMM/collective in N (8; 1 = all)")
 HOOK_COMPLETION = Option(
     "--hook-completion", envnames.HOOK_COMPLETION, None, choice("fence", "event"),
@@ -277,7 +356,7 @@ PERF_STEP = Option(
     metavar="NAME", help="the host function whose calls mark steps: optimizer.step "
     "(torch.optim, traced by default) or a Class.function of XPU_TIMER_HOST_TRACING_FUNC")
 METRICS_PORT = Option(
-    "--metrics-port", envnames.METRICS_PORT, None, integer(1, "9464"), metavar="N",
+    "--metrics-port", envnames.METRICS_PORT, None, integer(1, "9464", 65535, "a TCP port"), metavar="N",
     help="serve Prometheus metrics on http://<node>:N/metrics from each node's agent (off)")
 METRICS_ADDR = Option(
     "--metrics-addr", envnames.METRICS_ADDR, "0.0.0.0", nonempty("0.0.0.0 or 127.0.0.1"),
@@ -306,18 +385,53 @@ SILENT_AFTER = Option("--silent-after", None, f"{DEFAULT_SILENT_AFTER_S:g}s", du
 DUMP_TIMEOUT = Option("--dump-timeout", None, "60s", duration, dest="dump_timeout_s",
                       format=seconds_text,
                       help="with --hang-action kill, kill after this even if dumps are missing")
-MAX_DUMP_SIZE = Option("--max-dump-size", None, "64M", size, dest="max_dump_bytes",
+# gRPC's receive limit (this plus 1 MiB) is a C int: 2 GiB at most.
+MAX_DUMP_SIZE = Option("--max-dump-size", None, "64M", size_up_to(1 << 30, "1G (one gRPC message)"),
+                       dest="max_dump_bytes",
                        help="largest accepted stack dump file")
-MAX_AGENTS = Option("--max-agents", None, "4096", integer(1, "4096"),
+MAX_AGENTS = Option("--max-agents", None, "4096",
+                    integer(1, "4096", 65536, "one server thread each"),
                     help="most agents connected at once")
 STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_interval_s",
                         format=seconds_text, help="log an ingest-rate line this often")
+
+# Read in each worker: the tracer, the hook, the agent (env only). The launcher
+# checks them before anything starts, so a bad value is one line there and not
+# a silent default in every rank, and hands the workers the one spelling
+# (``format``) that each reader takes.
+RING_CAPACITY = Option(
+    None, envnames.RING_CAPACITY, None,
+    power_of_two(1 << 20, "4096", "128 MiB of /dev/shm per ring"), dest="ring_capacity",
+    help="records in each rank's progress ring, a power of two (4096; docs/records.md)")
+TRACER_DISABLE = Option(None, envnames.TRACER_DISABLE, None, yes_no, dest="tracer_disable",
+                        format=one_zero, help="1: the workers run without the Python tracer")
+TRACER_CPP_COLLECTIVES = Option(
+    None, envnames.TRACER_CPP_COLLECTIVES, None, yes_no, dest="tracer_cpp_collectives",
+    format=one_zero, help="0: no dispatcher kernel for C++-issued collectives (docs/tracer.md)")
+HOST_TRACING_FUNC = Option(
+    None, envnames.HOST_TRACING_FUNC, None, host_functions, dest="host_tracing_func",
+    help="module@object@function,...: host functions the tracer records")
+HOOK_DISABLE = Option(None, envnames.HOOK_DISABLE, None, yes_no, dest="hook_disable",
+                      format=one_zero, help="1: the preloaded hook stays inert")
+HOOK_POLL_US = Option(
+    None, envnames.HOOK_POLL_US, None, integer(1, "1000", 1_000_000, "1 s"), dest="hook_poll_us",
+    help="the hook drainer's poll period in microseconds (1000)")
+HOOK_COUNT_MS = Option(
+    None, envnames.HOOK_COUNT_MS, None, integer(1, "500", 60_000, "a minute"), dest="hook_count_ms",
+    help="how often the hook writes launch counts, in milliseconds (500)")
+DUMP_TOOL_NAMES = ("py-spy", "gdb", "eu-stack")   # diag.agent.dumps.ALL_TOOLS
+DUMP_TOOLS = Option(None, envnames.DUMP_TOOLS, None, names(*DUMP_TOOL_NAMES), dest="dump_tools",
+                    format=comma_list, help="the stack dumpers run on a hang (docs/agent.md)")
+JOB_TOKEN = Option(None, envnames.JOB_TOKEN, None, job_token, dest="job_token",
+                   help="the job token on every collector RPC; unset: the launcher makes one")
 
 # Who takes what. A Config of each program has one field per option, named dest.
 LAUNCHER: tuple[Option, ...] = (
     HANG_TIMEOUT, IDLE_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
     FAULT_LIST_MAX_AGE, RANK_ORDER, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
-    PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION)
+    PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION,
+    RING_CAPACITY, TRACER_DISABLE, TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,
+    HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN)
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
     DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL, PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
@@ -327,16 +441,21 @@ TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, H
 # What the launcher hands to the agent's AgentConfig (same field names).
 AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW, PERF_WINDOW, PERF_STEP, METRICS_PORT,
                              METRICS_ADDR)
-# What the launcher exports to the workers (the hook reads these).
-TO_WORKERS: tuple[Option, ...] = (HOOK_TIME_EVERY, HOOK_COMPLETION)
+# What the launcher exports to the workers (the tracer and the hook read these).
+TO_WORKERS: tuple[Option, ...] = (HOOK_TIME_EVERY, HOOK_COMPLETION, RING_CAPACITY, TRACER_DISABLE,
+                                  TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,
+                                  HOOK_POLL_US, HOOK_COUNT_MS)
 
 
 def env_for(options: Sequence[Option], values) -> dict[str, str]:
-    """The environment variables that give ``values`` to a child (unset left out)."""
+    """The environment variables that give ``values`` to a child (unset and
+    off switches left out; a yes/no value that is not a switch is written as its
+    ``format`` says, so a set "no" reaches the child as such)."""
     get = values.get if isinstance(values, Mapping) else (lambda key: getattr(values, key))
     out = {}
     for opt in options:
         value = get(opt.dest)
-        if opt.env and value is not None and value is not False:
-            out[opt.env] = "1" if value is True else opt.format(value)
+        if not opt.env or value is None or (opt.switch and value is False):
+            continue
+        out[opt.env] = "1" if opt.switch else opt.format(value)
     return out

@@ -19,8 +19,28 @@ def collector_argv(config, address_file: str) -> list[str]:
             + options.to_argv(options.TO_COLLECTOR, config))
 
 
+def argv_problem(config) -> str | None:
+    """Why the collector would refuse the command line ``start`` gives it, or
+    None. The launcher's own values go through the collector's parser here,
+    before anything starts: a disagreement is the launcher's error, said once,
+    and never a job that runs on without hang detection."""
+    from diag.collector import config as collector_config
+    argv = collector_argv(config, "collector.addr")
+    try:
+        collector_config.parse_args(argv, {envnames.JOB_TOKEN: config.job_token or "token"})
+    except options.ConfigError as exc:
+        return (f"the collector would refuse what the launcher passes it ({exc}); "
+                f"this is a bug in xpu-diag, please report it")
+    return None
+
+
 class CollectorError(RuntimeError):
-    """The collector did not come up; the message is one line."""
+    """The collector did not come up; the message is one line. ``status`` is
+    its exit status (2: it refused its settings and said why), or None."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def start(config, token: str, workdir: str, env: dict) -> tuple[subprocess.Popen, str]:
@@ -49,7 +69,8 @@ def _wait_for_address(proc: subprocess.Popen, address_file: str) -> str:
             if address:
                 return address
         if proc.poll() is not None:
-            raise CollectorError(f"the collector exited at start with status {proc.returncode}")
+            raise CollectorError(f"the collector exited at start with status {proc.returncode}",
+                                 proc.returncode)
         time.sleep(0.05)
     raise CollectorError("the collector did not start serving within 60 s")
 

@@ -19,6 +19,8 @@ from diag.common import options
 from diag.common.options import ConfigError  # noqa: F401  (re-exported: the one ConfigError)
 
 PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+MAX_NPROC = 1024   # workers per node; more is a typo, not a machine
 _JOB_ID_DROP = re.compile(r"[^A-Za-z0-9._-]")
 OWN_FLAGS = options.flags_taking_value(options.LAUNCHER)
 
@@ -32,6 +34,8 @@ class Config:
     rdzv_host: str                    # where node 0's collector listens when nnodes > 1
     rdzv_port: int
     unbuffered: bool = False          # `python -u train.py`
+    script: str = ""                  # the training script, module (-m) or command (--no-python)
+    script_kind: str = "file"         # "file", "module" or "command"
     # One field per option in options.LAUNCHER, named as its dest.
     hang_timeout_s: float = 300.0
     idle_timeout_s: float = 600.0       # no op started or finished anywhere, none in flight
@@ -53,6 +57,17 @@ class Config:
     metrics_addr: str = "0.0.0.0"
     slow_threshold: float = 0.10
     slow_action: str = "report"
+    # Read in the workers (env only; None: unset, the reader's default). The
+    # launcher exports them in the one spelling each reader takes.
+    ring_capacity: int | None = None
+    tracer_disable: bool | None = None
+    tracer_cpp_collectives: bool | None = None
+    host_tracing_func: str | None = None
+    hook_disable: bool | None = None
+    hook_poll_us: int | None = None
+    hook_count_ms: int | None = None
+    dump_tools: tuple[str, ...] | None = None   # the agent's; None: dumps.default_tools()
+    job_token: str | None = dataclasses.field(default=None, repr=False)  # None: make one
 
     @property
     def starts_collector(self) -> bool:
@@ -108,7 +123,8 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
     script, rest, unbuffered, module = _script(ns.training_script, list(ns.training_script_args))
     if module and "-m" not in prefix and "--module" not in prefix:
         prefix.append("--module")
-    return _build(ns, prefix + [script] + rest, own, env, unbuffered)
+    kind = "module" if (module or ns.module) else "command" if ns.no_python else "file"
+    return _build(ns, prefix + [script] + rest, own, env, unbuffered, script, kind)
 
 
 def _strip_own_options(prefix: list[str]) -> list[str]:
@@ -143,12 +159,16 @@ def _script(script: str, rest: list[str]):
     return rest[0], rest[1:], unbuffered, False
 
 
-def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
+def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Config:
     """Checks that need more than one option's text (the parsers did the rest).
-    Whether --timeline-path can be written is tried by the runner, on the node
-    that writes it (the one that starts the collector), before anything starts."""
+    Whether --timeline-path can be written, and the script exists, is tried by
+    the runner (it reads files), before anything starts."""
+    _check_nproc(ns.nproc_per_node)
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
+    if nnodes_max > 1 and own.get("collector") is None and rdzv_port + 1 > 65535:
+        raise ConfigError(f"--master-port/--rdzv-endpoint: port {rdzv_port} leaves no port for the "
+                          f"collector, which listens on the rendezvous port + 1; use a port below 65535")
     node_rank, note = int(ns.node_rank), ""
     if own.get("rank_order"):
         from diag.launcher import rankorder
@@ -156,7 +176,23 @@ def _build(ns, torchrun_argv, own, env, unbuffered) -> Config:
     return Config(
         torchrun_argv=torchrun_argv, job_id=_job_id(ns, env, rdzv_host, rdzv_port, nnodes_max),
         node_rank=node_rank, rank_order_note=note, nnodes_max=nnodes_max, rdzv_host=rdzv_host,
-        rdzv_port=rdzv_port, unbuffered=unbuffered, **own)
+        rdzv_port=rdzv_port, unbuffered=unbuffered, script=script, script_kind=script_kind, **own)
+
+
+def _check_nproc(value: str) -> None:
+    """What torchrun's determine_local_world_size takes, said in one line
+    before torchrun raises a ValueError at start."""
+    fix = f"use {', '.join(NPROC_WORDS)} or a number from 1 to {MAX_NPROC}"
+    text = str(value).strip()
+    if re.fullmatch(r"[0-9]{1,6}", text) and 1 <= int(text) <= MAX_NPROC:
+        return
+    if text not in NPROC_WORDS:
+        raise ConfigError(f"--nproc-per-node: {value!r} is not a worker count; {fix}")
+    import torch
+    if text == "gpu" and not torch.cuda.is_available():
+        raise ConfigError(f"--nproc-per-node: 'gpu' but torch sees no CUDA GPU here; {fix}")
+    if text == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        raise ConfigError(f"--nproc-per-node: 'xpu' but torch sees no XPU here; {fix}")
 
 
 def _nnodes_max(nnodes: str) -> int:

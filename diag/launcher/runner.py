@@ -56,13 +56,18 @@ def _raise_stopped(signum, _frame):
 
 
 def run(config: Config) -> int:
+    problem = script_problem(config)
+    if problem is not None:
+        say(problem)
+        return EXIT_USAGE
     if config.rank_order_note:
         say(config.rank_order_note)
     if config.fault_list is not None:
         code = check_fault_list(config)
         if code is not None:
             return code
-    problem = timeline_problem(config)
+    problem = timeline_problem(config) or (
+        collector_proc.argv_problem(config) if config.starts_collector else None)
     if problem is not None:
         say(problem)
         return EXIT_USAGE
@@ -79,7 +84,7 @@ def run(config: Config) -> int:
 
 def _run(config: Config) -> int:
     tool_env = dict(os.environ)
-    token = os.environ.get(ENV_TOKEN) or secrets.token_urlsafe(32)
+    token = config.job_token or secrets.token_urlsafe(32)
     shm_dir = make_shm_dir(config)
     proc = None
     try:
@@ -88,6 +93,9 @@ def _run(config: Config) -> int:
             try:
                 proc, address = collector_proc.start(config, token, shm_dir, tool_env)
             except collector_proc.CollectorError as exc:
+                if exc.status == EXIT_USAGE:  # it said why; here, not bound (e.g. port in use)
+                    say(f"{exc}: it refused its settings (its line above); no worker was started")
+                    return EXIT_USAGE
                 say(f"{exc}; training goes on without hang detection")
         elif address is None:
             address = config.collector_listen()
@@ -104,6 +112,26 @@ def _run(config: Config) -> int:
         if proc is not None:
             collector_proc.stop(proc)
         shutil.rmtree(shm_dir, ignore_errors=True)
+
+
+def script_problem(config: Config, cwd: str | None = None) -> str | None:
+    """Why the workers could not start the training script, or None; said
+    before the collector starts. A module (-m) is left to Python: finding one
+    means importing its parent packages."""
+    script, cwd = config.script, cwd or os.getcwd()
+    if config.script_kind == "module" or not script:
+        return None
+    if config.script_kind == "command":   # --no-python: run as is, like a shell would
+        if os.sep not in script:
+            found = shutil.which(script)
+            return None if found else f"--no-python: {script!r} is not a command on PATH"
+        path = os.path.join(cwd, script)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return None
+        return f"--no-python: {script!r} is not an executable file (in {cwd})"
+    if os.path.exists(os.path.join(cwd, script)):
+        return None
+    return f"training script {script!r} does not exist (in {cwd}); check the path"
 
 
 def timeline_problem(config: Config) -> str | None:
@@ -162,19 +190,7 @@ def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConf
     own = {opt.dest: getattr(config, opt.dest) for opt in options.AGENT}
     return AgentConfig(shm_dir=shm_dir, collector=address, token=token, job_id=config.job_id,
                        node_rank=config.node_rank, root_pid=os.getpid(), tool_env=tool_env,
-                       dump_tools=dump_tools(), **own)
-
-
-def dump_tools(env=os.environ) -> tuple[str, ...]:
-    """XPU_TIMER_DUMP_TOOLS, saying once which names it ignores (a typo would
-    otherwise silently drop a dumper)."""
-    words = [w.strip() for w in env.get(dumps.ENV_TOOLS, "").split(",") if w.strip()]
-    unknown = [w for w in words if w not in dumps.ALL_TOOLS]
-    chosen = dumps.tools_from_env(env)
-    if unknown:
-        say(f"{dumps.ENV_TOOLS}: ignoring {', '.join(map(repr, unknown))} (known: "
-            f"{', '.join(dumps.ALL_TOOLS)}); dumping with {', '.join(chosen)}")
-    return chosen
+                       dump_tools=config.dump_tools or dumps.default_tools(), **own)
 
 
 def check_fault_list(config: Config) -> int | None:

@@ -75,6 +75,20 @@ def test_bad_capacity_is_said_once_and_the_default_used(built, tmp_path):
     assert region.header.capacity == 4096
 
 
+@pytest.mark.parametrize("name, value, default", [
+    ("XPU_TIMER_RING_CAPACITY", "abc", 4096), ("XPU_TIMER_RING_CAPACITY", "99999999999", 4096),
+    ("XPU_TIMER_HOOK_POLL_US", "1ms", 1000), ("XPU_TIMER_HOOK_TIME_EVERY", "8x", 8)])
+def test_a_number_that_does_not_parse_is_said_once_and_the_default_used(built, tmp_path, name,
+                                                                      value, default):
+    # Before: strtol's garbage or an int overflow became the default, or a wrapped value, silently.
+    out = run_prog("missing", shm_dir=str(tmp_path), env={name: value})
+    assert out.returncode == 0
+    [line] = out.stderr.splitlines()
+    assert line.endswith(f"): {name}={value} is not a whole number; using {default}"), line
+    [region] = read_regions(str(tmp_path))
+    assert region.header.capacity == 4096
+
+
 def test_unusable_shm_dir_is_said_once(built, tmp_path):
     missing_dir = tmp_path / "gone"
     out = run_prog("missing", shm_dir=str(missing_dir))
