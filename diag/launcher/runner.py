@@ -94,7 +94,7 @@ def _run(config: Config) -> int:
                 proc, address = collector_proc.start(config, token, shm_dir, tool_env)
             except collector_proc.CollectorError as exc:
                 if exc.status == EXIT_USAGE:  # it said why; here, not bound (e.g. port in use)
-                    say(f"{exc}: it refused its settings (its line above); no worker was started")
+                    say(f"{exc} (its line above); no worker was started")
                     return EXIT_USAGE
                 say(f"{exc}; training goes on without hang detection")
         elif address is None:

@@ -40,7 +40,11 @@ def test_job_id_is_sanitized_for_paths():
     (["--listen", "h:99999"], ENV, "--listen"),
     (["--max-dump-size", "lots"], ENV, "--max-dump-size"),
     (["--max-agents", "many"], ENV, "--max-agents"),
+    (["--max-agents", "3000000000"], ENV, "--max-agents: '3000000000' is too large; at most 65536"),
+    (["--max-dump-size", "1e400"], ENV, "--max-dump-size: '1e400' is too large; at most 1G"),
+    (["--stats-interval", "1e30"], ENV, "--stats-interval: '1e30' is too long; at most 8760h"),
     ([], {}, "XPU_TIMER_JOB_TOKEN"),
+    ([], {"XPU_TIMER_JOB_TOKEN": "a\nb"}, "XPU_TIMER_JOB_TOKEN: character 2 ('\\n') cannot travel in gRPC"),
 ])
 def test_bad_options_raise_one_line_naming_the_option(argv, env, option):
     with pytest.raises(ConfigError) as err:
@@ -90,6 +94,9 @@ def run_cli(args, env, timeout=60):
 
 @pytest.mark.parametrize("args, env, needle", [
     (BASE + ["--hang-timeout", "abc"], ENV, "--hang-timeout: 'abc' is not a duration"),
+    # Before: 28-line OverflowError tracebacks from grpc's channel arguments.
+    (BASE + ["--max-dump-size", "1e30"], ENV, "--max-dump-size: '1e30' is too large; at most 1G (one gRPC message)"),
+    (BASE + ["--max-dump-size", "4G"], ENV, "--max-dump-size: '4G' is too large; at most 1G (one gRPC message)"),
     (BASE, {"XPU_TIMER_JOB_TOKEN": ""}, "XPU_TIMER_JOB_TOKEN"),
     (["--hang-timeout", "1"], ENV, "--job-id"),
     (BASE + ["--timeline-path", "/proc/1/nope"], ENV, "--timeline-path"),
