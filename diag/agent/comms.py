@@ -12,8 +12,13 @@ record (its group id and display name). The hook knows NCCL communicators
 only by a hash of their unique id. The agent ties the two when a hook
 collective starts inside a tracer collective of the same name and size on
 the same rank (the Python call that issued it), then reports the hook's
-lanes under the group id and name. A lane both producers count is reported
+lanes under the group id and name. p2p ops tie as one family, and a hook
+communicator of two ranks may tie to a larger group: torch gives each pair
+of peers its own NCCL communicator. A lane both producers count is reported
 once, from the hook, which sees every call (the tracer only the Python ones).
+The tracer does not number p2p ops (seq 0): its p2p lane has no seqs or
+fingerprints, but it still reports the group, so a rank hung in a send names
+its group as one hung in a collective does.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ RECENT_SPANS = 16     # tracer comm ops remembered to tie hook communicators to 
 NCCL_TO_TORCH, torch_name = fmt.NCCL_TO_TORCH, fmt.torch_name
 # Tracer names that issue the NCCL call of the same torch name.
 _TORCH_FAMILY = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-                 "isend": "send", "irecv": "recv", "barrier": "all_reduce"}
+                 "barrier": "all_reduce"}
+P2P_FAMILY = "p2p"   # send, recv, isend, irecv, batch_isend_irecv; ncclSend, ncclRecv
+P2P_PAIR = 2         # the size of torch's per-pair p2p communicator
 
 
 @dataclasses.dataclass
@@ -44,8 +51,10 @@ class Lane:
         default_factory=lambda: collections.deque(maxlen=FINGERPRINT_DEPTH))
 
     def start(self, rec) -> None:
-        self.started = max(self.started, rec.seq)
         self.size, self.comm_rank = rec.comm_size, rec.comm_rank
+        if not rec.seq:   # an unnumbered op (the tracer's p2p): no seq, no fingerprint
+            return
+        self.started = max(self.started, rec.seq)
         reduce_op, peer = fmt.unpack_coll_args(rec.flops)
         self.recent.append((rec.seq, pb.Fingerprint(name=rec.name, bytes=rec.bytes,
                                                     dtype=fmt.dtype_of(rec.flags),
@@ -83,12 +92,12 @@ class CommTable:
         lane = self.lanes.setdefault((producer, rec.comm_id, rec.kind), Lane())
         lane.start(rec)
         if producer == fmt.PRODUCER_PYTHON:
-            self._spans.append([rec.op_id, rec.comm_id, _family(rec.name), rec.comm_size,
+            self._spans.append([rec.op_id, rec.comm_id, _family(rec), rec.comm_size,
                                 rec.t_mono_ns, None])
             if self._unmatched:
                 self._retry(rec.t_mono_ns)
         elif producer == fmt.PRODUCER_HOOK and rec.comm_id not in self.alias:
-            entry = (_family(rec.name), rec.comm_size, rec.t_mono_ns)
+            entry = (_family(rec), rec.comm_size, rec.t_mono_ns)
             if not self._tie(rec.comm_id, *entry) and (rec.comm_id in self._unmatched
                                                       or len(self._unmatched) < RECENT_SPANS):
                 self._unmatched[rec.comm_id] = entry   # its tracer START may be read later
@@ -106,8 +115,9 @@ class CommTable:
         """Tie a hook comm to the tracer op whose span holds its start: that
         Python call issued it. An ambiguous match (two groups) ties nothing.
         At most RECENT_SPANS checks per hook START of an untied comm."""
-        hits = {s[1] for s in self._spans
-                if s[2] == family and s[3] == size and s[4] <= t and (s[5] is None or t <= s[5])}
+        pair = family == P2P_FAMILY and size == P2P_PAIR
+        hits = {s[1] for s in self._spans if s[2] == family and (s[3] == size or pair)
+                and s[4] <= t and (s[5] is None or t <= s[5])}
         if len(hits) == 1:
             self.alias[comm] = hits.pop()
             self._unmatched.pop(comm, None)
@@ -153,6 +163,8 @@ class CommTable:
         return out
 
 
-def _family(name: str) -> str:
-    name = torch_name(name)
+def _family(rec) -> str:
+    if rec.kind == fmt.KIND_P2P:
+        return P2P_FAMILY
+    name = torch_name(rec.name)
     return _TORCH_FAMILY.get(name, name)

@@ -150,7 +150,7 @@ class NodeState:
             rec.comm_rank, rec.comm_size, rec.flags, rec.flops)
         state.last_activity_ns = max(state.last_activity_ns, rec.t_mono_ns)
         state.last_op = rec.name
-        if rec.seq and rec.kind in fmt.COMM_LANES:
+        if rec.kind in fmt.COMM_LANES:
             state.comms.start(producer, rec)
 
     def _end(self, state, region, rec) -> None:
@@ -159,9 +159,11 @@ class NodeState:
         # The flops field of a collective carries its reduce op and peer.
         flops = 0 if rec.kind in fmt.COMM_LANES else rec.flops
         self._stat(state, rec.name, rec.kind, 1, rec.duration_ns, rec.bytes, flops)
-        if not rec.seq or rec.kind not in fmt.COMM_LANES:
+        if rec.kind not in fmt.COMM_LANES:
             return
         state.comms.end(self._region_producer.get(region, 0), rec)
+        if not rec.seq:
+            return
         # Ops of one lane of a communicator end in order (docs/records.md):
         # this END means any earlier op of the same lane still listed lost its
         # END record to a full ring. A p2p END says nothing about a collective.

@@ -45,14 +45,13 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8
         if not op.is_comm_op or (op.comm_id, op.kind) in seen or len(seen) >= limit:
             continue
         seen.add((op.comm_id, op.kind))
+        label = next((g for g in labels if g.comm_id == op.comm_id), None) or _label(snap, op.comm_id)
+        if label is not None and label not in labels:
+            labels.append(label)
         members = _members(snap, op.comm_id, op.kind)
         if not members:
             continue
-        name = next((lane.group_name for _, lane in members if lane is not None and lane.group_name), "")
-        if not name and op.comm_id == 0:
-            name = "default"
-        if op.comm_id not in {g.comm_id for g in labels}:
-            labels.append(GroupLabel(op.comm_id, name, fold(r for r, _ in members)))
+        name = label.name if label is not None else ""
         found, at = _compare(members, op.comm_id, op.kind, name, op.seq)
         started = {r: (c.last_started_seq if c is not None else 0) for r, c in members}
         at_name = _name_at(members, at) or op.name
@@ -75,6 +74,25 @@ def _name_at(members, seq: int) -> str | None:
             if 0 <= i < len(comm.recent.ops):
                 return comm.recent.ops[i].name
     return None
+
+
+def _label(snap: Snapshot, comm_id: int) -> GroupLabel | None:
+    """The group as users know it, whichever lane hung: its name from any
+    member's report of either lane, its members the live ranks that report
+    either lane of it (every live rank for the default group). A p2p op then
+    names its group exactly as a collective does."""
+    ranks, name = [], ""
+    for rank, entry in snap.ranks.items():
+        p = entry.progress
+        if rank >= snap.world_size or not p.alive:
+            continue
+        lanes = [comm for comm in p.comms if comm.comm_id == comm_id]
+        if lanes or comm_id == 0:
+            ranks.append(rank)
+        name = name or next((comm.group_name for comm in lanes if comm.group_name), "")
+    if not ranks:
+        return None
+    return GroupLabel(comm_id, name or ("default" if comm_id == 0 else ""), fold(sorted(ranks)))
 
 
 def _members(snap: Snapshot, comm_id: int, lane: int) -> list[tuple[int, object]]:

@@ -39,7 +39,9 @@ def op_phrase(op: OpKey, findings: Findings | None = None) -> str:
     stuck = findings.stuck_at(op) if findings else None
     name, seq = (stuck.name, stuck.seq) if stuck else (op.name, op.seq)
     lane = " p2p" if op.kind == KIND_P2P else ""
-    return f"{name} (group {label.phrase() if label else op.comm_id},{lane} seq {seq})"
+    # The tracer does not number p2p ops: no seq rather than a false "seq 0".
+    where = f"{lane} seq {seq}" if seq else lane
+    return f"{name} (group {label.phrase() if label else op.comm_id},{where})"
 
 
 def _group_phrases(findings: Findings) -> list[str]:

@@ -48,6 +48,6 @@ class RankFigures:
     launches_per_s: float
     wait_share: float        # share of wall time inside collectives/p2p, 0..1
     step_s: float            # mean interval between steps; 0 if none seen
-    steps: int
+    steps: int               # intervals between steps in the window (step_s's divisor)
     allreduce_busbw: float   # bytes/s, the all-reduce on the largest communicator
     ops: tuple[OpFigures, ...] = ()

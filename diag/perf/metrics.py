@@ -67,7 +67,8 @@ def _families() -> dict:
                   labels=BASE),
         "step": g("xpu_diag_step_seconds", "Mean time between steps over the window",
                   labels=BASE),
-        "steps": c("xpu_diag_steps", "Steps since the rank started", labels=BASE),
+        "steps": c("xpu_diag_steps", "Step-function calls (--perf-step) since the rank started",
+                   labels=BASE),
         "op_calls": c("xpu_diag_op_calls", "Collective, p2p and host-function calls",
                       labels=OP_LABELS),
         "op_bytes": c("xpu_diag_op_bytes", "Bytes of collective and p2p calls (nccl-tests "

@@ -121,11 +121,13 @@ class PerfWindow:
         timed = rec.duration_ns if rec.duration_ns > 0 and not rec.flags & fmt.FLAG_FAILED else 0
         self._account(state, slot, producer, rec, 1, timed)
         if rec.kind == fmt.KIND_HOST_FUNC and rec.name == self.step_name:
+            # steps_total counts calls; the window's steps count intervals,
+            # which its mean step time divides (the first call starts none).
+            state.steps_total += 1
             if state.last_step_t and rec.t_mono_ns > state.last_step_t:
                 interval = rec.t_mono_ns - state.last_step_t
                 slot.steps += 1
                 slot.step_ns += interval
-                state.steps_total += 1
                 state.last_step_ns = interval
             state.last_step_t = rec.t_mono_ns
 

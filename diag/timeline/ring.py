@@ -102,10 +102,13 @@ class TimelineRing:
 
     @staticmethod
     def _drop_stale(in_flight: dict, region: str, rec) -> None:
-        # Ops of one communicator end in order (docs/records.md): earlier
-        # seqs still listed lost their END to a full ring.
+        # Ops of one lane of a communicator end in order (docs/records.md):
+        # earlier seqs of that lane still listed lost their END to a full
+        # ring. A record's lane is its kind: a p2p END says nothing about a
+        # collective in flight, nor the reverse (as NodeState._end).
         stale = [k for k, op in in_flight.items()
-                 if k[0] == region and op.comm_id == rec.comm_id and 0 < op.seq < rec.seq]
+                 if k[0] == region and op.comm_id == rec.comm_id and op.kind == rec.kind
+                 and 0 < op.seq < rec.seq]
         for key in stale:
             del in_flight[key]
 

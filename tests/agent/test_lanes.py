@@ -130,3 +130,36 @@ def test_a_restart_seen_before_its_predecessor_exited_takes_over_at_the_exit():
     state.apply("py-r0-p11", [rec(1, 1, 96 * S, seq=1)])
     [rank] = state.report()
     assert rank.pid == 11 and rank.alive and rank.oldest_in_flight.seq == 1
+
+
+def group_rec(comm_id, name, size=4):
+    return fmt.Record(fmt.EVENT_GROUP, fmt.KIND_COLLECTIVE, 0, 0, 0, comm_id, 0, 80 * S, 0, 0, 0, 1, size, name)
+
+
+def test_an_unnumbered_tracer_p2p_op_reports_its_groups_p2p_lane_by_name():
+    # gloo: the tracer alone, which does not number p2p ops (seq 0).
+    clock = Clock()
+    state = make(clock)
+    state.apply("py-r0", [group_rec(77, "pp"),
+                          rec(1, 1, 90 * S, name="send", seq=0, comm_id=77, kind=fmt.KIND_P2P),
+                          rec(2, 1, 91 * S, name="send", seq=0, comm_id=77, kind=fmt.KIND_P2P),
+                          rec(1, 2, 92 * S, name="send", seq=0, comm_id=77, kind=fmt.KIND_P2P)])
+    clock.now += 20 * S
+    [rank] = state.report()
+    [comm] = rank.comms
+    assert (comm.comm_id, comm.lane, comm.group_name, comm.comm_size) == (77, fmt.KIND_P2P, "pp", 4)
+    assert (comm.last_started_seq, comm.last_completed_seq, comm.HasField("recent")) == (0, 0, False)
+    assert (rank.oldest_in_flight.name, rank.oldest_in_flight.comm_id) == ("send", 77)
+
+
+def test_a_hook_p2p_pair_communicator_is_reported_under_the_group_of_the_python_send():
+    # torch gives each pair of peers its own 2-rank NCCL communicator.
+    state = make()
+    state.add_region("hook-r0", header(producer=HOOK))
+    state.apply("py-r0", [group_rec(77, "pp"),
+                          rec(1, 1, 90 * S, name="isend", seq=0, comm_id=77, kind=fmt.KIND_P2P)])
+    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclSend", seq=5, comm_id=0xABC, kind=fmt.KIND_P2P, size=2)])
+    [rank] = state.report()
+    assert lanes(rank) == {(77, fmt.KIND_P2P): (5, 0)}
+    assert rank.comms[0].group_name == "pp"
+    assert (rank.oldest_in_flight.comm_id, rank.oldest_in_flight.seq) == (77, 5)

@@ -6,7 +6,7 @@ and the HANG line / hang.json it gives. The reports are what the agent sends
 from diag.collector import rules, verdict
 from diag.collector.state import JobState
 from diag.pb import collector_pb2 as pb
-from tests.collector.fakes import node_report
+from tests.collector.fakes import node_report, rank_progress
 
 T0 = 1000.0
 AR = ("ncclAllReduce", 7, 0, -1)          # name, dtype float32, sum, no peer
@@ -159,3 +159,36 @@ def test_a_rank_behind_the_exact_stuck_seq_never_entered_it():
     findings, line, doc = judge(ranks)
     assert [(n.rank, n.op.seq, n.last_started_seq) for n in findings.never_entered] == [(2, 5, 4)]
     assert 'rank 2 not in any collective (at seq 4 on group "default")' in line and doc["culprits"] == [2]
+
+
+SEND = dict(name="send", kind=pb.OP_KIND_P2P)
+
+
+def p2p_hang(comm_id, name, p2p_lane):
+    """Rank 0 hangs in a tracer send (unnumbered: seq 0) on group ``comm_id``;
+    rank 1 never posted its recv. Both ran 3 all_reduces on the group; rank 0
+    reports its p2p lane when ``p2p_lane`` (the agent does now), else not."""
+    r0 = rank_progress(0, 2, op=SEND, age_s=12.0, comm_id=comm_id, seq=0, started=3, group_name=name,
+                       last_op="send")
+    if p2p_lane:
+        r0.comms.add(comm_id=comm_id, comm_size=2, lane=pb.OP_KIND_P2P, group_name=name)
+    return [r0, rank_progress(1, 2, comm_id=comm_id, started=3, group_name=name)]
+
+
+def test_a_p2p_hang_names_its_group_exactly_as_a_collective_does():
+    for comm_id, name in ((0, "default"), (77, "pp")):
+        for p2p_lane in (True, False):
+            _, line, doc = judge(p2p_hang(comm_id, name, p2p_lane))
+            assert line.startswith(f'HANG: rank 0 in send (group "{name}" (ranks 0-1), p2p) for 12.0 s'), line
+            assert "rank 1 not in any collective" in line and doc["culprits"] == [1]
+            assert doc["groups"] == [{"comm_id": comm_id, "name": name, "ranks": "0-1"}]
+            assert doc["hung_ops"][0]["group"] == name and doc["hung_ops"][0]["kind"] == "p2p"
+
+
+def test_a_p2p_only_group_is_named_by_its_p2p_lane():
+    # No collective ever ran on "pp": its name comes from the p2p lanes alone.
+    ranks = [rank_progress(r, 3, comm_id=77, started=0, lane=pb.OP_KIND_P2P, group_name="pp") for r in (1, 2)]
+    ranks[0].oldest_in_flight.CopyFrom(pb.InFlightOp(comm_id=77, age_ns=12 * 10**9, **SEND))
+    ranks.append(rank_progress(0, 3))
+    _, line, _ = judge(ranks)
+    assert line.startswith('HANG: rank 1 in send (group "pp" (ranks 1-2), p2p) for '), line

@@ -1,5 +1,6 @@
 """Process groups by the names users gave them, on gloo (the tracer alone):
-through the real xpu_timer_launch, two named subgroups, one hang."""
+through the real xpu_timer_launch, two named subgroups, one hang; a p2p hang
+names its group as a collective hang does."""
 
 from __future__ import annotations
 
@@ -29,5 +30,25 @@ def test_hang_on_a_named_subgroup_names_it_and_its_ranks(tmp_path):
             report = json.load(f)
         assert report["culprits"] == [1] and report["hung_ops"][0]["group"] == "dp"
         assert report["groups"] == [{"comm_id": report["hung_ops"][0]["comm_id"], "name": "dp", "ranks": "0-1"}]
+    finally:
+        job.kill()
+
+
+@pytest.mark.parametrize("op", ["send", "batch_isend_irecv"])
+def test_a_p2p_hang_names_its_group_as_a_collective_hang_does(tmp_path, op):
+    # Rank 1 never posts its recv, so rank 0 hangs in its send.
+    job = Launch(["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path),
+                  os.path.join(SCRIPTS, "p2p_hang.py"), op], env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+    try:
+        hit = job.wait_line(r"HANG: ", 90)
+        assert hit, job.output()
+        line = hit[1][hit[1].index("HANG: "):]
+        assert line.startswith(f'HANG: rank 0 in {op} (group "default" (ranks 0-1), p2p) for '), line
+        assert "rank 1 not in any collective" in line, line
+        [path] = wait_for(lambda: glob.glob(os.path.join(str(tmp_path), "*", "*", "hang.json")), "hang.json")
+        with open(path) as f:
+            report = json.load(f)
+        assert report["culprits"] == [1] and report["hung_ops"][0]["group"] == "default"
+        assert report["groups"] == [{"comm_id": 0, "name": "default", "ranks": "0-1"}]
     finally:
         job.kill()

@@ -8,7 +8,7 @@ import urllib.request
 
 from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
-from diag.perf import derive
+from diag.perf import derive, metrics
 from diag.perf.api import MAX_OPS_PER_RANK, OTHER_OP
 from diag.perf.window import PerfWindow, bucket_of, bucket_value, percentile
 from diag.records import format as fmt
@@ -82,6 +82,23 @@ def test_step_time_and_wait_share():
 def _agent(tmp_path, port, addr="127.0.0.1"):
     return Agent(AgentConfig(shm_dir=str(tmp_path), collector=None, token="", job_id="j",
                              metrics_port=port, metrics_addr=addr))
+
+
+def test_steps_total_counts_step_calls_and_the_window_the_intervals_between_them():
+    clock = Clock()
+    window = PerfWindow(window_s=10, clock=clock)
+    start = clock.ns
+    window.observe(0, fmt.PRODUCER_PYTHON, [rec("optimizer.step", fmt.KIND_HOST_FUNC, dur=10**6,
+                                                t=start + i * 100_000_000) for i in range(1, 4)])
+    clock.ns = start + 10**9
+    msg = window.message(0)
+    assert msg.steps_total == 3                        # 3 optimizer.step calls (docs/metrics.md)
+    fig = derive.figures(0, msg)
+    assert fig.steps == 2 and abs(fig.step_s - 0.1) < 1e-9   # 2 intervals of 100 ms
+    collector = metrics.PerfCollector()
+    collector.snapshot = metrics.Snapshot("j", "n", ((0, 0, msg),))
+    [steps] = [s for fam in collector.collect() for s in fam.samples if s.name == "xpu_diag_steps_total"]
+    assert steps.value == 3
 
 
 def test_a_busy_metrics_port_is_one_warning_and_the_agent_goes_on(tmp_path, capfd):

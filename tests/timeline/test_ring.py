@@ -69,6 +69,23 @@ def test_a_lost_end_does_not_leave_an_op_in_flight_forever():
     assert ring.snapshot(4 * S)[0].in_flight == []
 
 
+def test_a_p2p_end_never_drops_an_in_flight_collective_of_the_same_comm():
+    # Pipeline stage on the hook: all_reduce seq 1 hangs while sends (p2p seq
+    # 1..5) complete. The lanes count apart (docs/records.md "Lanes"), and
+    # within the p2p lane the lost-END rule still holds.
+    ring = TimelineRing(30 * S)
+    ring.add_region("hook", header(producer=fmt.PRODUCER_HOOK))
+    recs = [rec(fmt.EVENT_START, 1, S, name="ncclAllReduce", seq=1, comm_id=7),
+            rec(fmt.EVENT_START, 2, S, name="ncclSend", kind=fmt.KIND_P2P, seq=1, comm_id=7)]
+    for seq in range(2, 6):
+        recs += op(seq + 1, 2 * S, 3 * S, name="ncclSend", kind=fmt.KIND_P2P, seq=seq, comm_id=7,
+                   flags=fmt.FLAG_DEVICE_TIMED)
+    ring.apply("hook", recs)
+    [snap] = ring.snapshot(4 * S)
+    assert [(s.name, s.seq) for s in snap.in_flight] == [("ncclAllReduce", 1)]
+    assert [(s.name, s.seq) for s in snap.spans] == [("ncclSend", seq) for seq in range(2, 6)]
+
+
 def test_restarted_worker_drops_its_old_in_flight_ops():
     ring = TimelineRing(30 * S)
     ring.add_region("old", header(pid=100))
