@@ -56,11 +56,13 @@ class RecordWriter:
 
     def end(self, op_id: int, kind: int, name: str, duration_ns: int, comm_id: int = 0,
             seq: int = 0, nbytes: int = 0, flops: int = 0, comm_rank: int = -1,
-            comm_size: int = 0, failed: bool = False) -> None:
+            comm_size: int = 0, failed: bool = False, t_mono_ns: int | None = None) -> None:
+        """Record an END; ``t_mono_ns`` is when the op ended (now when None)."""
         flags = fmt.FLAG_FAILED if failed else 0
         with self._lock:
             self._put(fmt.EVENT_END, kind, flags, comm_rank, op_id, comm_id, seq,
-                      time.monotonic_ns(), duration_ns, nbytes, flops, 1, comm_size, name)
+                      time.monotonic_ns() if t_mono_ns is None else t_mono_ns,
+                      duration_ns, nbytes, flops, 1, comm_size, name)
 
     def count(self, kind: int, name: str, n: int) -> None:
         with self._lock:

@@ -2,8 +2,9 @@
 
 Each wrapper calls the original with the caller's arguments and returns its
 result untouched. Sync ops get END when the call returns; async ones
-(``async_op=True``, isend/irecv, batch_isend_irecv) get END from the work's
-completion callback, so the tracer never waits on anything.
+(``async_op=True``, isend/irecv, batch_isend_irecv) get END from the
+completion watcher (completion.py) when their work is done, so the tracer
+never waits on anything.
 """
 
 from __future__ import annotations
@@ -11,19 +12,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import threading
-import time
 import weakref
 
 from diag.records import format as fmt
+from diag.tracer import completion
 
 # name -> (kind, parameter whose tensor size is recorded as bytes)
 OPS = {
     "all_reduce": (fmt.KIND_COLLECTIVE, "tensor"),
     "all_gather": (fmt.KIND_COLLECTIVE, "tensor"),
     "all_gather_into_tensor": (fmt.KIND_COLLECTIVE, "input_tensor"),
+    "all_gather_single": (fmt.KIND_COLLECTIVE, "input_tensor"),   # torch 2.13's name for the above
+    "all_gather_coalesced": (fmt.KIND_COLLECTIVE, "input_tensor_list"),
+    "all_reduce_coalesced": (fmt.KIND_COLLECTIVE, "tensors"),
     "reduce_scatter": (fmt.KIND_COLLECTIVE, "input_list"),
     "reduce_scatter_tensor": (fmt.KIND_COLLECTIVE, "input"),
+    "reduce_scatter_single": (fmt.KIND_COLLECTIVE, "input"),     # torch 2.13's name for the above
     "broadcast": (fmt.KIND_COLLECTIVE, "tensor"),
     "reduce": (fmt.KIND_COLLECTIVE, "tensor"),
     "barrier": (fmt.KIND_COLLECTIVE, None),
@@ -36,7 +40,7 @@ OPS = {
     "isend": (fmt.KIND_P2P, "tensor"),
     "irecv": (fmt.KIND_P2P, "tensor"),
 }
-MARK = "__xpu_diag_original__"
+MARK = completion.MARK
 
 
 def patch(tracer) -> None:
@@ -154,7 +158,8 @@ _NCCL_REDOPS = {"SUM": 0, "PRODUCT": 1, "MAX": 2, "MIN": 3, "AVG": 4}
 # Parameter naming the root (rooted collectives) or peer (p2p) of each op.
 _PEER_PARAMS = {"broadcast": "src", "reduce": "dst", "gather": "dst", "scatter": "src",
                 "send": "dst", "recv": "src", "isend": "dst", "irecv": "src"}
-_REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")
+_REDUCING = ("all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+             "reduce_scatter_single")
 
 
 # Per-call lookups are cached by the dtype / op object: one dict hit.
@@ -258,9 +263,9 @@ def _wrap(tracer, groups, original, name, kind, size_param):
                 tracer.finish(op, failed=True)
                 raise
             if result is not None and (always_async or _arg(args, kwargs, "async_op", async_i, False)):
-                _finish_when_done(tracer, op, [result])
+                completion.watcher(tracer).add(op, [result], _on_cpu(tensor))
             else:
-                tracer.finish(op)
+                completion.finished(tracer, op)
             return result
         finally:
             tracer.leave()
@@ -296,150 +301,25 @@ def _wrap_batch(tracer, groups, original):
             if op is None:
                 return original(p2p_op_list, *args, **kwargs)
             try:
-                works = original(p2p_op_list, *args, **kwargs)
+                result = original(p2p_op_list, *args, **kwargs)
             except BaseException:
                 tracer.finish(op, failed=True)
                 raise
-            _finish_when_done(tracer, op, list(works or []))
-            return works
+            works = list(result or [])
+            if works:
+                first = p2p_op_list[0] if p2p_op_list else None
+                completion.watcher(tracer).add(op, works, _on_cpu(getattr(first, "tensor", None)))
+            else:
+                tracer.finish(op)
+            return result
         finally:
             tracer.leave()
 
     return rename(wrapper)
 
 
-def _finish_when_done(tracer, op, works) -> None:
-    """END once every work completed; never waits. Works with a future get a
-    completion callback; the others (gloo's send/recv have none) are watched
-    by the tracer's poller thread through ``is_completed()``."""
-    futures = []
-    try:
-        for work in works:
-            futures.append(work.get_future())
-    except Exception:
-        poller(tracer).watch(op, works)
-        return
-    if not futures:
-        tracer.finish(op)
-        return
-    op.pending = len(futures)
-
-    def done(_fut):
-        try:
-            with tracer._lock:
-                op.pending -= 1
-                last = op.pending == 0
-            if last:
-                tracer.finish(op, failed=_fut_failed(_fut))
-        except Exception:
-            pass
-
-    for fut in futures:
-        fut.add_done_callback(done)
-
-
-_pollers = {}
-
-
-def poller(tracer) -> "CompletionPoller":
-    found = _pollers.get(id(tracer))
-    if found is None or found.tracer is not tracer:
-        found = _pollers[id(tracer)] = CompletionPoller(tracer)
-    return found
-
-
-class CompletionPoller:
-    """Ends ops whose works have no future: whichever comes first of the
-    caller's ``work.wait()`` returning (Work.wait is wrapped once, class-wide)
-    or a daemon thread seeing ``is_completed()``. The thread sleeps on a
-    condition while nothing is pending, so an idle tracer costs nothing."""
-
-    INTERVAL = 0.005
-
-    def __init__(self, tracer):
-        self.tracer = tracer
-        self._cond = threading.Condition()
-        self._pending: list = []
-        self._by_work: dict[int, object] = {}   # id(work) -> op; the list keeps works alive
-        self._thread = None
-        _hook_work_wait(self)
-
-    def watch(self, op, works) -> None:
-        with self._cond:
-            self._pending.append((op, list(works)))
-            for work in works:
-                self._by_work[id(work)] = op
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="xpu-diag-tracer-poller")
-                self._thread.start()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while self.tracer.enabled:
-            with self._cond:
-                while not self._pending:
-                    self._cond.wait()
-            self._sweep()
-            time.sleep(self.INTERVAL)
-
-    def _sweep(self) -> None:
-        # Its own frame: no reference to a work (and through it, its process
-        # group) outlives the sweep while the thread sleeps on the condition.
-        with self._cond:
-            pending = list(self._pending)
-        for op, works in pending:
-            if _all_completed(works):
-                self.waited(op)
-
-    def waited(self, op) -> None:
-        """END ``op`` once; forget its works. Failures surface in the caller's
-        wait() (is_success() is deprecated, so it is not asked)."""
-        with self._cond:
-            entry = next((item for item in self._pending if item[0] is op), None)
-            if entry is None:
-                return
-            self._pending.remove(entry)
-            for work in entry[1]:
-                self._by_work.pop(id(work), None)
-        self.tracer.finish(op)
-
-    def on_wait(self, work) -> None:
-        with self._cond:
-            op = self._by_work.pop(id(work), None)
-            last = op is not None and not any(o is op for o in self._by_work.values())
-        if last:
-            self.waited(op)
-
-
-def _hook_work_wait(poller_) -> None:
-    from torch.distributed.distributed_c10d import Work
-    original = Work.wait
-    if hasattr(original, MARK):
-        original = getattr(original, MARK)
-
-    def wait(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        try:
-            poller_.on_wait(self)
-        except Exception:
-            pass
-        return result
-
-    setattr(wait, MARK, original)
-    Work.wait = rename(wait)
-
-
-def _all_completed(works) -> bool:
-    try:
-        return all(work.is_completed() for work in works)
-    except Exception:
-        return True   # cannot tell: END now rather than never
-
-
-def _fut_failed(fut) -> bool:
-    try:
-        fut.value()  # done already: returns at once, or raises the op's error
-        return False
-    except Exception:
-        return True
+def _on_cpu(value) -> bool:
+    """True when the op's (first) tensor is on the CPU: its futures may be waited on."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return bool(getattr(value, "is_cpu", False))

@@ -31,13 +31,12 @@ class Op:
     """One traced op between START and END."""
 
     __slots__ = ("op_id", "kind", "name", "comm_id", "seq", "nbytes", "comm_rank",
-                 "comm_size", "t0", "pending")
+                 "comm_size", "t0")
 
     def __init__(self, op_id, kind, name, comm_id, seq, nbytes, comm_rank, comm_size, t0):
         self.op_id, self.kind, self.name = op_id, kind, name
         self.comm_id, self.seq, self.nbytes = comm_id, seq, nbytes
         self.comm_rank, self.comm_size, self.t0 = comm_rank, comm_size, t0
-        self.pending = 1
 
 
 class Tracer:
@@ -91,14 +90,17 @@ class Tracer:
         op_id = self.writer.start(kind, name, comm_id, seq, nbytes, args, comm_rank, comm_size, flags)
         return Op(op_id, kind, name, comm_id, seq, nbytes, comm_rank, comm_size, t0)
 
-    def finish(self, op: Op, failed: bool = False) -> None:
-        """Write END for ``op``; never raises."""
+    def finish(self, op: Op, failed: bool = False, t_end: int | None = None) -> None:
+        """Write END for ``op``, which ended at ``t_end`` (monotonic ns; now
+        when None: the completion watcher writes ENDs after the fact). Never raises."""
         if not self.enabled:
             return
         try:
+            if t_end is None:
+                t_end = time.monotonic_ns()
             # Positional: this runs on every traced collective.
-            self.writer.end(op.op_id, op.kind, op.name, time.monotonic_ns() - op.t0, op.comm_id,
-                            op.seq, op.nbytes, 0, op.comm_rank, op.comm_size, failed)
+            self.writer.end(op.op_id, op.kind, op.name, t_end - op.t0, op.comm_id,
+                            op.seq, op.nbytes, 0, op.comm_rank, op.comm_size, failed, t_end)
         except Exception as exc:
             self.disable(f"writing a record failed: {exc!r}")
 

@@ -7,8 +7,8 @@ goes through torch's dispatcher as a ``c10d::`` op (``c10d::allreduce_``,
 ``c10d::broadcast_``, ...). For CPU tensors the first kernel the dispatcher
 runs for such an op is the autograd fallback at the ``AutogradCPU`` key. We
 register a Python kernel there that writes START, hands the call on unchanged
-and writes END once the op's work is seen completed (``Completions``). CUDA
-tensors (NCCL, the hook's) never reach it.
+and hands the returned work to the completion watcher (completion.py), which
+writes END at the op's real end. CUDA tensors (NCCL, the hook's) never reach it.
 
 Handing on: the kernel redispatches to the ``AutogradOther`` key, whose
 kernel is the same autograd fallback that would have run without us, so
@@ -24,14 +24,11 @@ traces) are handed on unrecorded. Cost: see docs/tracer.md and
 
 from __future__ import annotations
 
-import atexit
-import collections
 import os
-import threading
-import time
 
 from diag.common import envnames
 from diag.records import format as fmt
+from diag.tracer import completion
 
 # c10d op -> (name in records, kind, argument whose tensors are counted as bytes).
 # The names are the torch.distributed ones the Python wrappers use, so one
@@ -90,7 +87,7 @@ def register(tracer, groups) -> bool:
         import torch
         from torch._C._distributed_c10d import ProcessGroup, Work
         library = torch.library.Library("c10d", "IMPL")
-        completions = Completions(tracer)
+        completions = completion.watcher(tracer)
         for op_name, (name, kind, size_arg) in OPS.items():
             packet = getattr(torch.ops.c10d, op_name, None)
             if packet is None:
@@ -153,9 +150,9 @@ def _kernel(tracer, groups, completions, op, name, kind, size_arg, ProcessGroup,
             try:
                 work = out[-1] if returns_tuple else out
                 if work is None:   # a synchronous op: done
-                    tracer.finish(record)
+                    completions.finished(record)
                 else:
-                    completions.add(record, Work.unbox(work))
+                    completions.add(record, [Work.unbox(work)], True)   # CPU tensors: AutogradCPU
             except Exception as exc:  # the op itself went fine: end it, switch the tracer off
                 tracer.finish(record)
                 tracer.disable(f"watching the completion of {name} failed: {exc!r}")
@@ -164,84 +161,3 @@ def _kernel(tracer, groups, completions, op, name, kind, size_arg, ProcessGroup,
             tracer.leave()
 
     return xpu_diag_traced
-
-
-class Completions:
-    """END records for the works the kernel saw, without a callback per op.
-
-    A future callback per op costs a GIL handoff from gloo's thread to ours on
-    every collective (about 25 us here). Instead the kernel queues (record,
-    work) and checks the queues' heads right away, on the calling thread; a
-    daemon thread checks every ``INTERVAL`` while anything is pending (the end
-    of a burst), and sleeps otherwise. END is stamped when completion is seen:
-    at most ``INTERVAL`` late. Collectives of one group end in the order they
-    started (docs/records.md; gloo runs a group's works on two threads, so
-    they can finish out of order); point-to-point ops end as each completes.
-    """
-
-    INTERVAL = 0.01
-
-    def __init__(self, tracer):
-        self.tracer = tracer
-        self._cond = threading.Condition()
-        self._queues: dict[int, collections.deque] = {}   # comm_id -> (record, work) in start order
-        self._p2p: list = []
-        self._pending = 0
-        self._thread = None
-        # A queued gloo work keeps its process group's threads alive; one still
-        # queued at interpreter teardown makes gloo abort the worker ("terminate
-        # called without an active exception"), as a cached group did
-        # (collectives.GroupInfo). Let go of them while the interpreter is whole.
-        atexit.register(self.close)
-
-    def close(self) -> None:
-        """END what completed, then drop every work still held."""
-        self.check()
-        with self._cond:
-            self._queues.clear()
-            self._p2p = []
-            self._pending = 0
-
-    def add(self, record, work) -> None:
-        with self._cond:
-            if record.kind == fmt.KIND_P2P:
-                self._p2p.append((record, work))
-            else:
-                self._queues.setdefault(record.comm_id, collections.deque()).append((record, work))
-            self._pending += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True, name="xpu-diag-tracer-completions")
-                self._thread.start()
-            elif self._pending == 1:
-                self._cond.notify()
-        self.check()
-
-    def check(self) -> None:
-        """END every op whose work completed (in start order per group)."""
-        done = []
-        with self._cond:
-            for queue in self._queues.values():
-                while queue and _completed(queue[0][1]):
-                    done.append(queue.popleft()[0])
-            if self._p2p:
-                still = [(r, w) for r, w in self._p2p if not _completed(w)]
-                done += [r for r, w in self._p2p if not any(r is s for s, _ in still)]
-                self._p2p = still
-            self._pending -= len(done)
-        for record in done:
-            self.tracer.finish(record)
-
-    def _run(self) -> None:
-        while self.tracer.enabled:
-            with self._cond:
-                while not self._pending:
-                    self._cond.wait()
-            self.check()
-            time.sleep(self.INTERVAL)
-
-
-def _completed(work) -> bool:
-    try:
-        return work.is_completed()
-    except Exception:
-        return True   # cannot tell: END now rather than never

@@ -184,3 +184,33 @@ def test_tracer_keeps_no_process_group_alive(tmp_path):
     assert [line for out, _ in outputs for line in out.splitlines()
             if line.startswith("ALIVE")] == ["ALIVE 0", "ALIVE 0"], outputs
     assert all(len(records) >= 3 for _, records, _ in records_by_rank(tmp_path).values())
+
+
+def test_single_variants_and_works_without_completion_end_and_do_not_freeze_the_group(tmp_path):
+    # gloo's reduce_scatter_single work never reports is_completed(), even
+    # after wait() returns; the ops after it on the group must still end.
+    outputs = run_ranks("rs_single.py", tmp_path, args=("1.5",))
+    plain = run_ranks("rs_single.py", tmp_path / "off", {"XPU_TIMER_TRACER_DISABLE": "1"})
+    assert result_lines(outputs) == result_lines(plain)
+    for _, records, _ in records_by_rank(tmp_path).values():
+        starts = [r for r in records if r.event == fmt.EVENT_START]
+        ends = {r.op_id: r for r in records if r.event == fmt.EVENT_END}
+        assert [r.name for r in starts] == ["reduce_scatter_single", "reduce_scatter_single",
+                                            "all_gather_single"] * 3 + ["all_reduce"]
+        assert [r.seq for r in starts] == list(range(1, 11))
+        assert {r.op_id for r in starts} <= set(ends)       # nothing left in flight while idle
+        lane = [r.seq for r in records if r.event == fmt.EVENT_END and r.kind == fmt.KIND_COLLECTIVE]
+        assert lane == sorted(lane)                          # a group's ops end in start order
+
+
+@pytest.mark.alone   # judges durations
+def test_cpp_issued_collective_is_timed_from_its_real_end(tmp_path):
+    # Issued past the Python wrappers (as DDP's reducer does) and waited 50 ms
+    # late: END is stamped when the op completed, not when someone looked.
+    outputs = run_ranks("cpp_timing.py", tmp_path)
+    for rank, (_, records, _) in records_by_rank(tmp_path).items():
+        truth = int(outputs[rank][0].split("SYNC_NS ")[1].split()[0])
+        late = [r.duration_ns for r in records if r.event == fmt.EVENT_END and r.name == "all_reduce"][20:40]
+        assert len(late) == 20
+        median = sorted(late)[10]
+        assert median < 1.5 * truth + 1_000_000, (median, truth)
