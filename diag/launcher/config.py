@@ -166,9 +166,8 @@ def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Conf
     _check_nproc(ns.nproc_per_node)
     nnodes_max = _nnodes_max(ns.nnodes)
     rdzv_host, rdzv_port = _rendezvous(ns)
-    if nnodes_max > 1 and own.get("collector") is None and rdzv_port + 1 > 65535:
-        raise ConfigError(f"--master-port/--rdzv-endpoint: port {rdzv_port} leaves no port for the "
-                          f"collector, which listens on the rendezvous port + 1; use a port below 65535")
+    if nnodes_max > 1 and own.get("collector") is None:
+        _check_collector_listen(rdzv_host, rdzv_port)
     node_rank, note = int(ns.node_rank), ""
     if own.get("rank_order"):
         from diag.launcher import rankorder
@@ -177,6 +176,20 @@ def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Conf
         torchrun_argv=torchrun_argv, job_id=_job_id(ns, env, rdzv_host, rdzv_port, nnodes_max),
         node_rank=node_rank, rank_order_note=note, nnodes_max=nnodes_max, rdzv_host=rdzv_host,
         rdzv_port=rdzv_port, unbuffered=unbuffered, script=script, script_kind=script_kind, **own)
+
+
+def _check_collector_listen(host: str, port: int) -> None:
+    """Node 0's collector listens on the rendezvous host, port + 1, and parses
+    that as --listen: what it would refuse is the user's rendezvous, said here."""
+    if port + 1 > 65535:
+        raise ConfigError(f"--master-port/--rdzv-endpoint: port {port} leaves no port for the "
+                          f"collector, which listens on the rendezvous port + 1; use a port below 65535")
+    try:
+        options.LISTEN.parse(f"{host}:{port + 1}", "--listen")
+    except ConfigError:
+        raise ConfigError(f"--master-addr/--rdzv-endpoint: {host!r} is not a host the collector can "
+                          f"listen on (it binds the rendezvous host, port + 1); use e.g. 10.0.0.1 "
+                          f"or [fd00::1]") from None
 
 
 def _check_nproc(value: str) -> None:
@@ -205,7 +218,7 @@ def _nnodes_max(nnodes: str) -> int:
 def _rendezvous(ns) -> tuple[str, int]:
     if ns.rdzv_endpoint:
         host, _, port = ns.rdzv_endpoint.rpartition(":")
-        if host and port.isdigit():
+        if host and re.fullmatch(r"[0-9]{1,5}", port):
             return host, int(port)
         return ns.rdzv_endpoint, 29400
     return ns.master_addr or "127.0.0.1", int(ns.master_port or 29500)

@@ -49,6 +49,10 @@ def test_a_rendezvous_port_with_no_port_above_it_for_the_collector_is_refused():
         parse("--nnodes", "2", "--master-addr", "10.0.0.1", "--master-port", "65535", "t.py")
     assert parse("--nnodes", "2", "--master-port", "65534", "t.py").collector_listen() == "127.0.0.1:65535"
     assert parse("--nnodes", "2", "--master-port", "65535", "--collector", "h:1", "t.py").collector == "h:1"
+    with pytest.raises(ConfigError, match=r"^--master-addr/--rdzv-endpoint: '\[::1' is not a host the "):
+        parse("--nnodes", "2", "--rdzv-endpoint", "[::1:5000", "t.py")
+    # A port int() reads but the collector's parser does not: was a ValueError traceback.
+    assert parse("--nnodes", "2", "--rdzv-endpoint", "h:²", "t.py").rdzv_port == 29400
 
 
 @pytest.fixture
