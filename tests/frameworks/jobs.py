@@ -1,0 +1,254 @@
+"""The framework jobs, run for real on 2 gloo ranks: under plain torchrun (the
+reference), under xpu_timer_launch healthy with /metrics scraped, and under
+xpu_timer_launch with a stall planted in the user's code.
+
+The scripts (``scripts/``, argv ``OUT_DIR [--stall] [--steps N]``) write per
+rank the hash of their final parameters and the truth they timed themselves
+(``scripts/fwlib.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from diag.common.net import free_port
+from tests.functional.launch import ROOT, Launch
+from tests.functional.test_launch import event_dirs
+from tests.waiting import wait_for
+
+SCRIPTS = Path(__file__).parent / "scripts"
+WORLD = 2
+# Healthy runs: short enough that an op that never ends is flagged while the
+# job still runs (its steps take 3-6 s), long for anything these jobs do.
+HEALTHY_HANG_TIMEOUT_S = 3.0
+STALL_HANG_TIMEOUT_S = 8.0
+PERF_WINDOW_S = 1.0
+FAST_DUMPS = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}   # gdb takes seconds per rank
+QUIET = {"TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+
+
+def script(name: str) -> str:
+    return str(SCRIPTS / f"{name}.py")
+
+
+def results(out: Path) -> list[dict]:
+    """What each rank wrote (scripts/fwlib.py), by rank."""
+    found = []
+    for rank in range(WORLD):
+        with open(out / f"rank{rank}.json") as f:
+            found.append(json.load(f))
+    return found
+
+
+def torchrun(name: str, out: Path, timeout: float = 240) -> list[dict]:
+    """The job under plain torchrun, as the user runs it without us."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", **QUIET)
+    for key in [k for k in env if k.startswith("XPU_TIMER_")]:
+        del env[key]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
+                           "--master-port", str(free_port()), script(name), str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return results(out)
+
+
+class Scraper:
+    """Reads /metrics every ``interval`` s on a thread; keeps (monotonic time, text)."""
+
+    def __init__(self, url: str, interval: float = 0.2):
+        self.url, self.interval = url, interval
+        self.scrapes: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as resp:
+                    text = resp.read().decode()
+            except OSError:
+                continue
+            self.scrapes.append((time.monotonic(), text))
+
+    def stop(self) -> list[tuple[float, str]]:
+        self._stop.set()
+        self._thread.join(5)
+        return self.scrapes
+
+
+@dataclasses.dataclass
+class Healthy:
+    code: int
+    output: str
+    hang_lines: list[str]
+    events: list[str]
+    results: list[dict]
+    reference: list[dict]
+    scrapes: list[tuple[float, str]]
+
+
+def healthy(name: str, tmp: Path) -> Healthy:
+    """The reference under torchrun, then the same job under the launcher with
+    a short hang timeout and /metrics scraped while it runs."""
+    reference = torchrun(name, tmp / "torchrun")
+    port = free_port()
+    launch = Launch(["--nproc-per-node", str(WORLD), "--master-port", str(free_port()), "--rdzv-id", name,
+                     "--timeline-path", str(tmp / "timeline"), "--hang-timeout", f"{HEALTHY_HANG_TIMEOUT_S}s",
+                     "--metrics-port", str(port), "--metrics-addr", "127.0.0.1",
+                     "--perf-window", f"{PERF_WINDOW_S}s", script(name), str(tmp / "launcher")],
+                    env=dict(FAST_DUMPS, **QUIET))
+    scraper = Scraper(f"http://127.0.0.1:{port}/metrics")
+    try:
+        code = launch.wait(240)
+    finally:
+        scrapes = scraper.stop()
+        launch.kill()
+    out = tmp / "launcher"
+    return Healthy(code=code, output=launch.output(), hang_lines=launch.matching(r"\b(HANG|SLOW|SILENT)\b"),
+                   events=event_dirs(tmp / "timeline"),
+                   results=results(out) if code == 0 else [], reference=reference, scrapes=scrapes)
+
+
+@dataclasses.dataclass
+class Stalled:
+    hang: str
+    event: str
+    viewer: subprocess.CompletedProcess
+    summary: str              # stack-viewer's summary.txt
+    output: str
+
+
+def stalled(name: str, tmp: Path) -> Stalled:
+    """The job with --stall: the HANG line, the event directory once every
+    rank's stacks are in, and stack-viewer's answer on it."""
+    launch = Launch(["--nproc-per-node", str(WORLD), "--master-port", str(free_port()), "--rdzv-id", name,
+                     "--timeline-path", str(tmp), "--hang-timeout", f"{STALL_HANG_TIMEOUT_S}s",
+                     script(name), str(tmp / "out"), "--stall"], env=dict(FAST_DUMPS, **QUIET))
+    try:
+        stall = launch.wait_line(r"^STALL ", 180)
+        assert stall is not None, launch.output()
+        hang = launch.wait_line(r"HANG: ", STALL_HANG_TIMEOUT_S + 30)
+        assert hang is not None, launch.output()
+        said = launch.wait_line(r"^STACKS: ", 90)
+        assert said is not None, launch.output()
+        event = said[1].rsplit("stack-viewer --path ", 1)[1]
+        assert [event] == wait_for(lambda: event_dirs(tmp), "hang.json"), launch.output()
+        viewer = subprocess.run([os.path.join(os.path.dirname(sys.executable), "stack-viewer"), "--path", event,
+                                 "--out", str(tmp / "viewer"), "--format", "text"],
+                                capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+        summary = (tmp / "viewer" / "summary.txt").read_text() if viewer.returncode == 0 else ""
+        return Stalled(hang=hang[1][hang[1].index("HANG: "):], event=event, viewer=viewer, summary=summary,
+                       output=launch.output())
+    finally:
+        launch.kill()
+
+
+# -- the metrics, against the truth the script timed -------------------------
+@dataclasses.dataclass
+class RankMetrics:
+    at: float                 # monotonic time the scrape came back
+    wait_ratio: float
+    step_s: float
+    steps_total: float
+    calls_total: float        # collective and p2p calls since the rank started
+
+
+def rank_metrics(scrape: tuple[float, str], rank: int, step_op: str = "optimizer.step") -> RankMetrics | None:
+    at, text = scrape
+    values: dict = {}
+    calls = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("rank") != str(rank):
+                continue
+            if sample.name == "xpu_diag_op_calls_total":
+                calls += sample.value if sample.labels["op"] != step_op else 0.0
+            else:
+                values[sample.name] = sample.value
+    if "xpu_diag_steps_total" not in values:
+        return None
+    return RankMetrics(at, values["xpu_diag_collective_wait_ratio"], values["xpu_diag_step_seconds"],
+                       values["xpu_diag_steps_total"], calls)
+
+
+@dataclasses.dataclass
+class Truth:
+    start: float
+    end: float
+    step_s: float
+    calls_per_step: float
+    wait_ratio: float
+
+
+def truth(result: dict, warmup: int = 10) -> Truth:
+    """What the script timed, over its steps after ``warmup``."""
+    steps = result["steps"]
+    start, end = steps[warmup], steps[-1]
+    comms = [(a, b) for a, b in result["comms"] if start <= a < end]
+    assert all(b is not None for _, b in comms), "a collective the script could not time (no future)"
+    return Truth(start=start, end=end, step_s=(end - start) / (len(steps) - 1 - warmup),
+                 calls_per_step=len(comms) / (len(steps) - 1 - warmup),
+                 wait_ratio=sum(b - a for a, b in comms) / (end - start))
+
+
+# -- the checks every framework's tests make ---------------------------------
+def assert_bitwise(run: Healthy) -> None:
+    assert run.code == 0, run.output[-4000:]
+    assert [r["sha256"] for r in run.results] == [r["sha256"] for r in run.reference], \
+        "final parameters differ from plain torchrun's"
+
+
+def assert_no_alarm(run: Healthy) -> None:
+    assert run.code == 0, run.output[-4000:]
+    assert run.hang_lines == [] and run.events == [], run.output[-4000:]
+    assert "terminate called" not in run.output and "switched off" not in run.output, run.output[-4000:]
+
+
+# The agent publishes a snapshot about once a second: a scrape may be that old.
+PUBLISH_LAG_S = 1.2
+
+
+def assert_metrics(run: Healthy, tolerance: float = 0.25) -> None:
+    """Per rank: collective calls per step (from the counters, between two
+    scrapes inside the steady steps), step time and wait ratio (from the last
+    scrape whose window lies inside them) against what the script timed."""
+    assert run.code == 0, run.output[-4000:]
+    for rank in range(WORLD):
+        true = truth(run.results[rank])
+        seen = [m for m in (rank_metrics(s, rank) for s in run.scrapes) if m is not None]
+        counted = [m for m in seen if true.start + PUBLISH_LAG_S <= m.at <= true.end]
+        windowed = [m for m in counted if true.start + PUBLISH_LAG_S + PERF_WINDOW_S <= m.at]
+        assert len(counted) >= 2 and windowed, (rank, true, [m.at for m in seen])
+        first, last = counted[0], counted[-1]
+        assert last.steps_total - first.steps_total >= 10, (first, last)
+        calls = (last.calls_total - first.calls_total) / (last.steps_total - first.steps_total)
+        got = windowed[-1]
+        said = (f"rank {rank}: metrics {calls:.2f} calls/step, step {got.step_s * 1e3:.1f} ms, wait "
+                f"{got.wait_ratio:.3f}; the script timed {true.calls_per_step:.2f}, "
+                f"{true.step_s * 1e3:.1f} ms, {true.wait_ratio:.3f}")
+        print(said)
+        assert abs(calls - true.calls_per_step) <= 0.1 * true.calls_per_step, said
+        assert abs(got.step_s - true.step_s) <= tolerance * true.step_s, said
+        assert abs(got.wait_ratio - true.wait_ratio) <= tolerance * true.wait_ratio, said
+
+
+def assert_stall_named(run: Stalled, frame: str) -> None:
+    """The HANG line blames rank 1, outside any collective; stack-viewer shows
+    it stuck in ``frame`` (``function@file``, the user's own code) and names it
+    the culprit."""
+    assert "rank 1 not in any collective" in run.hang and run.hang.startswith("HANG: rank 0 in "), run.hang
+    assert run.viewer.returncode == 0, run.viewer.stderr
+    assert frame in run.viewer.stdout, run.viewer.stdout   # the table on the terminal
+    assert re.search(rf"\brank 1\n\s+at  \S*{re.escape(frame)}:\d+ ", run.summary), run.summary
+    assert "\n  culprits: rank 1\n" in run.summary, run.summary

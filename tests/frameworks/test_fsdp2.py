@@ -1,0 +1,32 @@
+"""FSDP2 fully_shard on 2 gloo ranks under the real launcher (issue 18)."""
+
+import pytest
+
+from tests.frameworks import jobs
+
+NAME = "fsdp2"
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    return jobs.healthy(NAME, tmp_path_factory.mktemp(NAME))
+
+
+@pytest.mark.alone
+def test_final_parameters_are_bitwise_those_of_plain_torchrun(healthy):
+    jobs.assert_bitwise(healthy)
+
+
+@pytest.mark.alone
+def test_healthy_job_raises_no_alarm(healthy):
+    jobs.assert_no_alarm(healthy)
+
+
+@pytest.mark.alone
+def test_metrics_match_what_the_script_timed(healthy):
+    jobs.assert_metrics(healthy)
+
+
+def test_stall_in_the_batch_loader_names_the_rank_and_the_loader(tmp_path):
+    jobs.assert_stall_named(jobs.stalled(NAME, tmp_path), "load_batch@fsdp2.py")
