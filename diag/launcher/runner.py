@@ -100,6 +100,10 @@ def _run(config: Config) -> int:
         elif address is None:
             address = config.collector_listen()
         os.environ.update(worker_env(config, token, shm_dir))
+        # Inherited from a traced process (a launch from inside a worker, an
+        # exported shell): it would tell every worker's tracer that the region
+        # is some other process's, and the job would run untraced, in silence.
+        os.environ.pop(envnames.TRACER_PID, None)
         agent = Agent(agent_config(config, address, token, shm_dir, tool_env))
         agent.start()
         try:

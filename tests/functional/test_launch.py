@@ -53,7 +53,8 @@ def test_stalled_rank_is_flagged_with_stacks_of_all_ranks(launches, tmp_path):
     timeout = 4.0
     job = launches(["--nproc-per-node", "4", "--hang-timeout", f"{timeout}s",
                     "--timeline-path", str(tmp_path), "--rdzv-id", "stalltest",
-                    STALL, "300", "8"])
+                    STALL, "300", "8"],
+                   env={"XPU_TIMER_TRACER_PID": "1"})   # stale, inherited: must not switch the tracer off
     stall = job.wait_line(r"^STALL ", 120)
     assert stall is not None, job.output()
     stalled_at = float(stall[1].split()[1])
