@@ -2,7 +2,7 @@
 reference), under xpu_timer_launch healthy with /metrics scraped, and under
 xpu_timer_launch with a stall planted in the user's code.
 
-The scripts (``scripts/``, argv ``OUT_DIR [--stall] [--steps N]``) write per
+The scripts (``scripts/``, argv ``OUT_DIR [--stall] [--steps N] [--untimed]``) write per
 rank the hash of their final parameters and the truth they timed themselves
 (``scripts/fwlib.py``)."""
 
@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from diag.common.net import free_port
-from tests.functional.launch import ROOT, Launch
+from tests.functional.launch import ROOT, Launch, children_matching
 from tests.functional.test_launch import event_dirs
 from tests.waiting import wait_for
 
@@ -50,16 +51,14 @@ def results(out: Path) -> list[dict]:
     return found
 
 
-def torchrun(name: str, out: Path, timeout: float = 240) -> list[dict]:
-    """The job under plain torchrun, as the user runs it without us."""
+def torchrun(name: str, out: Path) -> subprocess.Popen:
+    """The job under plain torchrun, as its user runs it without us (started, not waited for)."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", **QUIET)
     for key in [k for k in env if k.startswith("XPU_TIMER_")]:
         del env[key]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
-                           "--master-port", str(free_port()), script(name), str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return results(out)
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
+                             "--master-port", str(free_port()), script(name), str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 class Scraper:
@@ -99,8 +98,8 @@ class Healthy:
 
 
 def healthy(name: str, tmp: Path) -> Healthy:
-    """The reference under torchrun, then the same job under the launcher with
-    a short hang timeout and /metrics scraped while it runs."""
+    """The job under the launcher, with a short hang timeout and /metrics
+    scraped while it runs; beside it, the same job under plain torchrun."""
     reference = torchrun(name, tmp / "torchrun")
     port = free_port()
     launch = Launch(["--nproc-per-node", str(WORLD), "--master-port", str(free_port()), "--rdzv-id", name,
@@ -111,13 +110,15 @@ def healthy(name: str, tmp: Path) -> Healthy:
     scraper = Scraper(f"http://127.0.0.1:{port}/metrics")
     try:
         code = launch.wait(240)
+        said, _ = reference.communicate(timeout=240)
     finally:
         scrapes = scraper.stop()
         launch.kill()
-    out = tmp / "launcher"
+        reference.kill()
+    assert reference.returncode == 0, f"plain torchrun: exit {reference.returncode}\n{said[-4000:]}"
     return Healthy(code=code, output=launch.output(), hang_lines=launch.matching(r"\b(HANG|SLOW|SILENT)\b"),
-                   events=event_dirs(tmp / "timeline"),
-                   results=results(out) if code == 0 else [], reference=reference, scrapes=scrapes)
+                   events=event_dirs(tmp / "timeline"), results=results(tmp / "launcher") if code == 0 else [],
+                   reference=results(tmp / "torchrun"), scrapes=scrapes)
 
 
 @dataclasses.dataclass
@@ -151,7 +152,18 @@ def stalled(name: str, tmp: Path) -> Stalled:
         return Stalled(hang=hang[1][hang[1].index("HANG: "):], event=event, viewer=viewer, summary=summary,
                        output=launch.output())
     finally:
+        _kill_workers(launch, name)
         launch.kill()
+
+
+def _kill_workers(launch: Launch, name: str) -> None:
+    """SIGKILL the workers: torchrun starts them in sessions of their own, and
+    Lightning's SIGTERM handler lets a stalled rank sleep on."""
+    for pid in children_matching(launch.proc.pid, script(name)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 # -- the metrics, against the truth the script timed -------------------------

@@ -16,21 +16,23 @@ from diag.common.net import free_port
 from tests.frameworks import jobs
 from tests.functional.launch import Launch
 
-RUNS = 20
+RUNS, AT_ONCE = 20, 2   # two at a time: the launcher's start-up is mostly one core's work
 pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.mark.alone
 def test_lightning_ddp_exits_zero_twenty_times_under_the_launcher(tmp_path):
     failed = []
-    for run in range(RUNS):
-        job = Launch(["--nproc-per-node", str(jobs.WORLD), "--master-port", str(free_port()),
-                      "--timeline-path", str(tmp_path / "timeline"), jobs.script("lightning_ddp"),
-                      str(tmp_path / str(run)), "--steps", "2", "--untimed"], env=jobs.QUIET)
-        try:
-            code = job.wait(120)
-        finally:
-            job.kill()
-        if code != 0 or job.matching(r"terminate called"):
-            failed.append((run, code, job.output()[-3000:]))
+    for first in range(0, RUNS, AT_ONCE):
+        batch = [(run, Launch(["--nproc-per-node", str(jobs.WORLD), "--master-port", str(free_port()),
+                               "--timeline-path", str(tmp_path / "timeline"), jobs.script("lightning_ddp"),
+                               str(tmp_path / str(run)), "--steps", "2", "--untimed"], env=jobs.QUIET))
+                 for run in range(first, first + AT_ONCE)]
+        for run, job in batch:
+            try:
+                code = job.wait(180)
+            finally:
+                job.kill()
+            if code != 0 or job.matching(r"terminate called"):
+                failed.append((run, code, job.output()[-3000:]))
     assert not failed, f"{len(failed)} of {RUNS} runs failed; first: {failed[0]}"
