@@ -204,14 +204,19 @@ class Truth:
 
 
 def truth(result: dict, warmup: int = 10) -> Truth:
-    """What the script timed, over its steps after ``warmup``."""
+    """What the script timed, over its steps after ``warmup``. The wait ratio is
+    the share of wall time with a collective in flight: ops in flight at once
+    (a pipeline stage's sends of two microbatches) count once."""
     steps = result["steps"]
     start, end = steps[warmup], steps[-1]
-    comms = [(a, b) for a, b in result["comms"] if start <= a < end]
+    comms = sorted((a, b) for a, b in result["comms"] if start <= a < end)
     assert all(b is not None for _, b in comms), "a collective the script could not time (no future)"
+    busy, until = 0.0, start
+    for a, b in comms:
+        busy += max(0.0, min(b, end) - max(a, until))
+        until = max(until, b)
     return Truth(start=start, end=end, step_s=(end - start) / (len(steps) - 1 - warmup),
-                 calls_per_step=len(comms) / (len(steps) - 1 - warmup),
-                 wait_ratio=sum(b - a for a, b in comms) / (end - start))
+                 calls_per_step=len(comms) / (len(steps) - 1 - warmup), wait_ratio=busy / (end - start))
 
 
 # -- the checks every framework's tests make ---------------------------------
