@@ -157,6 +157,11 @@ class Completions:
         for entry in due:
             self.tracer.finish(entry.record, entry.failed, entry.t_end)
 
+    def pending(self) -> int:
+        """Ops whose END is not written yet."""
+        with self._cond:
+            return self._count
+
     def close(self, join_s: float = 1.0) -> None:
         """END what completed, drop every future and work still held, and
         stop the thread (waiting up to ``join_s`` for it to leave a wait on an

@@ -24,6 +24,7 @@ traces) are handed on unrecorded. Cost: see docs/tracer.md and
 
 from __future__ import annotations
 
+import atexit
 import os
 
 from diag.common import envnames
@@ -88,6 +89,7 @@ def register(tracer, groups) -> bool:
         from torch._C._distributed_c10d import ProcessGroup, Work
         library = torch.library.Library("c10d", "IMPL")
         completions = completion.watcher(tracer)
+        atexit.register(_let_go_of_gloo, completions)   # runs before the watcher's own close
         for op_name, (name, kind, size_arg) in OPS.items():
             packet = getattr(torch.ops.c10d, op_name, None)
             if packet is None:
@@ -99,6 +101,33 @@ def register(tracer, groups) -> bool:
     except Exception as exc:
         tracer.disable(f"cannot trace collectives issued from C++: {exc!r}")
         return False
+
+
+def _let_go_of_gloo(completions) -> None:
+    """At exit, tear gloo's groups down while the interpreter is whole.
+
+    The kernel boxes the tensors of C++-issued collectives (DDP's buckets)
+    into Python objects, which the tensors then keep. gloo's worker thread
+    drops its reference to a finished work a moment after completing it; when
+    that is the last reference to such a tensor and the main thread has begun
+    finalising meanwhile (a job that exits right after its last collective,
+    as Lightning's does without destroying its gloo group), the thread needs
+    the GIL to free it, is ended by the interpreter instead, and the unwind
+    through gloo's destructors aborts the worker ("terminate called without
+    an active exception"). ``destroy_process_group`` joins gloo's threads now,
+    GIL released, as torch asks every job to do at exit. Left alone: NCCL
+    groups (never boxed here), and any group while an op is still pending
+    (joining a thread inside a hung collective would hang the exit).
+    """
+    try:
+        pending = completions.pending()
+        completions.close()
+        import torch.distributed as dist
+        if pending or not dist.is_initialized() or dist.get_backend() != "gloo":
+            return
+        dist.destroy_process_group()
+    except Exception:   # exiting: nothing here may stand in the way
+        pass
 
 
 def uninstall() -> None:
