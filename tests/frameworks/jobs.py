@@ -42,22 +42,22 @@ def script(name: str) -> str:
     return str(SCRIPTS / f"{name}.py")
 
 
-def results(out: Path) -> list[dict]:
+def results(out: Path, world: int = WORLD) -> list[dict]:
     """What each rank wrote (scripts/fwlib.py), by rank."""
     found = []
-    for rank in range(WORLD):
+    for rank in range(world):
         with open(out / f"rank{rank}.json") as f:
             found.append(json.load(f))
     return found
 
 
-def torchrun(name: str, out: Path) -> subprocess.Popen:
+def torchrun(name: str, out: Path, world: int = WORLD, args=()) -> subprocess.Popen:
     """The job under plain torchrun, as its user runs it without us (started, not waited for)."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", **QUIET)
     for key in [k for k in env if k.startswith("XPU_TIMER_")]:
         del env[key]
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
-                             "--master-port", str(free_port()), script(name), str(out)],
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+                             "--master-port", str(free_port()), script(name), str(out), *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -97,15 +97,16 @@ class Healthy:
     scrapes: list[tuple[float, str]]
 
 
-def healthy(name: str, tmp: Path) -> Healthy:
+def healthy(name: str, tmp: Path, world: int = WORLD, args=()) -> Healthy:
     """The job under the launcher, with a short hang timeout and /metrics
-    scraped while it runs; beside it, the same job under plain torchrun."""
-    reference = torchrun(name, tmp / "torchrun")
+    scraped while it runs; beside it, the same job under plain torchrun.
+    ``args``: the script's own extra arguments (``--cuda``)."""
+    reference = torchrun(name, tmp / "torchrun", world, args)
     port = free_port()
-    launch = Launch(["--nproc-per-node", str(WORLD), "--master-port", str(free_port()), "--rdzv-id", name,
+    launch = Launch(["--nproc-per-node", str(world), "--master-port", str(free_port()), "--rdzv-id", name,
                      "--timeline-path", str(tmp / "timeline"), "--hang-timeout", f"{HEALTHY_HANG_TIMEOUT_S}s",
                      "--metrics-port", str(port), "--metrics-addr", "127.0.0.1",
-                     "--perf-window", f"{PERF_WINDOW_S}s", script(name), str(tmp / "launcher")],
+                     "--perf-window", f"{PERF_WINDOW_S}s", script(name), str(tmp / "launcher"), *args],
                     env=dict(FAST_DUMPS, **QUIET))
     scraper = Scraper(f"http://127.0.0.1:{port}/metrics")
     try:
@@ -117,8 +118,9 @@ def healthy(name: str, tmp: Path) -> Healthy:
         reference.kill()
     assert reference.returncode == 0, f"plain torchrun: exit {reference.returncode}\n{said[-4000:]}"
     return Healthy(code=code, output=launch.output(), hang_lines=launch.matching(r"\b(HANG|SLOW|SILENT)\b"),
-                   events=event_dirs(tmp / "timeline"), results=results(tmp / "launcher") if code == 0 else [],
-                   reference=results(tmp / "torchrun"), scrapes=scrapes)
+                   events=event_dirs(tmp / "timeline"),
+                   results=results(tmp / "launcher", world) if code == 0 else [],
+                   reference=results(tmp / "torchrun", world), scrapes=scrapes)
 
 
 @dataclasses.dataclass
@@ -236,12 +238,14 @@ def assert_no_alarm(run: Healthy) -> None:
 PUBLISH_LAG_S = 1.2
 
 
-def assert_metrics(run: Healthy, tolerance: float = 0.25) -> None:
+def assert_metrics(run: Healthy, tolerance: float = 0.25, wait: bool = True) -> None:
     """Per rank: collective calls per step (from the counters, between two
     scrapes inside the steady steps), step time and wait ratio (from the last
-    scrape whose window lies inside them) against what the script timed."""
+    scrape whose window lies inside them) against what the script timed.
+    ``wait=False``: the wait ratio is printed, not judged (on NCCL the script
+    sees a collective's enqueue, the hook its device time)."""
     assert run.code == 0, run.output[-4000:]
-    for rank in range(WORLD):
+    for rank in range(len(run.results)):
         true = truth(run.results[rank])
         seen = [m for m in (rank_metrics(s, rank) for s in run.scrapes) if m is not None]
         counted = [m for m in seen if true.start + PUBLISH_LAG_S <= m.at <= true.end]
@@ -257,7 +261,7 @@ def assert_metrics(run: Healthy, tolerance: float = 0.25) -> None:
         print(said)
         assert abs(calls - true.calls_per_step) <= 0.1 * true.calls_per_step, said
         assert abs(got.step_s - true.step_s) <= tolerance * true.step_s, said
-        assert abs(got.wait_ratio - true.wait_ratio) <= tolerance * true.wait_ratio, said
+        assert not wait or abs(got.wait_ratio - true.wait_ratio) <= tolerance * true.wait_ratio, said
 
 
 def assert_stall_named(run: Stalled, frame: str) -> None:

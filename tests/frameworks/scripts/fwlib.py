@@ -1,13 +1,13 @@
 """What the framework scripts share: their argv, the pace, the planted stall,
 the truth they time themselves and the file they leave.
 
-argv: ``OUT_DIR [--stall] [--steps N] [--untimed]``. Each rank writes
+argv: ``OUT_DIR [--stall] [--steps N] [--untimed] [--cuda]``. Each rank writes
 ``OUT_DIR/rank<R>.json`` at the end: ``sha256`` of its final parameters
 (bitwise comparison with plain torchrun), ``steps`` (monotonic time at the end
 of each step) and ``comms`` (``[start, end]`` of each collective the script
 timed, monotonic). Before the stall, the stalled rank prints ``STALL <unix time>``.
 ``--untimed``: no timing of collectives (and no DDP comm hook): the job as its
-user wrote it.
+user wrote it. ``--cuda``: on the GPU with NCCL (tests/gpu/test_frameworks_gpu.py).
 """
 import functools
 import hashlib
@@ -21,6 +21,9 @@ OUT = sys.argv[1]
 STALL = "--stall" in sys.argv[2:]
 TIMED = "--untimed" not in sys.argv[2:]
 RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+CUDA = "--cuda" in sys.argv[2:]
+DEVICE, BACKEND = ("cuda", "nccl") if CUDA else ("cpu", "gloo")
 # 3-6 s of steps: the metrics test needs its 1 s window (and 1 s of publishing lag) inside them
 STEPS = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 100
 STALL_AT = 4       # the step before which rank 1 stalls with --stall
@@ -99,7 +102,7 @@ def step_done() -> None:
 def save(tensors) -> None:
     digest = hashlib.sha256()
     for t in tensors:
-        digest.update(t.detach().contiguous().numpy().tobytes())
+        digest.update(t.detach().cpu().contiguous().numpy().tobytes())
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as f:
         json.dump({"sha256": digest.hexdigest(), "steps": steps, "comms": comms}, f)

@@ -1,4 +1,4 @@
-"""HF Trainer (DDP on gloo), a tiny GPT-2 from a config on random tokens; --stall: rank 1 stops in the collator."""
+"""HF Trainer (DDP on gloo; on one GPU with --cuda), a tiny GPT-2 from a config on random tokens; --stall: rank 1 stops in the collator."""
 import time
 
 import torch
@@ -24,7 +24,8 @@ class Timing(TrainerCallback):
     def on_train_begin(self, *_args, **_kwargs):
         # DDP's C++ reducer issues its all-reduces where the script cannot time
         # them; torch's stock Python hook issues the same ones through torch.distributed.
-        trainer.model_wrapped.register_comm_hook(None, allreduce_hook)
+        if hasattr(trainer.model_wrapped, "register_comm_hook"):   # not wrapped at world size 1
+            trainer.model_wrapped.register_comm_hook(None, allreduce_hook)
 
     def on_step_end(self, *_args, **_kwargs):
         fwlib.step_done()
@@ -36,7 +37,7 @@ tokens = torch.randint(0, 128, (fwlib.STEPS * 8, 16))
 config = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=128, n_positions=16, bos_token_id=0,
                     eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 args = TrainingArguments(output_dir=f"{fwlib.OUT}/hf", max_steps=fwlib.STEPS, per_device_train_batch_size=4,
-                         learning_rate=1e-3, seed=0, use_cpu=True, ddp_backend="gloo", save_strategy="no",
+                         learning_rate=1e-3, seed=0, use_cpu=not fwlib.CUDA, ddp_backend=fwlib.BACKEND, save_strategy="no",
                          logging_strategy="no", report_to=[], disable_tqdm=True, dataloader_num_workers=0,
                          ddp_find_unused_parameters=False)
 trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=[{"input_ids": t} for t in tokens],

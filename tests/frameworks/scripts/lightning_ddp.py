@@ -1,4 +1,4 @@
-"""Lightning Trainer(strategy="ddp") on gloo; --stall: rank 1 stops in a callback."""
+"""Lightning Trainer(strategy="ddp") on gloo (NCCL with --cuda); --stall: rank 1 stops in a callback."""
 import time
 
 import lightning as L
@@ -27,7 +27,7 @@ class UserCallback(L.Callback):
         # DDP's C++ reducer issues its all-reduces where the script cannot time
         # them; torch's stock Python hook issues the same ones through
         # torch.distributed. (Lightning registers comm hooks on CUDA only.)
-        if fwlib.TIMED:
+        if fwlib.TIMED and not fwlib.CUDA:
             trainer.strategy.model.register_comm_hook(None, allreduce_hook)
 
     def on_train_batch_start(self, trainer, module, batch, index):
@@ -43,7 +43,8 @@ fwlib.time_collectives()
 torch.manual_seed(0)
 data = torch.utils.data.TensorDataset(torch.randn(fwlib.STEPS * 16, 32), torch.randn(fwlib.STEPS * 16, 1))
 model = Tiny()
-trainer = L.Trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(process_group_backend="gloo"),
+trainer = L.Trainer(accelerator="gpu" if fwlib.CUDA else "cpu", devices=fwlib.WORLD,
+                    strategy=DDPStrategy(process_group_backend=fwlib.BACKEND),
                     max_steps=fwlib.STEPS, callbacks=[UserCallback()], logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False)
 trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=8))

@@ -1,9 +1,11 @@
-"""torch.distributed.pipelining, 2 stages (GPipe) on gloo; --stall: rank 1 stops in its stage's forward."""
+"""torch.distributed.pipelining, 2 stages (GPipe) on 2 gloo ranks; --stall: rank 1 stops in its stage's
+forward. With --cuda, one rank holds both stages on its GPU (interleaved 1F1B: NCCL runs no two ranks
+on one GPU)."""
 import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, schedules
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, ScheduleInterleaved1F1B, schedules
 
 import fwlib
 
@@ -40,27 +42,37 @@ def timed_batch_p2p(ops, **kwargs):
 
 def timed_wait_batch_p2p(works):
     _wait_batch_p2p(works)
-    fwlib.timed(issued.pop(id(works)))
+    start = issued.pop(id(works), None)
+    if start is not None:
+        fwlib.timed(start)
 
 
 _batch_p2p, _wait_batch_p2p, issued = schedules._batch_p2p, schedules._wait_batch_p2p, {}
 schedules._batch_p2p, schedules._wait_batch_p2p = timed_batch_p2p, timed_wait_batch_p2p
 MICROBATCHES = 2
-dist.init_process_group("gloo")
+dist.init_process_group(fwlib.BACKEND)
 torch.manual_seed(0)
 xs, ys = torch.randn(fwlib.STEPS, 8, 32), torch.randn(fwlib.STEPS, 8, 1)
 layers = [torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh()), Head()]
-stage = PipelineStage(layers[fwlib.RANK], fwlib.RANK, 2, torch.device("cpu"))
-schedule = ScheduleGPipe(stage, MICROBATCHES, loss_fn=torch.nn.functional.mse_loss)
-opt = torch.optim.SGD(stage.submod.parameters(), lr=0.05)
+device = torch.device(fwlib.DEVICE, fwlib.RANK) if fwlib.CUDA else torch.device("cpu")
+mine = range(2) if fwlib.WORLD == 1 else [fwlib.RANK]
+stages = [PipelineStage(layers[i].to(device), i, 2, device) for i in mine]
+if len(stages) == 2:
+    schedule = ScheduleInterleaved1F1B(stages, MICROBATCHES, loss_fn=torch.nn.functional.mse_loss)
+else:
+    schedule = ScheduleGPipe(stages[0], MICROBATCHES, loss_fn=torch.nn.functional.mse_loss)
+params = [p for stage in stages for p in stage.submod.parameters()]
+opt = torch.optim.SGD(params, lr=0.05)
 for step in range(fwlib.STEPS):
-    x, y = load_batch(step)
-    if fwlib.RANK == 0:
+    x, y = (t.to(device) for t in load_batch(step))
+    if len(stages) == 2:
+        schedule.step(x, target=y)
+    elif fwlib.RANK == 0:
         schedule.step(x)
     else:
         schedule.step(target=y)
     opt.step()
     opt.zero_grad()
     fwlib.step_done()
-fwlib.save(stage.submod.parameters())
+fwlib.save(params)
 dist.destroy_process_group()
