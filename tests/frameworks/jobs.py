@@ -238,12 +238,13 @@ def assert_no_alarm(run: Healthy) -> None:
 PUBLISH_LAG_S = 1.2
 
 
-def assert_metrics(run: Healthy, tolerance: float = 0.25, wait: bool = True) -> None:
+def assert_metrics(run: Healthy, tolerance: float = 0.25, wait: bool = True, calls: bool = True) -> None:
     """Per rank: collective calls per step (from the counters, between two
     scrapes inside the steady steps), step time and wait ratio (from the last
     scrape whose window lies inside them) against what the script timed.
-    ``wait=False``: the wait ratio is printed, not judged (on NCCL the script
-    sees a collective's enqueue, the hook its device time)."""
+    ``wait=False``, ``calls=False``: printed, not judged (on NCCL the script
+    sees a collective's enqueue, the hook its device time, and DDP's C++
+    reducer issues its all-reduces where the script cannot count them)."""
     assert run.code == 0, run.output[-4000:]
     for rank in range(len(run.results)):
         true = truth(run.results[rank])
@@ -253,13 +254,13 @@ def assert_metrics(run: Healthy, tolerance: float = 0.25, wait: bool = True) -> 
         assert len(counted) >= 2 and windowed, (rank, true, [m.at for m in seen])
         first, last = counted[0], counted[-1]
         assert last.steps_total - first.steps_total >= 10, (first, last)
-        calls = (last.calls_total - first.calls_total) / (last.steps_total - first.steps_total)
+        per_step = (last.calls_total - first.calls_total) / (last.steps_total - first.steps_total)
         got = windowed[-1]
-        said = (f"rank {rank}: metrics {calls:.2f} calls/step, step {got.step_s * 1e3:.1f} ms, wait "
+        said = (f"rank {rank}: metrics {per_step:.2f} calls/step, step {got.step_s * 1e3:.1f} ms, wait "
                 f"{got.wait_ratio:.3f}; the script timed {true.calls_per_step:.2f}, "
                 f"{true.step_s * 1e3:.1f} ms, {true.wait_ratio:.3f}")
         print(said)
-        assert abs(calls - true.calls_per_step) <= 0.1 * true.calls_per_step, said
+        assert not calls or abs(per_step - true.calls_per_step) <= 0.1 * true.calls_per_step, said
         assert abs(got.step_s - true.step_s) <= tolerance * true.step_s, said
         assert not wait or abs(got.wait_ratio - true.wait_ratio) <= tolerance * true.wait_ratio, said
 
