@@ -200,6 +200,9 @@ class NodeState:
                 comms = self.ranks[rank].comms
                 for op in window.ops:
                     op.comm_id = comms.group_of(op.producer, op.comm_id)
+                for busy in window.comm_busy:   # two hook comms of one group: two entries (diag.perf.derive)
+                    if not busy.all_comms:
+                        busy.comm_id = comms.group_of(busy.producer, busy.comm_id)
                 out[-1].perf.CopyFrom(window)
         return out
 

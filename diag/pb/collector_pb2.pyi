@@ -200,8 +200,20 @@ class PerfTotal(_message.Message):
     flops: int
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., comm_id: _Optional[int] = ..., count: _Optional[int] = ..., timed_count: _Optional[int] = ..., timed_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
+class PerfCommBusy(_message.Message):
+    __slots__ = ("producer", "comm_id", "all_comms", "busy_ns")
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    COMM_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_COMMS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_NS_FIELD_NUMBER: _ClassVar[int]
+    producer: Producer
+    comm_id: int
+    all_comms: bool
+    busy_ns: int
+    def __init__(self, producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., all_comms: bool = ..., busy_ns: _Optional[int] = ...) -> None: ...
+
 class PerfRank(_message.Message):
-    __slots__ = ("window_s", "ops", "launches", "steps", "step_ns", "last_step_ns", "step_name", "totals", "launches_total", "steps_total")
+    __slots__ = ("window_s", "ops", "launches", "steps", "step_ns", "last_step_ns", "step_name", "totals", "launches_total", "steps_total", "comm_busy")
     WINDOW_S_FIELD_NUMBER: _ClassVar[int]
     OPS_FIELD_NUMBER: _ClassVar[int]
     LAUNCHES_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +224,7 @@ class PerfRank(_message.Message):
     TOTALS_FIELD_NUMBER: _ClassVar[int]
     LAUNCHES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMM_BUSY_FIELD_NUMBER: _ClassVar[int]
     window_s: float
     ops: _containers.RepeatedCompositeFieldContainer[PerfOp]
     launches: int
@@ -222,7 +235,8 @@ class PerfRank(_message.Message):
     totals: _containers.RepeatedCompositeFieldContainer[PerfTotal]
     launches_total: int
     steps_total: int
-    def __init__(self, window_s: _Optional[float] = ..., ops: _Optional[_Iterable[_Union[PerfOp, _Mapping]]] = ..., launches: _Optional[int] = ..., steps: _Optional[int] = ..., step_ns: _Optional[int] = ..., last_step_ns: _Optional[int] = ..., step_name: _Optional[str] = ..., totals: _Optional[_Iterable[_Union[PerfTotal, _Mapping]]] = ..., launches_total: _Optional[int] = ..., steps_total: _Optional[int] = ...) -> None: ...
+    comm_busy: _containers.RepeatedCompositeFieldContainer[PerfCommBusy]
+    def __init__(self, window_s: _Optional[float] = ..., ops: _Optional[_Iterable[_Union[PerfOp, _Mapping]]] = ..., launches: _Optional[int] = ..., steps: _Optional[int] = ..., step_ns: _Optional[int] = ..., last_step_ns: _Optional[int] = ..., step_name: _Optional[str] = ..., totals: _Optional[_Iterable[_Union[PerfTotal, _Mapping]]] = ..., launches_total: _Optional[int] = ..., steps_total: _Optional[int] = ..., comm_busy: _Optional[_Iterable[_Union[PerfCommBusy, _Mapping]]] = ...) -> None: ...
 
 class PerfViewRequest(_message.Message):
     __slots__ = ()

@@ -3,9 +3,12 @@
 - GEMM TFLOP/s: FLOPs of the device-timed GEMMs / their device time
   (docs/kernel_hook.md: unsampled GEMMs carry FLOPs but no duration).
 - Estimated device time of an op: mean of its timed calls x all its calls.
-- Wait share: estimated time inside collectives and p2p / window wall time,
-  from the hook's device-timed ops when the rank has them, else from the
-  Python tracer's host-timed calls (never both: they are the same calls).
+- Wait share: time with at least one collective or p2p op in flight (the
+  union of their intervals, so ops in flight at once count once) / window
+  wall time, from the hook's device-timed ops when the rank has them, else
+  from the Python tracer's host-timed calls (never both: they are the same
+  calls). From an older agent, which sends no union, the sum of the ops'
+  estimated times.
 - busbw: timed bytes / timed time x the nccl-tests factor (diag.common.busbw).
 """
 
@@ -41,13 +44,41 @@ def comm_ops(perf: pb.PerfRank) -> list:
     return hook or ops
 
 
+def summed_ns(ops) -> float:
+    """The ops' estimated time, each counted in full: mean of the timed calls x calls."""
+    return sum(_mean_ns(op) * op.count for op in ops)
+
+
+def busy_ns(perf: pb.PerfRank, ops, comm_id: int | None = None) -> float | None:
+    """Estimated time with at least one of ``ops`` in flight over the window.
+
+    ``ops``: one producer's comm ops (``comm_ops``), all of them or those of
+    communicator ``comm_id``. The union the agent measured over their timed
+    calls, scaled by calls / timed calls (the hook times 1 in N; the tracer
+    every call), and never more than their summed time. Two hook communicators
+    of one group come as two entries: summed, capped by the union across all.
+    None when the agent sent no union for them (an older agent; a rank with
+    more communicators than the agent keeps unions for; no timed call)."""
+    producer = ops[0].producer if ops else None
+    across = [b.busy_ns for b in perf.comm_busy if b.producer == producer and b.all_comms]
+    mine = across if comm_id is None else [
+        b.busy_ns for b in perf.comm_busy if b.producer == producer and not b.all_comms and b.comm_id == comm_id]
+    if not mine:
+        return None
+    union = min(sum(across), sum(mine))
+    count, timed = sum(op.count for op in ops), sum(op.timed_count for op in ops)
+    return min(union * count / timed, summed_ns(ops)) if timed else 0.0
+
+
 def figures(rank: int, perf: pb.PerfRank) -> RankFigures:
     window = perf.window_s
     gemms = [op for op in perf.ops if op.kind == fmt.KIND_GEMM]
     timed_ns = sum(op.timed_ns for op in gemms)
     tflops = sum(op.timed_flops for op in gemms) / timed_ns / 1e3 if timed_ns else 0.0
     comms = comm_ops(perf)
-    waited_ns = sum(_mean_ns(op) * op.count for op in comms)
+    waited_ns = busy_ns(perf, comms)
+    if waited_ns is None:
+        waited_ns = summed_ns(comms)
     share = min(1.0, waited_ns / (window * 1e9)) if window > 0 else 0.0
     reduces = [op for op in comms if op.name in busbw.ALL_REDUCE and op.timed_ns]
     main = max(reduces, key=lambda op: (op.comm_size, op.timed_bytes), default=None)

@@ -4,6 +4,10 @@ Memory per rank is bounded whatever the job length: ``slots`` time slots of
 the window, each with at most ``max_ops`` op keys, each with a histogram of at
 most ~170 log buckets (a quarter octave each, so a percentile is within 12.5%).
 No threads, no I/O; the agent calls it under its state lock.
+
+Time in communication is the union of the collective/p2p calls' intervals
+(``[end - duration, end]`` of each timed END), per communicator and across
+all of a producer's communicators: ops in flight at once count once.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def percentile(hist: dict, q: float) -> int:
 
 
 class _Slot:
-    __slots__ = ("index", "ops", "hists", "launches", "steps", "step_ns")
+    __slots__ = ("index", "ops", "hists", "launches", "steps", "step_ns", "busy_comm", "busy_all")
 
     def __init__(self, index: int):
         self.index = index
@@ -59,6 +63,8 @@ class _Slot:
         self.launches = 0
         self.steps = 0
         self.step_ns = 0
+        self.busy_comm: dict = {}   # (producer, comm_id) -> ns newly covered by its ops
+        self.busy_all: dict = {}    # producer -> ns newly covered by any of its comm ops
 
 
 class _Rank:
@@ -72,6 +78,10 @@ class _Rank:
         self.steps_total = 0
         self.last_step_t = 0
         self.last_step_ns = 0
+        # How far the union of comm ops' intervals reaches, per
+        # (producer, comm_id) and per producer across its communicators.
+        self.covered_comm: dict = {}
+        self.covered_all: dict = {}
 
 
 class PerfWindow:
@@ -120,6 +130,8 @@ class PerfWindow:
     def _end(self, state: _Rank, slot: _Slot, producer: int, rec) -> None:
         timed = rec.duration_ns if rec.duration_ns > 0 and not rec.flags & fmt.FLAG_FAILED else 0
         self._account(state, slot, producer, rec, 1, timed)
+        if timed and rec.kind in fmt.COMM_LANES:
+            self._cover(state, slot, producer, rec.comm_id, rec.t_mono_ns - timed, rec.t_mono_ns)
         if rec.kind == fmt.KIND_HOST_FUNC and rec.name == self.step_name:
             # steps_total counts calls; the window's steps count intervals,
             # which its mean step time divides (the first call starts none).
@@ -130,6 +142,29 @@ class PerfWindow:
                 slot.step_ns += interval
                 state.last_step_ns = interval
             state.last_step_t = rec.t_mono_ns
+
+    def _cover(self, state: _Rank, slot: _Slot, producer: int, comm_id: int, start: int, end: int) -> None:
+        """Add what [start, end] covers beyond the union so far.
+
+        Only the union's reach is kept, not its intervals (constant memory
+        and time per END): exact while ENDs come in end order. They come
+        roughly so (a lane's ops end in order, a p2p op as it completes, each
+        producer's ring is read in order). An op whose END comes after that
+        of a later-ending op counts nothing before the reach, so the union
+        errs low by the part of that op that nothing counted covered, at most
+        its duration. An op whose END the tracer held until an elder's lies
+        inside the elder's interval and loses nothing."""
+        until = state.covered_all.get(producer, 0)
+        slot.busy_all[producer] = slot.busy_all.get(producer, 0) + max(0, end - max(start, until))
+        state.covered_all[producer] = max(until, end)
+        key = (producer, comm_id)
+        until = state.covered_comm.get(key)
+        if until is None:
+            if len(state.covered_comm) >= self.max_ops:
+                return   # bounded memory: beyond that many communicators, the rank-wide union only
+            until = 0
+        slot.busy_comm[key] = slot.busy_comm.get(key, 0) + max(0, end - max(start, until))
+        state.covered_comm[key] = max(until, end)
 
     def _account(self, state: _Rank, slot: _Slot, producer: int, rec, count: int, timed: int):
         key = (rec.name, rec.kind, rec.comm_id, producer)
@@ -179,6 +214,8 @@ class PerfWindow:
         self._slot(state, now)   # drops the slots that left the window
         ops: dict = {}
         hists: dict = {}
+        busy_comm: dict = {}
+        busy_all: dict = {}
         # The span the kept slots cover (between window - slot and window), so
         # rates divide by the time their counts came from.
         since = max(state.first_ns, state.slots[0].index * self.slot_ns)
@@ -189,6 +226,10 @@ class PerfWindow:
             msg.launches += slot.launches
             msg.steps += slot.steps
             msg.step_ns += slot.step_ns
+            for key, ns in slot.busy_comm.items():
+                busy_comm[key] = busy_comm.get(key, 0) + ns
+            for producer, ns in slot.busy_all.items():
+                busy_all[producer] = busy_all.get(producer, 0) + ns
             for key, acc in slot.ops.items():
                 into = ops.get(key)
                 if into is None:
@@ -210,6 +251,10 @@ class PerfWindow:
                         flops=acc[FLOPS], timed_flops=acc[TIMED_FLOPS],
                         p50_ns=min(percentile(hist, 0.5), acc[MAX_NS]),
                         p99_ns=min(percentile(hist, 0.99), acc[MAX_NS]), max_ns=acc[MAX_NS])
+        for producer, ns in sorted(busy_all.items()):
+            msg.comm_busy.add(producer=producer, all_comms=True, busy_ns=ns)
+        for (producer, comm_id), ns in sorted(busy_comm.items()):
+            msg.comm_busy.add(producer=producer, comm_id=comm_id, busy_ns=ns)
         for (name, kind, comm_id, _producer), t in sorted(state.totals.items() if totals else ()):
             msg.totals.add(name=name, kind=kind, comm_id=comm_id, count=t[0], timed_count=t[1],
                            timed_ns=t[2], bytes=t[3], flops=t[4])

@@ -23,8 +23,9 @@ class CommWindow:
     comm_name: str          # what users know the group as ("default", a pg name, or the id)
     op: str                 # the busiest op on it (all_reduce, ncclAllReduce ...)
     count: int              # collectives completed
-    wait_s: float           # time inside them (device time where the hook timed it, else host)
-    typical_s: float        # mean duration of one without the window's longest: blind to one long pause
+    wait_s: float           # time with at least one in flight (union: overlapping calls count once;
+                            # device time where the hook timed them, else host)
+    typical_s: float        # that time per call, the window's longest call left out: blind to one long pause
     busbw_bps: float | None  # bus bandwidth of the device-timed samples, bytes/s
     bytes_per_op: float     # mean payload, for comparing like with like
 

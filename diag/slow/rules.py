@@ -7,10 +7,11 @@ Each rule compares a rank with its own peers, never with a fixed number:
   size class of the rank's GEMMs (log2 of FLOPs per call), so pipeline stages
   and embedding shards that do other GEMMs are not compared with each other.
 * **straggler**: the rank the others wait for. It enters collectives last, so
-  its typical time inside them (the mean of its timed calls without the
-  window's longest one, times the count, over the span) is the shortest of its
-  communicator while its peers' is longer by ``wait_gap`` of wall time, on
-  every communicator it is a member of. Leaving the longest call out keeps one
+  its typical time inside them (the time with at least one of them in flight,
+  the window's longest call left out, over the span; diag.slow.windows) is the
+  shortest of its communicator while its peers' is longer by ``wait_gap`` of
+  wall time, on every communicator it is a member of. Calls in flight at once
+  (a pipeline's isend/irecv) count once. Leaving the longest call out keeps one
   long wait (a checkpoint written by rank 0 while the others sit in a
   barrier) from counting; a mean rather than a median keeps the wait that DDP
   pays once a step, in its first bucket of several, from being voted out.

@@ -28,7 +28,8 @@ def from_perf(rank: int, node_rank: int, local_rank: int, hostname: str, perf, n
     per_comm: dict[int, list] = defaultdict(list)
     for op in derive.comm_ops(perf):
         per_comm[op.comm_id].append(op)
-    comms = tuple(_comm(comm_id, ops, names) for comm_id, ops in sorted(per_comm.items()))
+    comms = tuple(_comm(comm_id, ops, names, derive.busy_ns(perf, ops, comm_id))
+                  for comm_id, ops in sorted(per_comm.items()))
     gc_s = sum(op.timed_ns for op in perf.ops if op.kind == fmt.KIND_HOST_FUNC and op.name == GC_NAME) / 1e9
     window = perf.window_s
     return RankWindow(
@@ -40,10 +41,23 @@ def from_perf(rank: int, node_rank: int, local_rank: int, hostname: str, perf, n
         launches_per_s=perf.launches / window if window > 0 else 0.0)
 
 
-def _comm(comm_id: int, ops, names) -> CommWindow:
+def _comm(comm_id: int, ops, names, busy_ns: float | None) -> CommWindow:
+    """``busy_ns``: the time with at least one of ``ops`` in flight (None: not
+    measured, an older agent; the summed time stands in)."""
     count = sum(op.count for op in ops)
-    wait_ns = sum(op.timed_ns / op.timed_count * op.count for op in ops if op.timed_count)
+    wait_ns = derive.summed_ns(ops)
     typical_ns = sum(_typical_ns(op) * op.count for op in ops)
+    if busy_ns is not None and wait_ns > 0:
+        # The union is the summed time less the overlap. Leaving the window's
+        # longest call out of the sum (a checkpoint's one wait) leaves out
+        # its share of the union too, taking the overlap as spread over the
+        # calls in proportion to their time. Where the longest call overlapped
+        # nothing this keeps a little too much (never more than the sum would:
+        # the factor is at most 1); subtracting it whole from the union
+        # instead would drop the wait of a rank whose longest call was hidden
+        # behind others, and a rank that seems to wait less looks the straggler.
+        typical_ns *= busy_ns / wait_ns
+        wait_ns = busy_ns
     busiest = max(ops, key=lambda op: (op.timed_ns / op.timed_count * op.count) if op.timed_count else 0)
     fig = derive.op_figures(busiest, 1.0)
     return CommWindow(

@@ -163,3 +163,22 @@ def test_a_hook_p2p_pair_communicator_is_reported_under_the_group_of_the_python_
     assert lanes(rank) == {(77, fmt.KIND_P2P): (5, 0)}
     assert rank.comms[0].group_name == "pp"
     assert (rank.oldest_in_flight.comm_id, rank.oldest_in_flight.seq) == (77, 5)
+
+
+def test_the_hooks_time_in_flight_is_reported_under_the_group_of_its_communicator():
+    from diag.agent.state import NodeState
+    from diag.perf.window import PerfWindow
+    clock = Clock(100 * S)
+    state = NodeState(clock, perf=PerfWindow(window_s=60, clock=clock), is_alive={10}.__contains__)
+    state.add_region("py-r0", header())
+    state.add_region("hook-r0", header(producer=HOOK))
+    state.apply("py-r0", [group_rec(77, "pp"),
+                          rec(1, 1, 90 * S, name="isend", seq=0, comm_id=77, kind=fmt.KIND_P2P)])
+    timed = fmt.FLAG_DEVICE_TIMED
+    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclSend", seq=5, comm_id=0xABC, kind=fmt.KIND_P2P, size=2),
+                            rec(2, 1, 93 * S, name="ncclSend", seq=5, comm_id=0xABC, kind=fmt.KIND_P2P, size=2,
+                                dur=2 * S, flags=timed)])
+    [rank] = state.report()
+    busy = {(b.producer, b.comm_id, b.all_comms): b.busy_ns for b in rank.perf.comm_busy}
+    assert busy == {(HOOK, 77, False): 2 * S, (HOOK, 0, True): 2 * S}
+    assert [op.comm_id for op in rank.perf.ops if op.producer == HOOK] == [77]

@@ -73,7 +73,7 @@ def test_step_time_and_wait_share():
     assert abs(fig.wait_share - 0.25) < 0.01
     # The hook's device-timed copies of the same calls replace the tracer's.
     window.observe(0, fmt.PRODUCER_HOOK, [rec("ncclAllReduce", fmt.KIND_COLLECTIVE, dur=5_000_000,
-                                              nbytes=10**6, t=start + 10**9)] * 10)
+                                              nbytes=10**6, t=start + i * 100_000_000) for i in range(1, 11)])
     fig = derive.figures(0, window.message(0))
     assert abs(fig.wait_share - 0.05) < 0.01
     assert abs(fig.allreduce_busbw - 10**6 / 5e-3 * 1.0) < 1   # 2 ranks: factor 1

@@ -1,5 +1,6 @@
 """The slow-rank rules and their episodes, on synthetic windows with a fake clock."""
 
+import dataclasses
 import random
 
 import pytest
@@ -188,3 +189,52 @@ def test_medians_without_each_match_the_plain_median(n):
     values = [random.Random(n).uniform(0, 100) for _ in range(n)]
     got = rules.medians_without_each(values)
     assert got == [statistics.median(values[:i] + values[i + 1:]) for i in range(n)]
+
+
+def _pipeline_rank(ops_per_step, steps=50, step_ms=100):
+    """A rank's RankWindow through the agent's window: ``ops_per_step`` are
+    (name, start, end) in ms from each step's start, p2p on the default group."""
+    from diag.perf.window import PerfWindow
+    from diag.records import format as fmt
+    from diag.slow import windows
+    ms, now = 1_000_000, [10**12]
+    window = PerfWindow(window_s=10, clock=lambda: now[0])
+    start = now[0]
+    end = [fmt.Record(fmt.EVENT_END, fmt.KIND_HOST_FUNC, 0, 0, 1, 0, 0, start, 1, 0, 0, 1, 0, "anchor")]
+    for i in range(steps):
+        end += [fmt.Record(fmt.EVENT_END, fmt.KIND_P2P, 0, 0, 1, 0, 0, start + (i * step_ms + b) * ms,
+                           (b - a) * ms, 4096, 0, 1, 2, name) for name, a, b in ops_per_step]
+    window.observe(0, fmt.PRODUCER_PYTHON, end[:1])
+    now[0] = start + steps * step_ms * ms
+    window.observe(0, fmt.PRODUCER_PYTHON, end[1:])
+    return windows.from_perf(0, 0, 0, "h", window.message(0))
+
+
+def test_overlapping_p2p_is_not_read_as_more_wait():
+    # Issue 18: both stages of a pipeline have 50 ms of each 100 ms step with
+    # a p2p op in flight; rank 0's two microbatches' ops are in flight at once
+    # (their summed time 90 ms), rank 1's one after the other.
+    overlapped = _pipeline_rank([("isend", 0, 50), ("irecv", 10, 50)])
+    serial = _pipeline_rank([("isend", 0, 25), ("irecv", 25, 50)])
+    th = Thresholds(window_s=5.0)
+    assert [round(c.wait_s, 3) for w in (overlapped, serial) for c in w.comms] == [2.5, 2.5]
+    w = {0: dataclasses.replace(overlapped, rank=0), 1: dataclasses.replace(serial, rank=1)}
+    assert rules.judge(w, th) == []
+    # a real straggler beside overlapping p2p is still named
+    w[1] = dataclasses.replace(_pipeline_rank([("isend", 0, 5), ("irecv", 5, 10)]), rank=1)
+    [f] = rules.judge(w, th)
+    assert (f.rule, f.ranks) == (RULE_STRAGGLER, (1,))
+
+
+def test_from_perf_scales_the_union_like_the_typical_wait():
+    from diag.pb import collector_pb2 as pb
+    from diag.records import format as fmt
+    from diag.slow import windows
+    # 100 calls of 10 ms and one of 5 s (a checkpoint); half the time overlapped
+    op = dict(name="all_reduce", kind=fmt.KIND_COLLECTIVE, producer=fmt.PRODUCER_PYTHON, comm_size=2, count=101,
+              timed_count=101, timed_ns=int(6e9), max_ns=int(5e9), bytes=101 << 20, timed_bytes=101 << 20)
+    busy = [pb.PerfCommBusy(producer=fmt.PRODUCER_PYTHON, all_comms=True, busy_ns=int(3e9)),
+            pb.PerfCommBusy(producer=fmt.PRODUCER_PYTHON, busy_ns=int(3e9))]
+    [c] = windows.from_perf(0, 0, 0, "h", pb.PerfRank(window_s=60.0, ops=[pb.PerfOp(**op)], comm_busy=busy)).comms
+    assert abs(c.wait_s - 3.0) < 1e-9
+    assert abs(c.typical_s * c.count - 1.0 * 101 / 100 * 0.5) < 1e-9   # the 5 s call left out, then halved
