@@ -11,7 +11,9 @@ these sees it first:
   only by the time the thread takes to get the GIL back (nothing when the
   training thread is in C++, as in backward). gloo's own threads never run
   our code: a done-callback there would hold the next collective until the
-  training thread lets the GIL go (up to the 5 ms switch interval).
+  training thread lets the GIL go (up to the 5 ms switch interval). The
+  thread looks first ``GATE_S`` (0.5 ms) after work appears: an op that ends
+  sooner, unseen by the caller, reads up to that long.
 - **The caller's ``work.wait()`` returning** (``Work.wait`` is wrapped once,
   class-wide). For works without a future whose ``is_completed()`` never
   turns true (gloo's send/recv, and its ``reduce_scatter_single``, whose work
@@ -65,6 +67,7 @@ class Completions:
     into the caller; holds no work past the op's END nor past interpreter exit."""
 
     POLL_S = 0.005
+    GATE_S = 0.0005
 
     def __init__(self, tracer):
         self.tracer = tracer
@@ -189,19 +192,29 @@ class Completions:
                     self._cond.wait()
                 if self._closing:
                     return
-                fut = self._oldest_blocking_future()
-            if fut is not None:
+            # Every wake-up of this thread costs the training thread a GIL
+            # hand-over (tens of us). Most ops that end within a moment are
+            # seen done by the calling thread itself (its wait(), its next
+            # op); only what is left after GATE_S is this thread's to watch.
+            time.sleep(self.GATE_S)
+            while self.tracer.enabled and not self._closing:
                 try:
-                    fut.wait()   # releases the GIL; an op's error is the caller's to see
-                except Exception:
-                    pass
-                fut = None       # held no longer than the wait
-            else:
-                time.sleep(self.POLL_S)
-            try:
-                self.check()
-            except Exception as exc:
-                self.tracer.disable(f"watching completions failed: {exc!r}")
+                    self.check()
+                except Exception as exc:
+                    self.tracer.disable(f"watching completions failed: {exc!r}")
+                    return
+                with self._cond:
+                    if not self._count:
+                        break
+                    fut = self._oldest_blocking_future()
+                if fut is not None:
+                    try:
+                        fut.wait()   # releases the GIL; an op's error is the caller's to see
+                    except Exception:
+                        pass
+                    fut = None       # held no longer than the wait
+                else:
+                    time.sleep(self.POLL_S)
 
     # -- under the lock -------------------------------------------------------
     def _entries(self):
