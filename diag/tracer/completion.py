@@ -138,6 +138,8 @@ class Completions:
 
     def on_wait(self, work) -> None:
         """The caller's ``work.wait()`` returned: that work is done."""
+        if not self._count:   # every sync collective's wait() comes here: nothing to do
+            return
         now = time.monotonic_ns()
         with self._cond:
             entry = self._by_work.pop(id(work), None)
