@@ -68,6 +68,7 @@ class Completions:
 
     POLL_S = 0.005
     GATE_S = 0.0005
+    LINGER_S = 0.005
 
     def __init__(self, tracer):
         self.tracer = tracer
@@ -78,6 +79,7 @@ class Completions:
         self._count = 0
         self._thread = None
         self._closing = False
+        self._idle = False          # the thread sleeps until notified
         _hook_work_wait()
         # At exit: let go of every future and work (a gloo work still
         # referenced at interpreter teardown makes gloo abort the worker), and
@@ -115,7 +117,7 @@ class Completions:
             if self._thread is None and not self._closing:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="xpu-diag-completions")
                 self._thread.start()
-            elif self._count == 1:
+            elif self._idle:
                 self._cond.notify()
         for fut in device_futures:
             fut.add_done_callback(lambda f: self.check())
@@ -188,35 +190,48 @@ class Completions:
 
     # -- the thread ---------------------------------------------------------
     def _run(self) -> None:
-        while self.tracer.enabled:
-            with self._cond:
-                while not self._count and not self._closing:
-                    self._cond.wait()
-                if self._closing:
-                    return
-            # Every wake-up of this thread costs the training thread a GIL
-            # hand-over (tens of us). Most ops that end within a moment are
-            # seen done by the calling thread itself (its wait(), its next
-            # op); only what is left after GATE_S is this thread's to watch.
-            time.sleep(self.GATE_S)
-            while self.tracer.enabled and not self._closing:
-                try:
-                    self.check()
-                except Exception as exc:
-                    self.tracer.disable(f"watching completions failed: {exc!r}")
-                    return
+        # Every wake-up of this thread costs the training thread a GIL
+        # hand-over (tens of us on a many-core host). So it looks GATE_S after
+        # work appears (most ops that end sooner are seen done by the calling
+        # thread itself: its wait(), its next op), and once nothing is pending
+        # it lingers LINGER_S, looking every GATE_S, before it sleeps until
+        # notified: a stream of ops wakes it every GATE_S, not once per op.
+        try:
+            while self.tracer.enabled:
                 with self._cond:
-                    if not self._count:
-                        break
-                    fut = self._oldest_blocking_future()
-                if fut is not None:
-                    try:
-                        fut.wait()   # releases the GIL; an op's error is the caller's to see
-                    except Exception:
-                        pass
-                    fut = None       # held no longer than the wait
-                else:
-                    time.sleep(self.POLL_S)
+                    self._idle = True
+                    while not self._count and not self._closing:
+                        self._cond.wait()
+                    self._idle = False
+                    if self._closing:
+                        return
+                quiet = 0.0
+                while quiet < self.LINGER_S and self.tracer.enabled and not self._closing:
+                    time.sleep(self.GATE_S)
+                    quiet = 0.0 if self._watch() else quiet + self.GATE_S
+        except Exception as exc:
+            self.tracer.disable(f"watching completions failed: {exc!r}")
+
+    def _watch(self) -> bool:
+        """END what is done, waiting on the oldest CPU future while any op is
+        pending; True if any was."""
+        busy = False
+        while not self._closing:
+            self.check()
+            with self._cond:
+                if not self._count:
+                    break
+                busy = True
+                fut = self._oldest_blocking_future()
+            if fut is not None:
+                try:
+                    fut.wait()   # releases the GIL; an op's error is the caller's to see
+                except Exception:
+                    pass
+                fut = None       # held no longer than the wait
+            else:
+                time.sleep(self.POLL_S)
+        return busy
 
     # -- under the lock -------------------------------------------------------
     def _entries(self):
