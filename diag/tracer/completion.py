@@ -114,6 +114,7 @@ class Completions:
                 if not _is_future(part):
                     self._by_work[id(part)] = entry
             self._count += 1
+            alone = self._count == 1 and not device_futures
             if self._thread is None and not self._closing:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="xpu-diag-completions")
                 self._thread.start()
@@ -121,6 +122,8 @@ class Completions:
                 self._cond.notify()
         for fut in device_futures:
             fut.add_done_callback(lambda f: self.check())
+        if alone:
+            return   # nothing older to stamp, and an op just issued is seldom done yet
         self.check()
 
     def finished(self, record) -> None:
@@ -192,8 +195,9 @@ class Completions:
     def _run(self) -> None:
         # Every wake-up of this thread costs the training thread a GIL
         # hand-over (tens of us on a many-core host). So it looks GATE_S after
-        # work appears (most ops that end sooner are seen done by the calling
-        # thread itself: its wait(), its next op), and once nothing is pending
+        # work appears and waits on an op's future only once the op is GATE_S
+        # old (most ops that end sooner are seen done by the calling thread
+        # itself: its wait(), its next op), and once nothing is pending
         # it lingers LINGER_S, looking every GATE_S, before it sleeps until
         # notified: a stream of ops wakes it every GATE_S, not once per op.
         try:
@@ -222,8 +226,13 @@ class Completions:
                 if not self._count:
                     break
                 busy = True
-                fut = self._oldest_blocking_future()
+                fut, t0 = self._oldest_blocking_future()
             if fut is not None:
+                early = self.GATE_S - (time.monotonic_ns() - t0) / 1e9
+                if early > 0:    # the caller may yet see it end: a wake-up per op is what costs
+                    fut = None
+                    time.sleep(early)
+                    continue
                 try:
                     fut.wait()   # releases the GIL; an op's error is the caller's to see
                 except Exception:
@@ -240,13 +249,14 @@ class Completions:
         yield from self._unordered
 
     def _oldest_blocking_future(self):
+        """(future, its op's START time) of the oldest op the thread may wait on; (None, 0) if none."""
         oldest = None
         for entry in self._entries():
             if entry.blocking and entry.t_end is None and (oldest is None or entry.record.t0 < oldest[0]):
                 fut = next((p for p in entry.parts if _is_future(p)), None)
                 if fut is not None:
                     oldest = (entry.record.t0, fut)
-        return None if oldest is None else oldest[1]
+        return (None, 0) if oldest is None else (oldest[1], oldest[0])
 
     def _sweep(self, entry, now) -> None:
         left = []
