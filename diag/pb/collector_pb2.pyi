@@ -285,14 +285,16 @@ class NodeReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., report_seq: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., local_world_size: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline")
+    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline", "persist_last_words")
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     KILL_WORKERS_FIELD_NUMBER: _ClassVar[int]
     COLLECT_TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    PERSIST_LAST_WORDS_FIELD_NUMBER: _ClassVar[int]
     dump_stacks: DumpStacks
     kill_workers: KillWorkers
     collect_timeline: CollectTimeline
-    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ...) -> None: ...
+    persist_last_words: PersistLastWords
+    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ..., persist_last_words: _Optional[_Union[PersistLastWords, _Mapping]] = ...) -> None: ...
 
 class DumpStacks(_message.Message):
     __slots__ = ("event_id", "ranks")
@@ -303,10 +305,44 @@ class DumpStacks(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class KillWorkers(_message.Message):
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "recover", "declared_unix", "leave_out_nodes", "nodes")
     REASON_FIELD_NUMBER: _ClassVar[int]
+    RECOVER_FIELD_NUMBER: _ClassVar[int]
+    DECLARED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    LEAVE_OUT_NODES_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
     reason: str
-    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+    recover: bool
+    declared_unix: float
+    leave_out_nodes: _containers.RepeatedScalarFieldContainer[int]
+    nodes: int
+    def __init__(self, reason: _Optional[str] = ..., recover: bool = ..., declared_unix: _Optional[float] = ..., leave_out_nodes: _Optional[_Iterable[int]] = ..., nodes: _Optional[int] = ...) -> None: ...
+
+class PersistLastWords(_message.Message):
+    __slots__ = ("event_id",)
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    def __init__(self, event_id: _Optional[str] = ...) -> None: ...
+
+class LastWordsDone(_message.Message):
+    __slots__ = ("job_id", "event_id", "node_rank", "hostname", "ok", "step", "message", "seconds")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    event_id: str
+    node_rank: int
+    hostname: str
+    ok: bool
+    step: int
+    message: str
+    seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., event_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., ok: bool = ..., step: _Optional[int] = ..., message: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class StackDump(_message.Message):
     __slots__ = ("job_id", "event_id", "node_rank", "hostname", "rank", "world_size", "pid", "format", "content", "last")

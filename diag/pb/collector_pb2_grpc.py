@@ -39,6 +39,11 @@ class CollectorStub(object):
                 request_serializer=diag_dot_pb_dot_collector__pb2.PerfViewRequest.SerializeToString,
                 response_deserializer=diag_dot_pb_dot_collector__pb2.PerfView.FromString,
                 )
+        self.ReportLastWords = channel.unary_unary(
+                '/diag.pb.Collector/ReportLastWords',
+                request_serializer=diag_dot_pb_dot_collector__pb2.LastWordsDone.SerializeToString,
+                response_deserializer=diag_dot_pb_dot_collector__pb2.Ack.FromString,
+                )
 
 
 class CollectorServicer(object):
@@ -78,6 +83,13 @@ class CollectorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportLastWords(self, request, context):
+        """An agent's answer to PersistLastWords (docs/recovery.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CollectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +117,11 @@ def add_CollectorServicer_to_server(servicer, server):
                     servicer.GetPerfView,
                     request_deserializer=diag_dot_pb_dot_collector__pb2.PerfViewRequest.FromString,
                     response_serializer=diag_dot_pb_dot_collector__pb2.PerfView.SerializeToString,
+            ),
+            'ReportLastWords': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportLastWords,
+                    request_deserializer=diag_dot_pb_dot_collector__pb2.LastWordsDone.FromString,
+                    response_serializer=diag_dot_pb_dot_collector__pb2.Ack.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -198,5 +215,22 @@ class Collector(object):
         return grpc.experimental.unary_unary(request, target, '/diag.pb.Collector/GetPerfView',
             diag_dot_pb_dot_collector__pb2.PerfViewRequest.SerializeToString,
             diag_dot_pb_dot_collector__pb2.PerfView.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReportLastWords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/diag.pb.Collector/ReportLastWords',
+            diag_dot_pb_dot_collector__pb2.LastWordsDone.SerializeToString,
+            diag_dot_pb_dot_collector__pb2.Ack.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
