@@ -8,6 +8,7 @@ import socket
 
 from diag.agent import dumps
 from diag.common import envnames
+from diag.common.options import Every
 from diag.timeline.api import DEFAULT_MAX_SPANS, DEFAULT_WINDOW_S
 
 ENV_REPORT_INTERVAL = envnames.REPORT_INTERVAL
@@ -36,6 +37,11 @@ class AgentConfig:
     perf_step: str = "optimizer.step"
     metrics_port: int | None = None
     metrics_addr: str = "0.0.0.0"
+    # Recovery (docs/recovery.md): the node's snapshot store, where it is persisted, how often.
+    store_dir: str | None = None
+    ckpt_dir: str | None = None
+    ckpt_persist_every: Every = Every(seconds=600.0)
+    nnodes_min: int = 1
 
     def __post_init__(self):
         if not self.report_interval > 0:

@@ -50,6 +50,7 @@ class Config:
     address_file: str | None = None
     silent_after_s: float = DEFAULT_SILENT_AFTER_S
     dump_timeout_s: float = 60.0
+    last_words_timeout_s: float = 120.0
     max_dump_bytes: int = 64 << 20
     max_agents: int = 4096
     eval_interval_s: float = 0.5

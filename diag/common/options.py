@@ -181,6 +181,32 @@ def fraction(value: str, name: str) -> float:
     return number
 
 
+@dataclasses.dataclass(frozen=True)
+class Every:
+    """A cadence in steps or in seconds (exactly one is set); text: ``100`` or ``30s``."""
+    steps: int | None = None
+    seconds: float | None = None
+
+    def __str__(self) -> str:
+        return str(self.steps) if self.steps is not None else seconds_text(self.seconds)
+
+
+MAX_EVERY_STEPS = 1_000_000_000
+
+
+def every(value: str, name: str) -> Every:
+    """``100`` (steps) or ``30s``/``5m`` (seconds): a bare whole number counts
+    steps, a number with a unit is a duration."""
+    raw = str(value).strip()
+    if re.fullmatch(r"\+?[0-9]+", raw):
+        return Every(steps=integer(1, "100 (steps) or 30s", MAX_EVERY_STEPS, "a billion steps")(raw, name))
+    try:
+        return Every(seconds=parse_duration(raw, name))
+    except UnitError:
+        raise ConfigError(f"{name}: {value!r} is neither a step count nor a duration; "
+                          f"use e.g. 100 (steps) or 30s") from None
+
+
 def seconds_text(value: float) -> str:
     """A duration as text that ``duration`` reads back exactly (repr is exact)."""
     return f"{value!r}s"
@@ -319,8 +345,9 @@ COLLECTOR_ADDRESS = Option(
     metavar="HOST:PORT", dest="collector",
     help="HOST:PORT of a running collector; default: node-rank 0 starts one")
 HANG_ACTION = Option(
-    "--hang-action", envnames.HANG_ACTION, "report", choice("report", "kill"),
-    metavar="{report,kill}", help="report, or kill the workers so --max-restarts takes over")
+    "--hang-action", envnames.HANG_ACTION, "report", choice("report", "kill", "recover"),
+    metavar="{report,kill,recover}", help="report; kill the workers so --max-restarts takes over; "
+    "recover: kill after the last words, and every rank restores the newest step all have (docs/recovery.md)")
 NO_HOOK = Option("--no-hook", envnames.NO_HOOK, False, yes_no, switch=True,
                  help="do not LD_PRELOAD the C++ hook")
 FAULT_LIST = Option(
@@ -369,6 +396,16 @@ SLOW_ACTION = Option(
     "--slow-action", envnames.SLOW_ACTION, "report", choice("report", "dump"),
     metavar="{report,dump}", help="on SLOW, also dump the stacks of the slow rank and of one healthy rank")
 
+# Recovery (docs/recovery.md): the agent writes the snapshots its node holds to disk.
+CKPT_PERSIST_EVERY = Option(
+    "--ckpt-persist-every", envnames.CKPT_PERSIST_EVERY, "10m", every, metavar="N|D",
+    dest="ckpt_persist_every", help="the agent writes the newest in-memory snapshot to --ckpt-dir "
+    "every N steps (100) or every D (30s, 10m)")
+CKPT_DIR = Option(
+    "--ckpt-dir", envnames.CKPT_DIR, None, nonempty("/mnt/shared/ckpt"), metavar="DIR",
+    help="where snapshots are persisted (shared by all nodes for a node loss; default: "
+    "<timeline-path>/<job-id>/ckpt)")
+
 # The collector's own (python -m diag.collector; the launcher sets them).
 LISTEN = Option("--listen", None, "127.0.0.1:0", host_port("127.0.0.1:0 or 0.0.0.0:50051", True),
                 metavar="HOST:PORT", help="HOST:PORT to bind; port 0 picks a free one")
@@ -386,6 +423,10 @@ DUMP_TIMEOUT = Option("--dump-timeout", None, "60s", duration, dest="dump_timeou
                       format=seconds_text,
                       help="with --hang-action kill, kill after this even if dumps are missing")
 # gRPC's receive limit (this plus 1 MiB) is a C int: 2 GiB at most.
+# Persisting a large model's snapshot takes longer than dumping stacks.
+LAST_WORDS_TIMEOUT = Option("--last-words-timeout", None, "120s", duration, dest="last_words_timeout_s",
+                            format=seconds_text,
+                            help="with --hang-action kill/recover, kill after this even if last words are missing")
 MAX_DUMP_SIZE = Option("--max-dump-size", None, "64M", size_up_to(1 << 30, "1G (one gRPC message)"),
                        dest="max_dump_bytes",
                        help="largest accepted stack dump file")
@@ -431,16 +472,16 @@ LAUNCHER: tuple[Option, ...] = (
     FAULT_LIST_MAX_AGE, RANK_ORDER, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
     PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION,
     RING_CAPACITY, TRACER_DISABLE, TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,
-    HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN)
+    HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN, CKPT_PERSIST_EVERY, CKPT_DIR)
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
-    DUMP_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL, PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
+    DUMP_TIMEOUT, LAST_WORDS_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL, PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher forwards from its Config to the collector it starts.
 TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, HANG_ACTION, PERF_WINDOW,
                                     SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher hands to the agent's AgentConfig (same field names).
 AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW, PERF_WINDOW, PERF_STEP, METRICS_PORT,
-                             METRICS_ADDR)
+                             METRICS_ADDR, CKPT_PERSIST_EVERY, CKPT_DIR)
 # What the launcher exports to the workers (the tracer and the hook read these).
 TO_WORKERS: tuple[Option, ...] = (HOOK_TIME_EVERY, HOOK_COMPLETION, RING_CAPACITY, TRACER_DISABLE,
                                   TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,

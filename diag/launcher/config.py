@@ -67,6 +67,8 @@ class Config:
     hook_poll_us: int | None = None
     hook_count_ms: int | None = None
     dump_tools: tuple[str, ...] | None = None   # the agent's; None: dumps.default_tools()
+    ckpt_persist_every: options.Every = options.Every(seconds=600.0)   # docs/recovery.md
+    ckpt_dir: str | None = None        # None: <timeline_path>/<job_id>/ckpt
     job_token: str | None = dataclasses.field(default=None, repr=False)  # None: make one
 
     @property

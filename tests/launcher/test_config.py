@@ -136,7 +136,7 @@ def test_help_names_own_values_by_kind_not_by_a_made_up_variable(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     for shown in ("--hang-timeout D", "--timeline-path DIR", "--collector HOST:PORT",
-                  "--hang-action {report,kill}", "--hook-time-every N"):
+                  "--hang-action {report,kill,recover}", "--hook-time-every N"):
         assert shown in out
     assert "XPU_HANG_TIMEOUT" not in out and "[XPU_TIMER_HANG_TIMEOUT]" in out
 
