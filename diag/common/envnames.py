@@ -30,6 +30,11 @@ REPORT_INTERVAL = "XPU_TIMER_REPORT_INTERVAL"
 DUMP_TOOLS = "XPU_TIMER_DUMP_TOOLS"
 NODE_NAME = "XPU_TIMER_NODE_NAME"
 
+# Recovery (diag/recover, docs/recovery.md): set by the launcher for the workers.
+CKPT_DIR = "XPU_TIMER_CKPT_DIR"                  # the node's snapshot store (tmpfs, outlives workers)
+CKPT_PERSIST_DIR = "XPU_TIMER_CKPT_PERSIST_DIR"  # the persisted copies (shared by the job's nodes)
+CKPT_DISABLE = "XPU_TIMER_CKPT_DISABLE"          # 1: Checkpointer keeps nothing (opt-out)
+
 # The launcher's options (flag equivalents; see diag.common.options).
 HANG_TIMEOUT = "XPU_TIMER_HANG_TIMEOUT"
 IDLE_TIMEOUT = "XPU_TIMER_IDLE_TIMEOUT"
@@ -46,5 +51,4 @@ METRICS_PORT = "XPU_TIMER_METRICS_PORT"
 METRICS_ADDR = "XPU_TIMER_METRICS_ADDR"
 SLOW_THRESHOLD = "XPU_TIMER_SLOW_THRESHOLD"
 SLOW_ACTION = "XPU_TIMER_SLOW_ACTION"
-CKPT_PERSIST_EVERY = "XPU_TIMER_CKPT_PERSIST_EVERY"   # docs/recovery.md
-CKPT_DIR = "XPU_TIMER_CKPT_DIR"
+CKPT_PERSIST_EVERY = "XPU_TIMER_CKPT_PERSIST_EVERY"   # docs/recovery.md; --ckpt-dir is CKPT_PERSIST_DIR

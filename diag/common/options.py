@@ -402,7 +402,7 @@ CKPT_PERSIST_EVERY = Option(
     dest="ckpt_persist_every", help="the agent writes the newest in-memory snapshot to --ckpt-dir "
     "every N steps (100) or every D (30s, 10m)")
 CKPT_DIR = Option(
-    "--ckpt-dir", envnames.CKPT_DIR, None, nonempty("/mnt/shared/ckpt"), metavar="DIR",
+    "--ckpt-dir", envnames.CKPT_PERSIST_DIR, None, nonempty("/mnt/shared/ckpt"), metavar="DIR",
     help="where snapshots are persisted (shared by all nodes for a node loss; default: "
     "<timeline-path>/<job-id>/ckpt)")
 
