@@ -1,4 +1,5 @@
-// Shared state of core.cc (hot path) and drainer.cc (background thread).
+// Shared state of the core's files: core.cc (slots, start, stop), op_queue.cc
+// and capture.cc (hot path), op_table.cc, and drainer.cc (background thread).
 #pragma once
 
 #include <pthread.h>
@@ -116,6 +117,27 @@ bool stream_maybe_destroyed(const void* stream, uint64_t since, uint64_t now);
 extern std::atomic<int> g_fencing;          // 1 while the drainer may record a fence
 
 Core& core();
+extern Core g_core;
+
+struct Tls {
+  Slot* slot;
+  bool no_slot;  // every slot is taken: this thread only counts drops
+};
+// initial-exec: plain %fs-relative access, no __tls_get_addr (which may malloc).
+extern __thread Tls tl __attribute__((tls_model("initial-exec")));
+Slot* claim_slot();  // slow path, once per thread (core.cc)
+
+inline Slot* my_slot() {
+  Slot* s = tl.slot;
+  return s ? s : claim_slot();
+}
+
+inline bool maybe_capturing(const Core& c) {
+  return c.cfg.capture_check_always || g_captures.load(std::memory_order_acquire) > 0;
+}
+
+inline bool active() { return g_core.state.load(std::memory_order_acquire) == kStateOn; }
+
 const char* op_name(xt_op op);
 uint8_t op_kind(xt_op op);
 
