@@ -69,6 +69,10 @@ class HangEvent:
         self.expected = expected          # ranks whose agents were asked for stacks
         self.killed = False
         self.stacks_said = False          # the STACKS line was printed
+        self.declared_unix: float = doc.get("declared_unix", 0.0)
+        self.last_words_expected: set[int] = set()   # node ranks asked to persist (PersistLastWords)
+        self.last_words: dict[int, pb.LastWordsDone] = {}
+        self.last_words_said = False
         self._doc = doc
         self._dumps: dict[int, list[str]] = {}
         self._complete: set[int] = set()
@@ -92,6 +96,28 @@ class HangEvent:
         with self._lock:
             quiet = now - self._last_upload >= DUMP_QUIET_S
             return all(r in self._complete or (quiet and r in self._dumps) for r in self.expected)
+
+    def add_last_words(self, done: pb.LastWordsDone) -> None:
+        with self._lock:
+            self.last_words[done.node_rank] = done
+
+    def last_words_in(self) -> bool:
+        """Every agent asked to persist has answered (done, failed or nothing to do)."""
+        with self._lock:
+            return self.last_words_expected <= set(self.last_words)
+
+    def last_words_line(self) -> str:
+        """One line once the last words are in (or their deadline passed)."""
+        with self._lock:
+            got = dict(self.last_words)
+            missing = sorted(self.last_words_expected - set(got))
+        steps = sorted({d.step for d in got.values() if d.ok and d.step >= 0})
+        parts = [f"{len([d for d in got.values() if d.ok and d.step >= 0])} node(s) on disk at step "
+                 f"{', '.join(map(str, steps))}" if steps else "no node held a snapshot"]
+        parts += [f"node {n}: {d.message}" for n, d in sorted(got.items()) if not d.ok]
+        if missing:
+            parts.append(f"no answer from node(s) {fold(missing)}")
+        return f"LAST WORDS: event {self.event_id}: " + "; ".join(parts)
 
     def stacks_line(self) -> str:
         """One line for the log once the stacks are in (or the dump deadline
@@ -187,6 +213,17 @@ class EventStore:
         if len(dump.content) > self._config.max_dump_bytes:
             raise UploadError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                               f"dump of {len(dump.content)} bytes exceeds --max-dump-size ({self._config.max_dump_bytes})")
+
+    def accept_last_words(self, done: pb.LastWordsDone) -> None:
+        """Record one agent's answer to PersistLastWords; NOT_FOUND for an event
+        this collector did not issue, INVALID_ARGUMENT for another job's."""
+        event = self._events.get(done.event_id)
+        if event is None:
+            raise UploadError(grpc.StatusCode.NOT_FOUND, f"event id {done.event_id[:64]!r} was not issued by this collector")
+        if done.job_id and done.job_id not in (self._config.job_id, self._config.safe_job_id):
+            raise UploadError(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"job id {done.job_id[:64]!r} is not this collector's job {self._config.job_id!r}")
+        event.add_last_words(done)
 
     def events(self) -> list[HangEvent]:
         with self._lock:

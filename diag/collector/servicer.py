@@ -146,6 +146,14 @@ class CollectorServicer(pb_grpc.CollectorServicer):
             context.abort(grpc.StatusCode.INTERNAL, f"collector cannot write the dump: {exc.strerror}")
         return pb.Ack(ok=True, message=name)
 
+    def ReportLastWords(self, request, context):
+        """An agent's answer to PersistLastWords (--hang-action kill/recover waits for them)."""
+        try:
+            self._events.accept_last_words(request)
+        except UploadError as exc:
+            context.abort(exc.code, exc.message)
+        return pb.Ack(ok=True)
+
     def UploadTimeline(self, request, context):
         if self._timelines is None:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no timelines")

@@ -8,20 +8,25 @@ the clock as arguments so tests can drive it directly.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
 
+from diag import faultlist
 from diag.collector import idle, rules, verdict
 from diag.collector.api import Findings
 from diag.collector.config import Config
-from diag.collector.events import EventStore, HangEvent
+from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
 from diag.collector.servicer import SessionRegistry
 from diag.collector.slowness import SlowWatch
 from diag.collector.state import JobState, Snapshot
+from diag.common import dumpnames
+from diag.common.ranks import fold
 from diag.pb import collector_pb2 as pb
 
 log = logging.getLogger("diag.collector")
+KILLING = ("kill", "recover")   # the --hang-action values that end the workers
 
 
 class Watchdog:
@@ -98,7 +103,10 @@ class Watchdog:
             self._no_throw(event.flush, "writing hang.json", now)
             if not event.stacks_said:
                 self._no_throw(self._maybe_say_stacks, "saying the stacks are in", event, now)
-            if self._config.hang_action == "kill" and not event.killed:
+        for event in self.declared[-MAX_EVENTS_KEPT:]:   # HANG events only: a SLOW one kills nothing
+            if event.last_words_expected and not event.last_words_said:
+                self._no_throw(self._maybe_say_last_words, "saying the last words are in", event, now)
+            if self._config.hang_action in KILLING and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
 
     def _log_stats(self, snap: Snapshot, now: float) -> None:
@@ -137,6 +145,12 @@ class Watchdog:
         # Ask for stacks first: the stalled state is what we want on record,
         # and hang.json of a 16k-rank job takes a few hundred ms to write.
         sent = self._registry.broadcast(pb.Command(dump_stacks=pb.DumpStacks(event_id=event_id)))
+        # Last words in parallel with the stacks (the agents persist on a
+        # thread of their own): the kill waits for both, so the restart is
+        # not delayed by their sum. Every HANG, whatever the action: under
+        # "report" the user kills the job by hand, and the store dies with it.
+        event.last_words_expected = set(self._registry.node_ranks())
+        self._registry.broadcast(pb.Command(persist_last_words=pb.PersistLastWords(event_id=event_id)))
         if self.timelines is not None:   # the agents answer it on a thread of its own
             self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
         self._say(doc["verdict"])
@@ -149,16 +163,56 @@ class Watchdog:
             event.stacks_said = True
             self._say(event.stacks_line())
 
+    def _maybe_say_last_words(self, event: HangEvent, now: float) -> None:
+        if event.last_words_in() or now - event.declared >= self._config.last_words_timeout_s:
+            event.last_words_said = True
+            self._say(event.last_words_line())
+
     def _maybe_kill(self, event: HangEvent, now: float) -> None:
-        timed_out = now - event.declared >= self._config.dump_timeout_s
-        if not (timed_out or event.dumps_in(now)):
+        """Kill once the stacks AND the last words are in, each bounded by its deadline."""
+        age = now - event.declared
+        stacks = event.dumps_in(now) or age >= self._config.dump_timeout_s
+        words = event.last_words_in() or age >= self._config.last_words_timeout_s
+        if not (stacks and words):
             return
         event.killed = True
-        reason = f"hang {event.event_id}: --hang-action kill"
-        sent = self._registry.broadcast(pb.Command(kill_workers=pb.KillWorkers(reason=reason)))
-        log.warning("event %s: %s; sent KillWorkers to %d agent(s)%s", event.event_id,
-                    "dump deadline passed" if timed_out and not event.dumps_in(now) else "stacks are in",
-                    sent, "" if sent else " (none connected)")
+        action = self._config.hang_action
+        kill = pb.KillWorkers(reason=f"hang {event.event_id}: --hang-action {action}")
+        if action == "recover":
+            nodes = self._registry.node_ranks()
+            kill.recover, kill.declared_unix, kill.nodes = True, event.declared_unix, len(nodes)
+            kill.leave_out_nodes.extend(blamed_nodes(event.path, self._state.snapshot(now), nodes))
+        sent = self._registry.broadcast(pb.Command(kill_workers=kill))
+        waited = [what for what, done in (("stacks", event.dumps_in(now)), ("last words", event.last_words_in()))
+                  if not done]
+        log.warning("event %s: %s; sent KillWorkers to %d agent(s)%s%s", event.event_id,
+                    f"deadline passed without all {' and '.join(waited)}" if waited else "stacks and last words are in",
+                    sent, "" if sent else " (none connected)",
+                    f"; node(s) {fold(list(kill.leave_out_nodes))} blamed on hardware are left out"
+                    if kill.leave_out_nodes else "")
 
     def _say(self, line: str) -> None:
         print(line, file=self._out or sys.stderr, flush=True)
+
+
+def blamed_nodes(event_path: str, snap: Snapshot, connected: list[int]) -> list[int]:
+    """Connected nodes that a fault list next to hang.json (``faults.json``,
+    the fault-list format of diag/faultlist.py) names: the hang is blamed on
+    their hardware, so --hang-action recover leaves them out of the restart.
+    Matched by node rank, else hostname. No file, or an unreadable one: none."""
+    path = os.path.join(event_path, dumpnames.FAULTS_JSON)
+    if not os.path.exists(path):
+        return []
+    try:
+        faults = faultlist.load(path)
+    except faultlist.FaultListError as exc:
+        log.warning("not leaving any node out: %s", exc)
+        return []
+    out = []
+    for node in connected:
+        agent = snap.agents.get(node)
+        hostname = agent.hostname if agent is not None else ""
+        if any(e.node_rank == node or (hostname and hostname in (e.hostname, e.node))
+               for e in faults.entries):
+            out.append(node)
+    return sorted(out)

@@ -14,6 +14,7 @@ HANG_JSON = "hang.json"
 SLOW_JSON = "slow.json"           # a SLOW event with stacks: its document instead of hang.json
 TIMELINE_JSON = "timeline.json"   # the event's trace (docs/timeline.md), not stacks
 SUMMARY_TXT = "summary.txt"       # stack-viewer's own output, written next to the dumps
+FAULTS_JSON = "faults.json"       # nodes a hang blames on hardware (diag/faultlist.py format); recover leaves them out
 
 # tag -> extension, per dumper
 PYSPY, GDB, EU_STACK, ERROR = "py", "gdb", "eu-stack", "error"

@@ -245,7 +245,8 @@ def test_watchdog_tick_declares_once_writes_hang_json_and_queues_dump_request(tm
     assert doc["dumps"] == {} and doc["dumps_missing"] == [0, 1, 2, 3]
     row2 = doc["ranks"][2]
     assert (row2["rank"], row2["op"], row2["last_started_seq"], row2["pid"]) == (2, None, 40, 1002)
-    assert [c.dump_stacks.event_id for c in session.commands] == ["20261118T110640Z"]
+    assert [c.WhichOneof("command") for c in session.commands] == ["dump_stacks", "persist_last_words"]
+    assert [c.dump_stacks.event_id for c in session.commands][:1] == ["20261118T110640Z"]
 
 
 def test_watchdog_survives_a_failing_tick(tmp_path, caplog):

@@ -135,13 +135,15 @@ def test_kill_action_sends_kill_workers_once_the_dumps_are_in(start_collector, a
     event_id = agent.next_command("dump_stacks").dump_stacks.event_id
     for rank in range(4):
         agent.upload(dump(event_id, rank))
+    agent.stub.ReportLastWords(pb.LastWordsDone(job_id="job1", event_id=event_id, node_rank=0, ok=True, step=-1),
+                               metadata=agent.metadata, timeout=10)   # the kill waits for them too (test_last_words.py)
     kill = agent.next_command("kill_workers")
     stop.set()
     assert event_id in kill.kill_workers.reason
 
 
 def test_kill_action_kills_after_the_dump_deadline_without_dumps(start_collector, agents):
-    _, address = start_collector(hang_action="kill", dump_timeout_s=1.0)
+    _, address = start_collector(hang_action="kill", dump_timeout_s=1.0, last_words_timeout_s=1.0)
     agent = agents(address)
     stop = agent.report_every(0.2, stalled)
     event_id = agent.next_command("dump_stacks").dump_stacks.event_id

@@ -87,4 +87,6 @@ def test_watchdog_declares_an_idle_stall_with_stacks_and_a_distinct_reason(tmp_p
     assert (doc["reason"], doc["timeout_s"], doc["idle_ranks"], doc["hung_ranks"], doc["culprits"]) == (
         "idle", IDLE, [0, 1, 2, 3], [], [])
     assert [row["last_op"] for row in doc["ranks"]] == ["all_reduce", "all_reduce", "load_batch", "all_reduce"]
-    assert [c.dump_stacks.event_id for c in session.commands] == ["20261118T110640Z"]
+    assert [c.dump_stacks.event_id for c in session.commands if c.HasField("dump_stacks")] == ["20261118T110640Z"]
+    assert [c.persist_last_words.event_id for c in session.commands if c.HasField("persist_last_words")] == [
+        "20261118T110640Z"]   # last words on every HANG (docs/recovery.md)

@@ -1,0 +1,117 @@
+"""Last words and --hang-action recover over real gRPC on loopback (issue 19):
+every HANG asks every agent to persist its newest snapshot, and a kill waits
+for their answers (bounded), so no worker dies before its state is on disk."""
+
+import json
+import time
+
+import grpc
+import pytest
+
+from diag.pb import collector_pb2 as pb
+from tests.collector.test_collector_service import agents, dump, healthy, stalled  # noqa: F401  (agents: fixture)
+
+WAIT = 30.0
+
+
+def answer(agent, event_id, *, node=0, ok=True, step=36, message=""):
+    return agent.stub.ReportLastWords(pb.LastWordsDone(job_id="job1", event_id=event_id, node_rank=node, ok=ok,
+                                                       step=step, message=message, hostname="n0"),
+                                      metadata=agent.metadata, timeout=10)
+
+
+def upload_all(agent, event_id):
+    for rank in range(4):
+        agent.upload(dump(event_id, rank))
+
+
+def test_every_hang_asks_for_last_words_even_when_it_only_reports(start_collector, agents, capsys):
+    server, address = start_collector()        # --hang-action report
+    agent = agents(address)
+    stop = agent.report_every(0.2, stalled)
+    words = agent.next_command("persist_last_words").persist_last_words
+    stop.set()
+    event_id = server.watchdog.declared[0].event_id
+    assert words.event_id == event_id
+    answer(agent, event_id, step=36)
+    deadline = time.monotonic() + WAIT
+    while "LAST WORDS" not in capsys.readouterr().err and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.watchdog.declared[0].last_words_said
+    assert server.watchdog.declared[0].last_words_line() == f"LAST WORDS: event {event_id}: 1 node(s) on disk at step 36"
+
+
+def test_kill_waits_for_the_last_words_after_the_stacks_are_in(start_collector, agents):
+    server, address = start_collector(hang_action="kill", dump_timeout_s=120.0, last_words_timeout_s=120.0)
+    agent = agents(address)
+    stop = agent.report_every(0.2, stalled)
+    event_id = agent.next_command("dump_stacks").dump_stacks.event_id
+    upload_all(agent, event_id)
+    time.sleep(4.0)     # the stacks are in (DUMP_QUIET_S is 3 s): still no kill without the last words
+    assert not server.watchdog.declared[0].killed
+    answer(agent, event_id)
+    kill = agent.next_command("kill_workers", timeout=WAIT).kill_workers
+    stop.set()
+    assert kill.reason == f"hang {event_id}: --hang-action kill" and not kill.recover
+
+
+def test_kill_goes_ahead_at_the_last_words_deadline(start_collector, agents):
+    _, address = start_collector(hang_action="kill", dump_timeout_s=120.0, last_words_timeout_s=1.0)
+    agent = agents(address)
+    stop = agent.report_every(0.2, stalled)
+    event_id = agent.next_command("dump_stacks").dump_stacks.event_id
+    upload_all(agent, event_id)
+    kill = agent.next_command("kill_workers", timeout=WAIT)     # no answer ever came
+    stop.set()
+    assert event_id in kill.kill_workers.reason
+
+
+def test_recover_kill_carries_the_hang_time_the_nodes_and_the_node_blamed_on_hardware(start_collector, agents):
+    server, address = start_collector(hang_action="recover", dump_timeout_s=120.0)
+    node0, node1 = agents(address), agents(address)
+    stop0 = node0.report_every(0.2, stalled)
+    stop1 = node1.report_every(0.2, lambda: pb.NodeReport(job_id="job1", node_rank=1, hostname="gpu-7",
+                                                             agent_pid=4242, report_seq=1))
+    event_id = node0.next_command("dump_stacks").dump_stacks.event_id
+    event = server.watchdog.declared[0]
+    assert event.last_words_expected == {0, 1}
+    # The hardware verdict names node 1 in a fault list next to hang.json (by hostname).
+    with open(f"{event.path}/faults.json", "w") as f:
+        json.dump({"version": 1, "tool": "test", "created_unix": time.time(),
+                   "faulty": [{"node": "gpu-7", "reason": "XID 79 on its GPU", "hostname": "gpu-7"}]}, f)
+    upload_all(node0, event_id)
+    answer(node0, event_id, node=0)
+    answer(node1, event_id, node=1, ok=False, step=-1, message="disk full")
+    kill = node1.next_command("kill_workers", timeout=WAIT).kill_workers
+    stop0.set()
+    stop1.set()
+    assert kill.recover and kill.nodes == 2 and list(kill.leave_out_nodes) == [1]
+    assert kill.declared_unix == pytest.approx(json.load(open(f"{event.path}/hang.json"))["declared_unix"], abs=1e-3)
+    assert kill.reason == f"hang {event_id}: --hang-action recover"
+    assert event.last_words_line() == (f"LAST WORDS: event {event_id}: 1 node(s) on disk at step 36; "
+                                       f"node 1: disk full")
+
+
+def test_a_healthy_job_under_recover_is_never_asked_for_last_words(start_collector, agents):
+    server, address = start_collector(hang_action="recover")
+    agent = agents(address)
+    stop = agent.report_every(0.1, healthy)
+    time.sleep(3.0)     # three hang timeouts
+    stop.set()
+    assert server.watchdog.declared == []
+    assert agent.commands.empty()
+
+
+def test_last_words_for_an_unknown_event_or_job_are_refused(start_collector, agents):
+    _, address = start_collector()
+    agent = agents(address)
+    with pytest.raises(grpc.RpcError) as err:
+        answer(agent, "../../etc")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    stop = agent.report_every(0.2, stalled)
+    event_id = agent.next_command("persist_last_words").persist_last_words.event_id
+    stop.set()
+    with pytest.raises(grpc.RpcError) as err:
+        agent.stub.ReportLastWords(pb.LastWordsDone(job_id="other", event_id=event_id),
+                                   metadata=agent.metadata, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
