@@ -17,6 +17,7 @@ import time
 from diag.agent import dumps, procs
 from diag.agent.config import AgentConfig
 from diag.agent.connection import Connection
+from diag.agent.lastwords import Recovery
 from diag.agent.sampler import Sampler
 from diag.agent.state import NodeState
 from diag.pb import collector_pb2 as pb
@@ -43,12 +44,14 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self.connection = Connection(config, self) if config.collector else None
         self.dumped_events: list[tuple[str, int]] = []   # a repeated request is ignored
+        self.recovery = Recovery(self, config)   # persist, last words, restart timing (docs/recovery.md)
 
     # -- lifecycle --------------------------------------------------------
     def start(self) -> None:
         self.sample_once()   # so the first report already lists the ranks
         self._start_metrics()
-        loops = [("sampler", self._sample_loop), ("commands", self._command_loop)]
+        loops = [("sampler", self._sample_loop), ("commands", self._command_loop),
+                 ("persist", self.recovery.run)]
         if self.connection is not None:
             loops.append(("connection", self.connection.run))
         for name, target in loops:
@@ -148,6 +151,9 @@ class Agent:
         DumpStacks never kills a worker before its stacks were taken. A
         timeline request runs on a thread of its own: it must not wait for
         the stack dumps of the same HANG (seconds), and it takes no ptrace."""
+        if command.WhichOneof("command") == "persist_last_words":   # not behind the dumps
+            self.recovery.request_last_words(command.persist_last_words.event_id)
+            return
         if command.WhichOneof("command") == "collect_timeline":
             threading.Thread(target=self._no_throw_timeline, args=(command.collect_timeline,),
                              name="xpu-diag-agent-timeline", daemon=True).start()
@@ -190,6 +196,7 @@ class Agent:
         if which == "dump_stacks":
             self.dump_stacks(command.dump_stacks)
         elif which == "kill_workers":
+            self.recovery.on_kill(command.kill_workers)
             self.kill_workers(command.kill_workers.reason)
 
     def worker_pids(self, ranks=()) -> dict[int, int]:

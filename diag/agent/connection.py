@@ -119,6 +119,19 @@ class Connection:
             self.agent.log(f"uploading the timeline failed: {exc.code().name} {detail}", every=0)
             return False
 
+    def report_last_words(self, done) -> bool:
+        """ReportLastWords with a timeout and one retry; never raises (the
+        collector kills at its deadline without it)."""
+        for attempt in range(2):
+            try:
+                return self._stub.ReportLastWords(done, metadata=self._metadata, timeout=10).ok
+            except grpc.RpcError as exc:
+                if attempt == 1 or self.agent.stopping.is_set():
+                    self.agent.log(f"answering last words of {done.event_id} failed: {exc.code().name}", every=0)
+                    return False
+                time.sleep(0.5)
+        return False
+
     def close(self) -> None:
         with self._call_lock:
             if self._call is not None:

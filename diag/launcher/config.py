@@ -33,6 +33,7 @@ class Config:
     nnodes_max: int
     rdzv_host: str                    # where node 0's collector listens when nnodes > 1
     rdzv_port: int
+    nnodes_min: int = 1               # --nnodes MIN:MAX's MIN (recover leaves a node out only above it)
     unbuffered: bool = False          # `python -u train.py`
     script: str = ""                  # the training script, module (-m) or command (--no-python)
     script_kind: str = "file"         # "file", "module" or "command"
@@ -167,6 +168,7 @@ def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Conf
     the runner (it reads files), before anything starts."""
     _check_nproc(ns.nproc_per_node)
     nnodes_max = _nnodes_max(ns.nnodes)
+    _check_recover(own, ns)
     rdzv_host, rdzv_port = _rendezvous(ns)
     if nnodes_max > 1 and own.get("collector") is None:
         _check_collector_listen(rdzv_host, rdzv_port)
@@ -177,6 +179,7 @@ def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Conf
     return Config(
         torchrun_argv=torchrun_argv, job_id=_job_id(ns, env, rdzv_host, rdzv_port, nnodes_max),
         node_rank=node_rank, rank_order_note=note, nnodes_max=nnodes_max, rdzv_host=rdzv_host,
+        nnodes_min=_nnodes_min(ns.nnodes, nnodes_max),
         rdzv_port=rdzv_port, unbuffered=unbuffered, script=script, script_kind=script_kind, **own)
 
 
@@ -215,6 +218,25 @@ def _nnodes_max(nnodes: str) -> int:
         return int(str(nnodes).split(":")[-1])
     except ValueError:
         raise ConfigError(f"--nnodes: {nnodes!r} is not N or MIN:MAX") from None
+
+
+def _nnodes_min(nnodes: str, nnodes_max: int) -> int:
+    low = str(nnodes).split(":")[0]
+    return int(low) if ":" in str(nnodes) and low.strip().isdigit() else nnodes_max
+
+
+def _check_recover(own: dict, ns) -> None:
+    """--hang-action recover restarts through torchrun's --max-restarts: with
+    none, the job would only end after its last words."""
+    if own.get("hang_action") != "recover":
+        return
+    try:
+        restarts = int(ns.max_restarts)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--max-restarts: {ns.max_restarts!r} is not a whole number; use e.g. 1") from None
+    if restarts < 1:
+        raise ConfigError("--hang-action recover: torchrun's --max-restarts is 0, so nothing would restart "
+                          "after the kill; add --max-restarts 1 (or more)")
 
 
 def _rendezvous(ns) -> tuple[str, int]:

@@ -24,6 +24,7 @@ from diag.common import envnames, options
 from diag.common.atomic import probe_writable_dir
 from diag.launcher import collector_proc, torchrun
 from diag.launcher.config import Config
+from diag.launcher.recovery import NodeRecovery
 
 EXIT_USAGE = 2  # as for a bad option (main.py)
 ENV_TOKEN = envnames.JOB_TOKEN
@@ -86,6 +87,7 @@ def _run(config: Config) -> int:
     tool_env = dict(os.environ)
     token = config.job_token or secrets.token_urlsafe(32)
     shm_dir = make_shm_dir(config)
+    recovery = NodeRecovery(config, say)   # the snapshot store, outliving every restart
     proc = None
     try:
         address = config.collector
@@ -100,14 +102,20 @@ def _run(config: Config) -> int:
         elif address is None:
             address = config.collector_listen()
         os.environ.update(worker_env(config, token, shm_dir))
+        os.environ.update(recovery.worker_env())
         # Inherited from a traced process (a launch from inside a worker, an
         # exported shell): it would tell every worker's tracer that the region
         # is some other process's, and the job would run untraced, in silence.
         os.environ.pop(envnames.TRACER_PID, None)
-        agent = Agent(agent_config(config, address, token, shm_dir, tool_env))
+        agent = Agent(agent_config(config, address, token, shm_dir, tool_env, recovery))
+        agent.recovery.leave = recovery.leave
         agent.start()
         try:
-            return torchrun.run(config.torchrun_argv)
+            return recovery.outcome(torchrun.run(config.torchrun_argv))
+        except Stopped as exc:
+            if recovery.leaving is None:
+                raise
+            return recovery.outcome(128 + exc.signum)
         finally:
             for sig in STOP_SIGNALS:  # torchrun left its handlers installed
                 signal.signal(sig, _raise_stopped)
@@ -116,6 +124,7 @@ def _run(config: Config) -> int:
         if proc is not None:
             collector_proc.stop(proc)
         shutil.rmtree(shm_dir, ignore_errors=True)
+        recovery.close()
 
 
 def script_problem(config: Config, cwd: str | None = None) -> str | None:
@@ -190,9 +199,12 @@ def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict
     return out
 
 
-def agent_config(config: Config, address, token, shm_dir, tool_env) -> AgentConfig:
+def agent_config(config: Config, address, token, shm_dir, tool_env, recovery=None) -> AgentConfig:
     own = {opt.dest: getattr(config, opt.dest) for opt in options.AGENT}
+    own["ckpt_dir"] = recovery.persist_dir if recovery is not None else own["ckpt_dir"]
     return AgentConfig(shm_dir=shm_dir, collector=address, token=token, job_id=config.job_id,
+                       store_dir=recovery.store_dir if recovery is not None else None,
+                       nnodes_min=config.nnodes_min,
                        node_rank=config.node_rank, root_pid=os.getpid(), tool_env=tool_env,
                        dump_tools=config.dump_tools or dumps.default_tools(), **own)
 
