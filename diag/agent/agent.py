@@ -18,6 +18,7 @@ from diag.agent import dumps, procs
 from diag.agent.config import AgentConfig
 from diag.agent.connection import Connection
 from diag.agent.lastwords import Recovery
+from diag.agent.gpu_health import GpuMonitor
 from diag.agent.sampler import Sampler
 from diag.agent.state import NodeState
 from diag.pb import collector_pb2 as pb
@@ -38,6 +39,7 @@ class Agent:
         self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log,
                                timeline=self.timeline)
         self._stop = threading.Event()
+        self.gpus = GpuMonitor(config, self.log, self._stop, self.device_claims)   # docs/gpu.md
         self._commands: queue.Queue = queue.Queue()
         self._report_seq = 0
         self._said: dict[str, float] = {}
@@ -49,6 +51,7 @@ class Agent:
     # -- lifecycle --------------------------------------------------------
     def start(self) -> None:
         self.sample_once()   # so the first report already lists the ranks
+        self.gpus.start()
         self._start_metrics()
         loops = [("sampler", self._sample_loop), ("commands", self._command_loop),
                  ("persist", self.recovery.run)]
@@ -72,6 +75,7 @@ class Agent:
             self.connection.close()
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        self.gpus.join(max(0.0, deadline - time.monotonic()))
         self.sampler.close()
         if self.exporter is not None:
             self.exporter.stop()
@@ -135,14 +139,37 @@ class Agent:
                     self.log(f"publishing metrics failed: {exc!r}")
             wait = min(0.005, self.config.sample_interval) if busy else self.config.sample_interval
 
+    def device_claims(self) -> dict:
+        """rank -> the first DEVICE record its tracer wrote (docs/gpu.md)."""
+        with self.lock:
+            return {r: next(iter(s.devices.values())) for r, s in self.state.ranks.items() if s.devices}
+
+    def gpu_health(self, rank: int):
+        """The rank's diag.gpu.api.GpuHealth, or None when it named no GPU."""
+        return self.gpus.health_for(self.device_claims().get(rank))
+
     def build_report(self) -> pb.NodeReport:
         with self.lock:
             ranks = self.state.report()
+        self._add_gpus(ranks)
         self._report_seq += 1
         cfg = self.config
         return pb.NodeReport(job_id=cfg.job_id, node_rank=cfg.node_rank, hostname=cfg.hostname,
                              agent_pid=os.getpid(), report_seq=self._report_seq, ranks=ranks,
                              local_world_size=cfg.local_world_size)
+
+    def _add_gpus(self, ranks) -> None:
+        """Each rank's GPU identity and health into its RankProgress / TimelineRank."""
+        from diag.gpu import wire as gpu_wire
+        claims = self.device_claims()
+        for msg in ranks:
+            health = self.gpus.health_for(claims.get(msg.rank))
+            if health is None:
+                continue
+            if isinstance(msg, pb.RankProgress):
+                msg.gpu.CopyFrom(gpu_wire.health_msg(health))
+            else:
+                msg.gpu.CopyFrom(gpu_wire.identity_msg(health.identity))
 
     # -- commands ---------------------------------------------------------
     def submit(self, command: pb.Command) -> None:
@@ -177,6 +204,7 @@ class Agent:
         upload = wire.build_upload(snaps, offset_ns=wire.clock_offset_ns(), job_id=cfg.job_id,
                                    request_id=request.request_id, node_rank=cfg.node_rank,
                                    hostname=cfg.hostname, window_ns=self.timeline.window_ns)
+        self._add_gpus(upload.ranks)
         if self.connection is not None:
             self.connection.upload_timeline(upload)
         return upload

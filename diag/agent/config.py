@@ -37,6 +37,8 @@ class AgentConfig:
     perf_step: str = "optimizer.step"
     metrics_port: int | None = None
     metrics_addr: str = "0.0.0.0"
+    gpu_sample_interval_s: float = 5.0   # docs/gpu.md; 0: no NVML sampling
+    nvml_replay: str | None = None       # NVML answers from a recording (diag.gpu.nvml.ReplayNvml)
     # Recovery (docs/recovery.md): the node's snapshot store, where it is persisted, how often.
     store_dir: str | None = None
     ckpt_dir: str | None = None

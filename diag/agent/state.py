@@ -49,6 +49,7 @@ class RankState:
     stats: dict = dataclasses.field(default_factory=dict)       # (name, kind) -> [n, total, max, bytes, flops]
     comms: CommTable = dataclasses.field(default_factory=CommTable)
     dropped: dict = dataclasses.field(default_factory=dict)     # region -> cumulative drops
+    devices: dict = dataclasses.field(default_factory=dict)     # CUDA ordinal -> its DEVICE record (docs/gpu.md)
     alive: bool = True
 
 
@@ -141,6 +142,8 @@ class NodeState:
                 self._stat(state, rec.name, rec.kind, rec.count, 0, 0, 0)
             elif rec.event == fmt.EVENT_GROUP:
                 state.comms.group(rec)
+            elif rec.event == fmt.EVENT_DEVICE:
+                state.devices.setdefault(rec.comm_rank, rec)
         if self.perf is not None and records:
             self.perf.observe(state.rank, producer, records)
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 
+from diag.collector import gpus
 from diag.collector.config import Config
 from diag.collector.events import EventStore
 from diag.collector.servicer import SessionRegistry
@@ -61,7 +62,7 @@ class SlowWatch:
 
     def _declare(self, event: SlowEvent, snap: Snapshot, now_unix: float) -> None:
         event_id, path = self._events.reserve_dir(now_unix)
-        doc = slow_document(event, self._config, event_id, path, now_unix, snap.world_size)
+        doc = slow_document(event, self._config, event_id, path, now_unix, snap.world_size, snap)
         if self._timelines is not None:   # the window the verdict was judged on, as far as the rings hold it
             self._timelines.request(event_id, snap.now, int(self._config.perf_window_s * 1e9), event_path=path)
         if self._config.slow_action == "dump":
@@ -98,31 +99,53 @@ def _one_healthy(event: SlowEvent, snap: Snapshot) -> list[int]:
     return healthy[:1]
 
 
-def verdict_line(event: SlowEvent, windows: dict[int, RankWindow], window_s: float, path: str) -> str:
+def verdict_line(event: SlowEvent, windows: dict[int, RankWindow], window_s: float, path: str,
+                 snap: Snapshot | None = None) -> str:
+    """The SLOW line; with ``snap``, the rank's physical GPU and, for a rank
+    named slow, the NVML cause (or "no throttle reported"), docs/gpu.md."""
     f = event.finding
+    cause = ""
     if f.rule == RULE_SLOW_LINK:
         who = f"ranks {fold(f.ranks)} (a slow link)"
     else:
         w = windows.get(f.ranks[0])
-        where = f" (node {w.node_rank}, gpu {w.local_rank})" if w is not None else ""
+        where = ""
+        if w is not None:
+            where = (f" ({gpus.where(snap, w.rank, w.node_rank, w.local_rank)})" if snap is not None
+                     else f" (node {w.node_rank}, local rank {w.local_rank})")
         who = f"rank {f.ranks[0]}{where}" + (" is the straggler:" if f.rule == RULE_STRAGGLER else "")
-    return f"SLOW: {who} {f.detail} over {window_s:g} s; details in {path}/"
+        cause = gpus.slow_cause(snap, f.ranks[0]) if snap is not None else ""
+    return f"SLOW: {who} {f.detail} over {window_s:g} s{'; ' + cause if cause else ''}; details in {path}/"
 
 
 def slow_document(event: SlowEvent, config: Config, event_id: str, path: str, now_unix: float,
-                  world_size: int) -> dict:
+                  world_size: int, snap: Snapshot | None = None) -> dict:
     f = event.finding
     windows = event.windows[0] if event.windows else {}
     th = config.perf_window_s
     return {
         "version": 1, "kind": "slow", "job_id": config.job_id, "event_id": event_id, "world_size": world_size,
-        "declared_unix": now_unix, "verdict": verdict_line(event, windows, th, path),
+        "declared_unix": now_unix, "verdict": verdict_line(event, windows, th, path, snap),
         "rule": f.rule, "ranks": list(f.ranks), "comm_id": f.comm_id, "figure": f.figure,
         "reference": f.reference, "unit": f.unit, "deviation": round(f.deviation, 4), "detail": f.detail,
         "held_s": round(event.declared - event.since, 3), "window_s": config.perf_window_s,
         "thresholds": {"slow": config.slow_threshold, "action": config.slow_action},
-        "per_rank": [_rank_doc(w) for _, w in sorted(windows.items())],
+        "per_rank": [dict(_rank_doc(w), gpu=_gpu_doc(snap, w.rank)) for _, w in sorted(windows.items())],
     }
+
+
+def _gpu_doc(snap: Snapshot | None, rank: int) -> dict | None:
+    """slow.json's per-rank ``gpu``: the identity and the NVML sample the cause was read from."""
+    health = gpus.health_of(snap, rank) if snap is not None else None
+    if health is None:
+        return None
+    out = health.identity.to_dict()
+    if health.latest is not None:
+        s = health.latest
+        out.update(throttle_reasons=s.throttle_reasons, sm_clock_mhz=s.sm_clock_mhz,
+                   sm_clock_max_mhz=s.sm_clock_max_mhz, temperature_c=s.temperature_c, power_w=s.power_w,
+                   throttled_since_unix=health.throttled_since_unix_s or None)
+    return out
 
 
 def _rank_doc(w: RankWindow) -> dict:

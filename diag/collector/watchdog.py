@@ -14,7 +14,7 @@ import threading
 import time
 
 from diag import faultlist
-from diag.collector import idle, rules, verdict
+from diag.collector import gpus, idle, rules, verdict
 from diag.collector.api import Findings
 from diag.collector.config import Config
 from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
@@ -49,6 +49,7 @@ class Watchdog:
         self._stats_reports = 0
         self._drops_said = 0  # job-wide dropped-record total at the last DROPPED line
         self.slow = SlowWatch(config, events, registry, self._say, timelines)
+        self.gpus = gpus.GpuWatch(self._say)   # start-up lines on where ranks run (docs/gpu.md)
 
     def start(self) -> None:
         if self._thread is None:
@@ -95,6 +96,7 @@ class Watchdog:
                           time.time() if now_unix is None else now_unix, stall)
         self._no_throw(self.slow.tick, "judging slow ranks", snap, time.time() if now_unix is None else now_unix,
                        findings.is_hang or not self.detector.armed)
+        self._no_throw(self.gpus.tick, "looking at the ranks' GPUs", snap)
         self._log_stats(snap, now)
         self._report_drops(snap)
         if self.timelines is not None:
@@ -138,6 +140,8 @@ class Watchdog:
         if stall is not None:
             doc.update(idle.idle_fields(stall, self._config.idle_timeout_s),
                        verdict=idle.idle_line(stall, self._config.idle_timeout_s, path))
+        # Before open_event: the culprits' GPU faults go into the line and faults.json.
+        self._no_throw(gpus.annotate_hang, "naming the culprits' GPUs", doc, snap, path)
         silent = set(findings.silent_ranks)
         expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
         event = self._events.open_event(event_id, path, doc, expected, snap.now)

@@ -169,6 +169,19 @@ def yes_no(value: str, name: str) -> bool:
     return word in TRUE
 
 
+def duration_within(low: float, high: float, example: str) -> Callable[[str, str], float]:
+    """A duration in [low, high] seconds; "0" or "off" switches the feature off (0.0)."""
+    def parse(value: str, name: str) -> float:
+        if str(value).strip().lower() in ("0", "off"):
+            return 0.0
+        seconds = duration(value, name)
+        if not low <= seconds <= high:
+            raise ConfigError(f"{name}: {value!r} is out of range; use {low:g}s to {high:g}s "
+                              f"(e.g. {example}), or 0 for off")
+        return seconds
+    return parse
+
+
 def fraction(value: str, name: str) -> float:
     """``10%`` or ``0.1``: a share strictly between 0 and 1."""
     raw = str(value).strip()
@@ -388,6 +401,15 @@ METRICS_PORT = Option(
 METRICS_ADDR = Option(
     "--metrics-addr", envnames.METRICS_ADDR, "0.0.0.0", nonempty("0.0.0.0 or 127.0.0.1"),
     metavar="HOST", help="the address the metrics port binds")
+# NVML health of the ranks' GPUs (docs/gpu.md); the agent's. A sample is a
+# few dozen NVML calls a GPU: seconds apart, never faster than twice a second.
+GPU_SAMPLE_INTERVAL = Option(
+    "--gpu-sample-interval", envnames.GPU_SAMPLE_INTERVAL, "5s", duration_within(0.5, 600.0, "5s"),
+    metavar="D", dest="gpu_sample_interval_s", format=lambda v: seconds_text(v) if v else "0",
+    help="how often the agent reads NVML for its ranks' GPUs (0: off)")
+NVML_REPLAY = Option(
+    "--nvml-replay", envnames.NVML_REPLAY, None, nonempty("a recording from python -m diag.gpu.record"),
+    metavar="FILE", help="the agent answers NVML queries from this recording (tests, reproducing a report)")
 # The slow-rank verdicts (docs/slow.md); the collector's, over --perf-window.
 SLOW_THRESHOLD = Option(
     "--slow-threshold", envnames.SLOW_THRESHOLD, "10%", fraction, metavar="F",
@@ -471,6 +493,7 @@ LAUNCHER: tuple[Option, ...] = (
     HANG_TIMEOUT, IDLE_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, FAULT_LIST,
     FAULT_LIST_MAX_AGE, RANK_ORDER, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
     PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION,
+    GPU_SAMPLE_INTERVAL, NVML_REPLAY,
     RING_CAPACITY, TRACER_DISABLE, TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,
     HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN, CKPT_PERSIST_EVERY, CKPT_DIR)
 COLLECTOR: tuple[Option, ...] = (

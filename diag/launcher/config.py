@@ -58,6 +58,8 @@ class Config:
     metrics_addr: str = "0.0.0.0"
     slow_threshold: float = 0.10
     slow_action: str = "report"
+    gpu_sample_interval_s: float = 5.0  # the agent's NVML sampling (docs/gpu.md); 0: off
+    nvml_replay: str | None = None      # the agent's NVML answers from a recording
     # Read in the workers (env only; None: unset, the reader's default). The
     # launcher exports them in the one spelling each reader takes.
     ring_capacity: int | None = None

@@ -119,7 +119,7 @@ class CommProgress(_message.Message):
     def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ...) -> None: ...
 
 class RankProgress(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class RankProgress(_message.Message):
     IDLE_NS_FIELD_NUMBER: _ClassVar[int]
     LAST_OP_FIELD_NUMBER: _ClassVar[int]
     PERF_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     world_size: int
@@ -144,7 +145,84 @@ class RankProgress(_message.Message):
     idle_ns: int
     last_op: str
     perf: PerfRank
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
+    gpu: GpuHealth
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ...) -> None: ...
+
+class GpuIdentity(_message.Message):
+    __slots__ = ("pci_bus_id", "uuid", "index", "cuda_device", "name")
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CUDA_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    pci_bus_id: str
+    uuid: str
+    index: int
+    cuda_device: int
+    name: str
+    def __init__(self, pci_bus_id: _Optional[str] = ..., uuid: _Optional[str] = ..., index: _Optional[int] = ..., cuda_device: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GpuSample(_message.Message):
+    __slots__ = ("unix_s", "throttle_reasons", "sm_clock_mhz", "sm_clock_max_mhz", "temperature_c", "power_w", "power_limit_w", "ecc_uncorrected", "remapped_rows_pending", "remapped_rows_failed", "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "nvlink_errors")
+    UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_REASONS_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_MAX_MHZ_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_C_FIELD_NUMBER: _ClassVar[int]
+    POWER_W_FIELD_NUMBER: _ClassVar[int]
+    POWER_LIMIT_W_FIELD_NUMBER: _ClassVar[int]
+    ECC_UNCORRECTED_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    REMAPPED_ROWS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    PCIE_GEN_FIELD_NUMBER: _ClassVar[int]
+    PCIE_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    PCIE_MAX_GEN_FIELD_NUMBER: _ClassVar[int]
+    PCIE_MAX_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    unix_s: float
+    throttle_reasons: int
+    sm_clock_mhz: int
+    sm_clock_max_mhz: int
+    temperature_c: int
+    power_w: float
+    power_limit_w: float
+    ecc_uncorrected: int
+    remapped_rows_pending: bool
+    remapped_rows_failed: bool
+    pcie_gen: int
+    pcie_width: int
+    pcie_max_gen: int
+    pcie_max_width: int
+    nvlink_errors: int
+    def __init__(self, unix_s: _Optional[float] = ..., throttle_reasons: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., sm_clock_max_mhz: _Optional[int] = ..., temperature_c: _Optional[int] = ..., power_w: _Optional[float] = ..., power_limit_w: _Optional[float] = ..., ecc_uncorrected: _Optional[int] = ..., remapped_rows_pending: bool = ..., remapped_rows_failed: bool = ..., pcie_gen: _Optional[int] = ..., pcie_width: _Optional[int] = ..., pcie_max_gen: _Optional[int] = ..., pcie_max_width: _Optional[int] = ..., nvlink_errors: _Optional[int] = ...) -> None: ...
+
+class GpuEvent(_message.Message):
+    __slots__ = ("unix_s", "kind", "code", "text", "fatal")
+    UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FATAL_FIELD_NUMBER: _ClassVar[int]
+    unix_s: float
+    kind: str
+    code: int
+    text: str
+    fatal: bool
+    def __init__(self, unix_s: _Optional[float] = ..., kind: _Optional[str] = ..., code: _Optional[int] = ..., text: _Optional[str] = ..., fatal: bool = ...) -> None: ...
+
+class GpuHealth(_message.Message):
+    __slots__ = ("identity", "latest", "throttled_since_unix_s", "events", "nvml")
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_SINCE_UNIX_S_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NVML_FIELD_NUMBER: _ClassVar[int]
+    identity: GpuIdentity
+    latest: GpuSample
+    throttled_since_unix_s: float
+    events: _containers.RepeatedCompositeFieldContainer[GpuEvent]
+    nvml: str
+    def __init__(self, identity: _Optional[_Union[GpuIdentity, _Mapping]] = ..., latest: _Optional[_Union[GpuSample, _Mapping]] = ..., throttled_since_unix_s: _Optional[float] = ..., events: _Optional[_Iterable[_Union[GpuEvent, _Mapping]]] = ..., nvml: _Optional[str] = ...) -> None: ...
 
 class PerfOp(_message.Message):
     __slots__ = ("name", "kind", "producer", "comm_id", "comm_size", "count", "timed_count", "timed_ns", "bytes", "timed_bytes", "flops", "timed_flops", "p50_ns", "p99_ns", "max_ns")
@@ -243,20 +321,22 @@ class PerfViewRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PerfRankView(_message.Message):
-    __slots__ = ("rank", "local_rank", "node_rank", "hostname", "age_s", "perf")
+    __slots__ = ("rank", "local_rank", "node_rank", "hostname", "age_s", "perf", "gpu")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     AGE_S_FIELD_NUMBER: _ClassVar[int]
     PERF_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     node_rank: int
     hostname: str
     age_s: float
     perf: PerfRank
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., age_s: _Optional[float] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ...) -> None: ...
+    gpu: GpuIdentity
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., age_s: _Optional[float] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ...) -> None: ...
 
 class PerfView(_message.Message):
     __slots__ = ("job_id", "ranks")
@@ -417,7 +497,7 @@ class TimelineSpan(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., producer: _Optional[_Union[Producer, str]] = ..., device_timed: bool = ..., in_flight: bool = ..., failed: bool = ..., start_unix_ns: _Optional[int] = ..., dur_ns: _Optional[int] = ..., comm_id: _Optional[int] = ..., seq: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
 class TimelineRank(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "spans", "dropped_spans", "dropped_records")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "spans", "dropped_spans", "dropped_records", "gpu")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -425,6 +505,7 @@ class TimelineRank(_message.Message):
     SPANS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_SPANS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     world_size: int
@@ -432,7 +513,8 @@ class TimelineRank(_message.Message):
     spans: _containers.RepeatedCompositeFieldContainer[TimelineSpan]
     dropped_spans: int
     dropped_records: int
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., spans: _Optional[_Iterable[_Union[TimelineSpan, _Mapping]]] = ..., dropped_spans: _Optional[int] = ..., dropped_records: _Optional[int] = ...) -> None: ...
+    gpu: GpuIdentity
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., spans: _Optional[_Iterable[_Union[TimelineSpan, _Mapping]]] = ..., dropped_spans: _Optional[int] = ..., dropped_records: _Optional[int] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ...) -> None: ...
 
 class TimelineUpload(_message.Message):
     __slots__ = ("job_id", "request_id", "node_rank", "hostname", "realtime_minus_monotonic_ns", "window_ns", "collected_unix_ns", "ranks")

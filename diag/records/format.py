@@ -22,6 +22,12 @@ EVENT_COUNT = 3
 # Written once per process group by the tracer: comm_id is the group id, name
 # the group's display name, comm_size its size (docs/records.md).
 EVENT_GROUP = 4
+# Written by the tracer once per CUDA device the rank uses (docs/records.md):
+# comm_rank the CUDA ordinal, comm_id/seq the UUID's 16 bytes, bytes the PCI
+# address, name the CUDA_VISIBLE_DEVICES entry of the ordinal.
+EVENT_DEVICE = 5
+DEVICE_HAS_UUID = 1           # flags of a DEVICE record
+DEVICE_HAS_PCI = 2
 
 KIND_KERNEL = 1
 KIND_GEMM = 2
@@ -64,6 +70,36 @@ def pack_coll_args(reduce_op: int = -1, peer: int = -1) -> int:
 def unpack_coll_args(flops: int) -> tuple[int, int]:
     """(reduce_op, peer) from :func:`pack_coll_args`, -1 for none."""
     return (flops & 0xFF) - 1, ((flops >> 32) & 0xFFFFFFFF) - 1
+
+
+def pack_pci(domain: int, bus: int, device: int, function: int = 0) -> int:
+    """The ``bytes`` field of a DEVICE record: domain, bus, device, function."""
+    return ((domain & 0xFFFFFFFF) << 32) | ((bus & 0xFF) << 16) | ((device & 0xFF) << 8) | (function & 0xFF)
+
+
+def pci_text(packed: int) -> str:
+    """``0000:1b:00.0`` (lspci form) from :func:`pack_pci`."""
+    return (f"{packed >> 32:04x}:{(packed >> 16) & 0xFF:02x}:{(packed >> 8) & 0xFF:02x}."
+            f"{packed & 0xFF:x}")
+
+
+def pack_uuid(uuid: str) -> tuple[int, int]:
+    """``GPU-8c1f1234-...`` (or bare hex) -> (comm_id, seq) of a DEVICE record; (0, 0) if unparsable."""
+    hexits = uuid.split("-", 1)[1] if uuid[:4].upper() in ("GPU-", "MIG-") else uuid
+    hexits = hexits.replace("-", "")
+    try:
+        raw = bytes.fromhex(hexits)
+    except ValueError:
+        return 0, 0
+    if len(raw) != 16:
+        return 0, 0
+    return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big")
+
+
+def uuid_text(hi: int, lo: int) -> str:
+    """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` (NVML's form) from :func:`pack_uuid`."""
+    h = (hi.to_bytes(8, "big") + lo.to_bytes(8, "big")).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def dtype_of(flags: int) -> int:

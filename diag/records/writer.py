@@ -75,6 +75,16 @@ class RecordWriter:
             self._put(fmt.EVENT_GROUP, fmt.KIND_COLLECTIVE, 0, comm_rank, 0, comm_id, 0,
                       time.monotonic_ns(), 0, 0, 0, 1, comm_size, name)
 
+    def device(self, ordinal: int, visible: str = "", uuid: str = "", pci: int | None = None) -> None:
+        """Say which CUDA device this rank uses (EVENT_DEVICE, docs/records.md):
+        its ordinal, the CUDA_VISIBLE_DEVICES entry of it, and the UUID / PCI
+        address where the CUDA runtime gave them."""
+        hi, lo = fmt.pack_uuid(uuid) if uuid else (0, 0)
+        flags = (fmt.DEVICE_HAS_UUID if (hi or lo) else 0) | (fmt.DEVICE_HAS_PCI if pci is not None else 0)
+        with self._lock:
+            self._put(fmt.EVENT_DEVICE, 0, flags, ordinal, 0, hi, lo, time.monotonic_ns(), 0,
+                      pci or 0, 0, 1, 0, visible)
+
     def set_disabled(self) -> None:
         """Mark the region as switched off, so the agent can say so."""
         flags = fmt.U32.unpack_from(self._mm, fmt.OFF_FLAGS)[0]

@@ -15,7 +15,7 @@ import inspect
 import weakref
 
 from diag.records import format as fmt
-from diag.tracer import completion
+from diag.tracer import completion, device
 
 # name -> (kind, parameter whose tensor size is recorded as bytes)
 OPS = {
@@ -253,6 +253,8 @@ def _wrap(tracer, groups, original, name, kind, size_param):
                     op = tracer.begin(kind, name, info[0], tensor_bytes(tensor), info[1], info[2], sequenced,
                                       dtype_flags(tensor), fmt.pack_coll_args(reduce_op, peer if
                                                                               isinstance(peer, int) else -1))
+                    if not device.settled:   # the device NCCL runs on (docs/gpu.md)
+                        device.from_tensor(tracer, tensor)
             except Exception as exc:
                 tracer.disable(f"tracing {name} failed: {exc!r}")
             if op is None:

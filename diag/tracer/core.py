@@ -138,8 +138,9 @@ def install_from_env(env=os.environ) -> "Tracer | None":
     _active = tracer
     # A forked child must not write into its parent's region.
     os.register_at_fork(after_in_child=lambda: _forget(tracer))
-    from diag.tracer import collectives, host_funcs, import_hooks, steps
+    from diag.tracer import collectives, device, host_funcs, import_hooks, steps
     import_hooks.when_imported("torch.distributed", lambda _m: collectives.patch(tracer))
+    import_hooks.when_imported("torch.cuda", lambda m: device.install(tracer, m))
     import_hooks.when_imported("torch.optim", lambda m: steps.install(tracer, m))
     host_funcs.install(tracer, env.get(ENV_HOST_FUNCS, ""))
     return tracer

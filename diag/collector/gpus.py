@@ -1,0 +1,167 @@
+"""The physical GPUs in the collector's verdicts (docs/gpu.md).
+
+Reads each rank's GpuHealth (RankProgress.gpu, sent by its agent) and:
+- says once, at start-up, when two ranks share one GPU or a rank runs on a
+  device other than its local rank (``GpuWatch``);
+- adds the culprits' GPUs to a HANG, with any XID or fatal ECC error seen on
+  them within the window, and writes their nodes to ``faults.json`` next to
+  hang.json (diag/faultlist.py format: ``--fault-list`` and the pre-flight
+  hook read it, and --hang-action recover leaves the nodes out);
+- gives SLOW its cause: the throttle reason NVML reports, or "no throttle
+  reported".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from diag import faultlist
+from diag.collector.state import Snapshot
+from diag.common import dumpnames
+from diag.common.ranks import fold
+from diag.gpu import causes, wire
+from diag.gpu.api import GpuHealth
+
+log = logging.getLogger("diag.collector")
+MAX_NAMED = 4               # ranks spelled out in one start-up line; the rest are counted
+CHECK_EVERY_S = 2.0
+TOOL = "xpu-diag collector"
+
+
+def health_of(snap: Snapshot, rank: int) -> GpuHealth | None:
+    entry = snap.ranks.get(rank)
+    return wire.rank_health(entry.progress) if entry is not None else None
+
+
+def where(snap: Snapshot, rank: int, node_rank: int, local_rank: int) -> str:
+    """``node 0, gpu 0000:1b:00.0 (GPU-8c1f1234..., nvidia-smi index 3)``, or
+    ``node 0, local rank 1`` when the rank named no GPU (a CPU job, no tracer)."""
+    health = health_of(snap, rank)
+    if health is not None and health.identity.known:
+        return f"node {node_rank}, {health.identity.phrase()}"
+    return f"node {node_rank}, local rank {local_rank}"
+
+
+class GpuWatch:
+    """Start-up lines about where ranks run; each situation is said once."""
+
+    def __init__(self, say) -> None:
+        self._say = say
+        self._seen: set[int] = set()               # ranks whose GPU was looked at
+        self._said: set[tuple] = set()
+        self._next = 0.0
+
+    def tick(self, snap: Snapshot) -> None:
+        if snap.now < self._next:
+            return
+        self._next = snap.now + CHECK_EVERY_S
+        fresh = []
+        for rank, entry in snap.ranks.items():
+            if rank in self._seen or not entry.progress.HasField("gpu"):
+                continue
+            identity = wire.identity_of(entry.progress.gpu.identity)
+            if identity.known:
+                self._seen.add(rank)
+                fresh.append(rank)
+        if fresh:
+            self._shared(snap)
+            self._elsewhere(snap, fresh)
+
+    def _shared(self, snap: Snapshot) -> None:
+        by_gpu: dict[tuple, list[int]] = {}
+        for rank in self._seen:
+            entry = snap.ranks[rank]
+            identity = wire.identity_of(entry.progress.gpu.identity)
+            by_gpu.setdefault((entry.node_rank, identity.key), []).append(rank)
+        for (node, key), ranks in sorted(by_gpu.items()):
+            if len(ranks) < 2 or ("share", node, key, len(ranks)) in self._said:
+                continue
+            self._said.add(("share", node, key, len(ranks)))
+            identity = wire.identity_of(snap.ranks[ranks[0]].progress.gpu.identity)
+            self._say(f"GPU: ranks {fold(sorted(ranks))} share one GPU on node {node}: {identity.phrase()} "
+                      f"(each gets a share of its SMs and memory)")
+
+    def _elsewhere(self, snap: Snapshot, fresh: list[int]) -> None:
+        """Ranks whose device is not the one their local rank suggests: by
+        nvidia-smi index where NVML gave one, else by CUDA ordinal."""
+        odd = []
+        for rank in sorted(fresh):
+            progress = snap.ranks[rank].progress
+            identity = wire.identity_of(progress.gpu.identity)
+            number = identity.index if identity.index >= 0 else identity.cuda_device
+            if number >= 0 and number != progress.local_rank:
+                odd.append(f"rank {rank} (local rank {progress.local_rank}) on {identity.phrase()}")
+        if odd:
+            more = f"; {len(odd) - MAX_NAMED} more in the ranks' reports" if len(odd) > MAX_NAMED else ""
+            self._say(f"GPU: {'; '.join(odd[:MAX_NAMED])}{more}: the local rank is not the GPU's "
+                      f"nvidia-smi index (CUDA_VISIBLE_DEVICES or set_device): drain by the bus id")
+
+
+def _suspects(doc: dict[str, Any]) -> list[int]:
+    """The ranks a HANG points at: culprits, else the suspects, else every rank."""
+    culprits = list(doc.get("culprits") or [])
+    if culprits:
+        return culprits
+    suspects = [s["rank"] for s in doc.get("suspects") or []]
+    return suspects or [row["rank"] for row in doc.get("ranks") or []]
+
+
+def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultlist.FaultEntry]:
+    """Add the GPUs to hang.json (``ranks[].gpu``, ``gpu_events``) and the
+    culprits' GPU faults to its verdict line; write ``faults.json`` when an
+    event there is fatal. Returns the nodes written."""
+    for row in doc.get("ranks") or []:
+        health = health_of(snap, row["rank"])
+        row["gpu"] = health.identity.to_dict() if health is not None else None
+    clauses, events, entries = [], [], []
+    hostnames = {n: a.hostname for n, a in snap.agents.items()}
+    for rank in _suspects(doc):
+        health = health_of(snap, rank)
+        if health is None or not health.events:
+            continue
+        node = snap.ranks[rank].node_rank
+        if len(clauses) < MAX_NAMED:
+            clauses.append(f"rank {rank}'s {health.identity.phrase()} reported {causes.fault_clause(health)}")
+        for e in health.events:
+            events.append({"rank": rank, "node_rank": node, "gpu": health.identity.to_dict(), "kind": e.kind,
+                           "code": e.code, "text": e.text, "fatal": e.fatal, "unix_s": round(e.unix_s, 3)})
+        fatal = [e for e in health.events if e.fatal]
+        if fatal:
+            host = hostnames.get(node, "")
+            entries.append(faultlist.FaultEntry(host or f"node{node}", f"{health.identity.phrase()}: "
+                                                f"{fatal[-1].phrase()} during a HANG", host, node))
+    doc["gpu_events"] = events
+    if clauses:
+        doc["verdict"] = _insert(doc["verdict"], "; ".join(clauses)
+                                 + ("; node(s) on the fault list " + os.path.join(path, dumpnames.FAULTS_JSON)
+                                    if entries else ""))
+    if entries:
+        write_faults(path, entries, events)
+    return entries
+
+
+def _insert(line: str, clause: str) -> str:
+    """The clause before the line's closing "; stacks in DIR/" (or at its end)."""
+    head, sep, tail = line.rpartition("; stacks in ")
+    return f"{head}; {clause}{sep}{tail}" if sep else f"{line}; {clause}"
+
+
+def write_faults(path: str, entries: list[faultlist.FaultEntry], events: list[dict]) -> None:
+    """faults.json in the fault-list format; every GPU event is a record."""
+    records = [{"node": e.node, "gpu": ev["gpu"]["pci_bus_id"], "link": None, "metric": ev["kind"],
+                "value": ev["code"], "unit": "", "verdict": "fail" if ev["fatal"] else "info",
+                "reason": ev["text"], "rule": "gpu-" + ev["kind"]}
+               for e in faultlist.merge_entries(entries) for ev in events if ev["node_rank"] == e.node_rank]
+    try:
+        faultlist.write(os.path.join(path, dumpnames.FAULTS_JSON), entries, records, tool=TOOL)
+    except OSError as exc:
+        log.warning("could not write %s: %s", os.path.join(path, dumpnames.FAULTS_JSON), exc)
+
+
+def slow_cause(snap: Snapshot, rank: int) -> str:
+    """The SLOW line's cause clause for ``rank`` ("" when there is no NVML sample)."""
+    health = health_of(snap, rank)
+    peers = [h for r in snap.ranks if r != rank for h in [health_of(snap, r)] if h is not None]
+    return causes.throttle_clause(health, peers)
