@@ -1,0 +1,109 @@
+"""State dicts <-> flat leaves <-> a slot's bytes.
+
+A registered object's ``state_dict()`` is walked through its dicts (str and
+int keys, as model and optimizer state dicts have); tensors become
+:class:`api.TensorEntry` s placed one after another in the ``data`` region,
+every other leaf (numbers, lists, param_groups) goes to the pickled objects.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Iterator
+
+import torch
+
+from diag.recover import api
+
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:     # a torch without DTensor: nothing is sharded
+    DTensor = ()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_of(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
+def leaves(tree: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """(path, leaf) of a nested dict, dicts walked, everything else a leaf
+    (an empty dict too: an optimizer's ``state`` before its first step)."""
+    if isinstance(tree, dict) and (tree or not path):
+        for key, value in tree.items():
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise TypeError(f"state dict key {key!r} at {path} is not a str or int")
+            yield from leaves(value, path + (key,))
+    else:
+        yield path, tree
+
+
+def local(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The tensor whose bytes are stored: a DTensor's local shard."""
+    if DTensor and isinstance(t, DTensor):
+        return t.to_local(), True
+    return t, False
+
+
+def split(tree: dict) -> tuple[list[tuple[tuple, torch.Tensor, bool]], list[tuple[tuple, Any]]]:
+    """Tensor leaves (path, local tensor, was-DTensor) and object leaves."""
+    tensors, objects = [], []
+    for path, leaf in leaves(tree):
+        if isinstance(leaf, torch.Tensor):
+            t, is_d = local(leaf)
+            tensors.append((path, t, is_d))
+        else:
+            objects.append((path, leaf))
+    return tensors, objects
+
+
+def place(tensors: list[tuple[tuple, torch.Tensor, bool]]) -> tuple[tuple[api.TensorEntry, ...], int]:
+    """Assign each tensor its aligned offset; returns the entries and the
+    region's size (a multiple of api.ALIGN)."""
+    entries, offset = [], 0
+    for path, t, is_d in tensors:
+        nbytes = t.numel() * t.element_size()
+        entries.append(api.TensorEntry(path, dtype_name(t.dtype), tuple(t.shape), offset, nbytes, is_d))
+        offset += -(-nbytes // api.ALIGN) * api.ALIGN
+    return tuple(entries), offset
+
+
+def views(buf, entries: tuple[api.TensorEntry, ...]) -> list[torch.Tensor]:
+    """CPU tensors over ``buf`` (a writable bytes-like object), one per entry."""
+    if not entries:
+        return []
+    whole = torch.frombuffer(buf, dtype=torch.uint8)
+    out = []
+    for e in entries:
+        raw = whole[e.offset:e.offset + e.nbytes]
+        out.append(raw.view(dtype_of(e.dtype)).view(e.shape) if e.nbytes else
+                   torch.empty(e.shape, dtype=dtype_of(e.dtype)))
+    return out
+
+
+def dump_objects(objects: list[tuple[tuple, Any]]) -> bytes:
+    return pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_objects(raw: bytes) -> list[tuple[tuple, Any]]:
+    """The object leaves. The pickle was written by this job's own workers
+    (the store is 0700, the persisted copy the job's own directory)."""
+    return [(tuple(path), value) for path, value in pickle.loads(raw)]
+
+
+def build(pairs) -> dict:
+    """A nested dict from (path, value) pairs."""
+    root: dict = {}
+    for path, value in pairs:
+        node = root
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        if path:
+            node[path[-1]] = value
+    return root

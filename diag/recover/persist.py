@@ -1,0 +1,223 @@
+"""Persisted copies: the store's newest snapshots written to disk in
+torch.distributed.checkpoint format (the agent's side), and read back (restore).
+
+One stock DCP checkpoint per rank and step (layout in ``diag.recover.api``),
+made in a temp directory beside its final name and renamed into place when
+complete, so an interrupted persist (kill -9, disk full) leaves only a temp
+directory that nothing reads and the next persist removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+
+from diag.common.atomic import write_atomic
+from diag.recover import api, layout, store
+
+_STEP_RE = re.compile(r"step-(\d{8,})")
+_TMP_PREFIX = ".tmp-"
+
+
+def step_dir(persist_dir: str, step: int) -> str:
+    return os.path.join(persist_dir, api.STEP_DIR.format(step=step))
+
+
+def copy_dir(persist_dir: str, step: int, rank: int) -> str:
+    return os.path.join(step_dir(persist_dir, step), api.RANK_DIR.format(rank=rank))
+
+
+def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
+                   ranks: list[int] | None = None) -> api.PersistResult:
+    """Copy each local rank's newest complete snapshot from the store to
+    ``persist_dir``. The agent calls this periodically and as last words.
+
+    Idempotent: a step already on disk (same checksum) is "present" and not
+    rewritten. Atomic per rank: temp directory, then rename. A snapshot whose
+    bytes fail their checksum is skipped for the older slot. Never raises for
+    one rank's failure: the result says, rank by rank (``outcome`` "failed" and
+    a one-line ``reason``). Keeps the newest ``keep`` copies of each of this
+    node's ranks and removes older ones. ``ranks``: only these (default: every
+    rank with a directory in the store). Blocks for the disk write; run it off
+    the agent's reporting thread."""
+    if keep < 1:
+        raise ValueError(f"keep: {keep!r} must be at least 1")
+    found = store.ranks_in(store_dir)
+    wanted = sorted(found) if ranks is None else sorted(r for r in ranks if r in found)
+    out = []
+    for rank in wanted:
+        try:
+            result = _persist_rank(found[rank], persist_dir, rank)
+        except Exception as exc:   # one rank's trouble never stops the others
+            result = api.RankPersist(rank, None, "failed", reason=f"{type(exc).__name__}: {exc}")
+        if result.outcome in ("written", "present"):
+            with contextlib.suppress(OSError):
+                prune(persist_dir, rank, keep)
+        out.append(result)
+    return api.PersistResult(tuple(out))
+
+
+def _persist_rank(rdir: str, persist_dir: str, rank: int) -> api.RankPersist:
+    problems: list[str] = []
+    for ref in store.committed(rdir, problems):
+        target = copy_dir(persist_dir, ref.meta.step, rank)
+        have = _manifest_or_none(target)
+        if have is not None and have.checksum == ref.meta.checksum:
+            return api.RankPersist(rank, ref.meta.step, "present", target)
+        t0 = time.monotonic()
+        try:
+            with store.reading(ref) as (data, objects):
+                write_copy(target, ref.meta, data, objects)
+        except store.SlotBusy:
+            continue      # the worker is overwriting it: the other slot is the newest
+        except api.CorruptSnapshot as exc:
+            problems.append(str(exc))
+            continue
+        except OSError as exc:
+            return api.RankPersist(rank, ref.meta.step, "failed", target,
+                                   reason=f"{target}: {exc.strerror or exc}; the previous copy stays")
+        return api.RankPersist(rank, ref.meta.step, "written", target, bytes=ref.meta.data_bytes,
+                               seconds=time.monotonic() - t0)
+    if problems:
+        return api.RankPersist(rank, None, "failed", reason="; ".join(problems))
+    return api.RankPersist(rank, None, "none")
+
+
+def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
+    """Write one rank's snapshot as a DCP checkpoint at ``target`` (temp
+    directory, then rename; a copy already there is replaced whole)."""
+    import torch.distributed.checkpoint as dcp   # the agent imports torch only to persist
+
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.path.basename(target)}-", dir=parent)
+    try:
+        tensors = layout.views(data, meta.tensors)
+        tree = layout.build([(e.path, t) for e, t in zip(meta.tensors, tensors)]
+                            + layout.load_objects(objects))
+        with warnings.catch_warnings():   # "assuming the intent is to save in a single process": it is
+            warnings.simplefilter("ignore")
+            dcp.save(_dcp_keys(tree), storage_writer=dcp.FileSystemWriter(tmp), no_dist=True)
+        write_atomic(os.path.join(tmp, api.OBJECTS_FILE), objects, mode=0o600, fsync=True)
+        write_atomic(os.path.join(tmp, api.MANIFEST_FILE),
+                     json.dumps(meta.to_json(), indent=1).encode(), mode=0o600, fsync=True)
+        old = None
+        if os.path.exists(target):
+            old = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}old-", dir=parent)
+            os.rename(target, os.path.join(old, "x"))
+        os.rename(tmp, target)
+        _fsync_dir(parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _dcp_keys(tree):
+    """DCP wants str keys throughout (an optimizer's state is keyed by int)."""
+    if isinstance(tree, dict):
+        return {str(k): _dcp_keys(v) for k, v in tree.items()}
+    return tree
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_manifest(path: str) -> api.SnapshotMeta:
+    """The manifest of the persisted copy at ``path`` (a rank directory).
+    Raises :class:`api.CorruptSnapshot` with one line naming the file and the fix."""
+    name = os.path.join(path, api.MANIFEST_FILE)
+    try:
+        with open(name, "rb") as f:
+            return api.SnapshotMeta.from_json(json.loads(f.read()))
+    except FileNotFoundError:
+        raise api.CorruptSnapshot(f"{name}: missing; remove {path} (an older step is used) "
+                                  f"or restore the file") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not a manifest"
+        raise api.CorruptSnapshot(f"{name}: {why}; remove {path} so that the step before it is "
+                                  f"restored, or start afresh with an empty --ckpt-persist-dir") from None
+
+
+def _manifest_or_none(path: str) -> api.SnapshotMeta | None:
+    if not os.path.isdir(path):
+        return None
+    try:
+        return read_manifest(path)
+    except api.CorruptSnapshot:
+        return None
+
+
+def copies(persist_dir: str, rank: int) -> list[tuple[int, str]]:
+    """(step, path) of the rank's persisted copies, newest first (renamed
+    into place: complete, though not yet checked)."""
+    try:
+        names = os.listdir(persist_dir)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        match = _STEP_RE.fullmatch(name)
+        path = os.path.join(persist_dir, name, api.RANK_DIR.format(rank=rank))
+        if match and os.path.isdir(path):
+            out.append((int(match.group(1)), path))
+    return sorted(out, reverse=True)
+
+
+def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
+    """Read a persisted copy back as the store holds it: ``(data, objects)``
+    with ``data`` laid out as ``meta.tensors`` say. Raises
+    :class:`api.CorruptSnapshot` if the bytes do not match the manifest."""
+    import torch.distributed.checkpoint as dcp
+
+    data = bytearray(meta.data_bytes)
+    tensors = layout.views(data, meta.tensors)
+    tree = layout.build([(e.path, t) for e, t in zip(meta.tensors, tensors)])
+    try:
+        with open(os.path.join(path, api.OBJECTS_FILE), "rb") as f:
+            objects = f.read()
+        if meta.tensors:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dcp.load(_dcp_keys(tree), storage_reader=dcp.FileSystemReader(path), no_dist=True)
+    except Exception as exc:   # DCP raises its own kinds for a missing or truncated file
+        raise api.CorruptSnapshot(f"{path}: cannot be read ({type(exc).__name__}: {exc}); remove it so "
+                                  f"that the step before it is restored") from None
+    store.check_bytes(path, meta, data, objects)
+    return data, objects
+
+
+def prune(persist_dir: str, rank: int, keep: int) -> None:
+    """Remove the rank's copies beyond the newest ``keep``, old temp
+    directories of its interrupted persists, and step directories left empty."""
+    for step, path in copies(persist_dir, rank)[keep:]:
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))
+    mine = api.RANK_DIR.format(rank=rank)
+    for step, _ in copies(persist_dir, rank)[:keep]:
+        parent = step_dir(persist_dir, step)
+        for name in os.listdir(parent):
+            if name.startswith(f"{_TMP_PREFIX}{mine}-") and _stale(os.path.join(parent, name)):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _stale(path: str, age_s: float = 600.0) -> bool:
+    """A temp directory no persist is writing any more (old enough)."""
+    try:
+        return time.time() - os.stat(path).st_mtime > age_s
+    except OSError:
+        return False

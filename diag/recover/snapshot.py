@@ -1,0 +1,401 @@
+"""The worker's side: :class:`Checkpointer` (register, save, restore).
+
+``save(step)`` costs the training thread the ``state_dict()`` calls, a clone
+of the few tensors the optimizer does not own (buffers, RNG state) and one
+CUDA event; a background thread copies the tensors device-to-host straight
+into the slot's tmpfs pages (pinned with cudaHostRegister, so the copy is
+asynchronous DMA on its own stream), checksums them and commits the slot. The
+next ``optimizer.step()`` must not change a tensor while it is being copied:
+a step pre-hook on each registered optimizer makes the compute stream wait
+for the copy (a device-side wait; the host waits only for the copies to be
+*issued*, and on CPU for them to finish).
+
+Never hurts training: any failure says one line and switches snapshots off;
+``save`` never raises and never waits for I/O. A snapshot that would need a
+slot still being written (the previous one not committed yet) is skipped and
+counted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import random
+import sys
+import threading
+import time
+
+import torch
+
+from diag.recover import api, layout, store
+from diag.recover.checksum import Summer
+from diag.recover.restore import restore as _restore
+from diag.recover.state import Adapter, dist_info, has_dtensor
+
+_PREHOOK_TIMEOUT_S = 120.0
+
+
+class RNGState:
+    """The RNGs a data pipeline and dropout draw from (Python, torch CPU,
+    CUDA, NumPy where installed), as a Stateful for ``register_local``."""
+
+    def state_dict(self) -> dict:
+        out = {"python": random.getstate(), "torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            out["cuda"] = torch.cuda.get_rng_state_all()
+        try:
+            import numpy as np
+            out["numpy"] = np.random.get_state()
+        except ImportError:
+            pass
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        random.setstate(state["python"])
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+        if "numpy" in state:
+            import numpy as np
+            np.random.set_state(state["numpy"])
+
+
+class _Job:
+    """One snapshot on its way from save() to a committed slot."""
+
+    def __init__(self, step, pairs, entries, nbytes, objects, ready_event):
+        self.step, self.pairs, self.entries, self.nbytes = step, pairs, entries, nbytes
+        self.objects, self.ready_event = objects, ready_event
+        self.issued = threading.Event()      # copies issued (CUDA) or done (CPU)
+        self.done_event = None               # CUDA event after the last copy
+        self.copied = threading.Event()      # host: every byte is in the slot (or given up)
+        self.abandoned = False               # the pre-hook gave up waiting: never commit
+
+
+class Checkpointer:
+    """Opt-in snapshots of a training job's state, kept by the node agent.
+
+    Args:
+        store_dir: the node's store; default ``$XPU_TIMER_CKPT_DIR`` (set by
+            xpu_timer_launch). Without one, nothing is kept (one line says so).
+        persist_dir: the persisted copies restore falls back to; default
+            ``$XPU_TIMER_CKPT_PERSIST_DIR``.
+        replicated: True for DDP (one replica is kept, by ``holder``, and
+            broadcast on restore), False when each rank owns a shard (FSDP2,
+            tensor parallel). None: False if any registered state holds a
+            DTensor, else True.
+        holder: the global rank that keeps the replicated state (DP rank 0).
+        every: save(step) acts when ``step % every == 0``.
+        group: the process group restore agrees over (default: the world).
+    """
+
+    def __init__(self, store_dir: str | None = None, persist_dir: str | None = None, *,
+                 replicated: bool | None = None, holder: int = 0, every: int = 1, group=None,
+                 log=None):
+        self.store_dir = store_dir if store_dir is not None else os.environ.get(api.ENV_STORE_DIR) or None
+        self.persist_dir = (persist_dir if persist_dir is not None
+                            else os.environ.get(api.ENV_PERSIST_DIR) or None)
+        self.replicated, self.holder, self.every, self.group = replicated, holder, max(1, int(every)), group
+        self._log = log or sys.stderr
+        self.shared: dict[str, Adapter] = {}
+        self.local: dict[str, Adapter] = {}
+        self.stats = {"saved": 0, "committed": 0, "skipped_busy": 0, "skipped_slot": 0,
+                      "last_step": None, "copy_s": 0.0, "commit_s": 0.0}
+        self.enabled = os.environ.get(api.ENV_DISABLE, "") in ("", "0")
+        self._writer: store.SlotWriter | None = None
+        self._pending: _Job | None = None          # the job the next optimizer step must wait for
+        self._inflight: _Job | None = None         # the job the background thread has
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stream = None
+        self._pinned: dict[int, tuple[int, int]] = {}  # slot -> (ptr, size) registered
+        self._views: dict[int, tuple[tuple, list]] = {}
+        self._said_off = False
+        self._hooked: set[int] = set()
+        self._rank, self._world = None, None
+        if self.enabled and self.store_dir is None:
+            self._off(f"no snapshot store ({api.ENV_STORE_DIR} unset: run under xpu_timer_launch "
+                      f"or pass store_dir); save() keeps nothing")
+
+    # -- registration -------------------------------------------------------
+
+    def register(self, **objects) -> None:
+        """The state one replica (DDP) or each rank's shard (FSDP2) holds:
+        modules, optimizers, schedulers, Stateful objects, plain dicts."""
+        for name, obj in objects.items():
+            self._add(self.shared, name, obj)
+
+    def register_local(self, **objects) -> None:
+        """State every rank keeps for itself (RNG, data-loader position, step)."""
+        for name, obj in objects.items():
+            self._add(self.local, name, obj)
+
+    def _add(self, where: dict, name: str, obj) -> None:
+        if name in self.shared or name in self.local:
+            raise ValueError(f"Checkpointer: {name!r} is registered twice; give each object its own name")
+        where[name] = Adapter(obj)
+        hook = getattr(obj, "register_step_pre_hook", None)
+        if hasattr(obj, "param_groups") and hook is not None and id(obj) not in self._hooked:
+            hook(lambda *_: self._before_optimizer_step())
+            self._hooked.add(id(obj))
+
+    # -- save ---------------------------------------------------------------
+
+    def save(self, step: int) -> bool:
+        """Snapshot the registered state as of ``step`` completed optimizer
+        steps. Returns True if a snapshot was started. Never raises."""
+        if not self.enabled or step % self.every:
+            return False
+        try:
+            return self._save(int(step))
+        except Exception as exc:
+            self._off(f"snapshot of step {step} failed ({type(exc).__name__}: {exc}); snapshots are off")
+            return False
+
+    def _save(self, step: int) -> bool:
+        rank, _ = self._dist()
+        with self._cond:
+            if self._inflight is not None:     # the slot being written is not ours to take
+                self.stats["skipped_busy"] += 1
+                return False
+        names = self._names_kept(rank)
+        guarded = self._guarded_ptrs()
+        tensors, objects = [], []
+        for name in names:
+            adapter = self.shared.get(name) or self.local[name]
+            t, o = layout.split({name: adapter.state_dict()})
+            tensors += t
+            objects += o
+        pairs, any_cuda = [], False
+        for path, t, is_d in tensors:
+            if t.device.type == "cuda":
+                any_cuda = True
+            if t.data_ptr() not in guarded or not t.is_contiguous():
+                t = t.detach().clone(memory_format=torch.contiguous_format)   # not ours to wait for
+            pairs.append((path, t, is_d))
+        entries, nbytes = layout.place(pairs)
+        ready = None
+        if any_cuda:
+            ready = torch.cuda.Event()
+            ready.record()
+        job = _Job(step, [t for _, t, _ in pairs], entries, nbytes, layout.dump_objects(objects), ready)
+        self._start_thread()
+        with self._cond:
+            self._inflight = self._pending = job
+            self._cond.notify_all()
+        self.stats["saved"] += 1
+        return True
+
+    def _names_kept(self, rank: int) -> list[str]:
+        if self.replicated is None:
+            self.replicated = not any(has_dtensor(a.state_dict()) for a in self.shared.values())
+        keep_shared = not self.replicated or rank == self.holder
+        return (sorted(self.shared) if keep_shared else []) + sorted(self.local)
+
+    def _guarded_ptrs(self) -> set[int]:
+        """Storage of tensors only the optimizer changes: the pre-hook guards them."""
+        ptrs = set()
+        for adapter in self.shared.values():
+            opt = adapter.obj
+            if id(opt) not in self._hooked:
+                continue
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    ptrs.add(layout.local(p)[0].data_ptr())
+            for state in opt.state.values():
+                for v in state.values():
+                    if isinstance(v, torch.Tensor):
+                        ptrs.add(layout.local(v)[0].data_ptr())
+        return ptrs
+
+    def _before_optimizer_step(self) -> None:
+        job = self._pending
+        if job is None:
+            return
+        self._pending = None
+        if not job.issued.wait(_PREHOOK_TIMEOUT_S):
+            job.abandoned = True
+            self._off(f"the copy of step {job.step} did not start in {_PREHOOK_TIMEOUT_S:.0f} s; "
+                      f"snapshots are off (training goes on)")
+            return
+        if job.done_event is not None:
+            torch.cuda.current_stream().wait_event(job.done_event)
+        elif not job.copied.wait(_PREHOOK_TIMEOUT_S):
+            job.abandoned = True
+            self._off(f"the copy of step {job.step} took over {_PREHOOK_TIMEOUT_S:.0f} s; snapshots are off")
+
+    # -- the background thread ----------------------------------------------
+
+    def _start_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="xpu-diag-snapshot", daemon=True)
+            self._thread.start()
+            atexit.register(self.close)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._inflight is None:
+                    self._cond.wait()
+                job = self._inflight
+            try:
+                self._write(job)
+            except store.StoreUnavailable as exc:
+                self._off(str(exc))
+            except Exception as exc:   # the loop never dies; a failed write leaves the slot invalid
+                self._off(f"writing the snapshot of step {job.step} failed ({type(exc).__name__}: {exc}); "
+                          f"snapshots are off")
+            finally:
+                job.issued.set()
+                job.copied.set()
+                job.pairs = None
+                with self._cond:
+                    self._inflight = None
+                    self._cond.notify_all()
+            if not self.enabled:
+                return
+
+    def _write(self, job: _Job) -> None:
+        rank, world = self._dist()
+        if self._writer is None:
+            self._writer = store.SlotWriter(self.store_dir, rank)
+        t0 = time.perf_counter()
+        try:
+            slot, buf = self._begin(job.nbytes)
+        except store.SlotBusy:
+            self.stats["skipped_slot"] += 1     # the agent is persisting it: next time
+            return
+        try:
+            dsts = self._slot_views(slot, buf, job.entries)
+            self._copy(job, slot, dsts)
+            del dsts
+            t1 = time.perf_counter()
+            if job.abandoned or not self.enabled:
+                return
+            summer = Summer()
+            summer.update(memoryview(buf)[:job.nbytes] if job.nbytes else b"")
+            summer.update(job.objects)
+            meta = api.SnapshotMeta(
+                step=job.step, rank=rank, world_size=world, checksum=summer.hexdigest(),
+                data_bytes=job.nbytes, objects_bytes=len(job.objects), tensors=job.entries,
+                names=tuple(sorted({e.path[0] for e in job.entries} | {p[0] for p, _ in
+                                                                       layout.load_objects(job.objects)})),
+                replicated=bool(self.replicated), holder=rank == self.holder or not self.replicated,
+                created=time.time())
+            self._writer.commit(meta, job.objects)
+        finally:
+            self._writer.abort()
+        self.stats["committed"] += 1
+        self.stats["last_step"] = job.step
+        self.stats["copy_s"] += t1 - t0
+        self.stats["commit_s"] += time.perf_counter() - t1
+
+    def _begin(self, nbytes: int):
+        slot = self._writer.pick()
+        have = self._writer.mapping(slot)
+        if have is not None and len(have) != nbytes:
+            self._unpin(slot)
+            self._views.pop(slot, None)
+        return self._writer.begin(nbytes)
+
+    def _slot_views(self, slot: int, buf, entries) -> list:
+        cached = self._views.get(slot)
+        if cached is not None and cached[0] == entries:
+            return cached[1]
+        views = layout.views(buf, entries) if buf is not None else []
+        self._views[slot] = (entries, views)
+        return views
+
+    def _copy(self, job: _Job, slot: int, dsts: list) -> None:
+        srcs = job.pairs
+        if job.ready_event is None:
+            for dst, src in zip(dsts, srcs):
+                dst.copy_(src)
+            job.issued.set()
+            job.copied.set()
+            return
+        self._pin(slot)
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        with torch.cuda.stream(self._stream):
+            self._stream.wait_event(job.ready_event)
+            for dst, src in zip(dsts, srcs):
+                dst.copy_(src, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        job.done_event = done
+        job.issued.set()
+        done.synchronize()
+        job.copied.set()
+
+    def _pin(self, slot: int) -> None:
+        """Register the slot's whole mapping with CUDA once: D2H into it is
+        then DMA, asynchronous, at full bandwidth. Unpinned still works (slower)."""
+        buf = self._writer.mapping(slot)
+        if buf is None or slot in self._pinned:
+            return
+        ptr = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+        err = torch.cuda.cudart().cudaHostRegister(ptr, len(buf), 0)
+        if int(getattr(err, "value", err)) == 0:
+            self._pinned[slot] = (ptr, len(buf))
+        else:
+            self._say(f"cudaHostRegister of {len(buf) >> 20} MiB failed ({err}); copies are synchronous")
+            self._pinned[slot] = (0, 0)
+
+    def _unpin(self, slot: int) -> None:
+        ptr, _ = self._pinned.pop(slot, (0, 0))
+        if ptr:
+            torch.cuda.cudart().cudaHostUnregister(ptr)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until no snapshot is in flight; True if none is."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._inflight is None, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Let the snapshot in flight commit (up to ``timeout``), then release."""
+        self.wait(timeout)
+
+    # -- restore ------------------------------------------------------------
+
+    def restore(self) -> int | None:
+        """Load the newest step every rank has (memory if this node kept it,
+        else disk) into the registered objects and return it; None when there
+        is none (a fresh start). Collective over the process group when one is
+        initialised. Bad input (another world size, a corrupt manifest) ends
+        the process with one line naming the file and the fix (exit code 2)."""
+        result = self.restore_result()
+        return result.step
+
+    def restore_result(self) -> api.RestoreResult:
+        rank, world = self._dist()
+        if self.replicated is None:
+            self.replicated = not any(has_dtensor(a.state_dict()) for a in self.shared.values())
+        try:
+            result = _restore(self, rank, world)
+        except api.RecoverError as exc:
+            self._log.write(f"xpu-diag recover: rank {rank}: {exc}\n")
+            self._log.flush()
+            raise SystemExit(2) from None
+        if result.step is not None:
+            self._say(f"restored step {result.step} from {result.source} "
+                      f"({result.bytes >> 20} MiB in {result.seconds:.2f} s)")
+        return result
+
+    # -- helpers --------------------------------------------------------------
+
+    def _dist(self) -> tuple[int, int]:
+        if self._rank is None:
+            self._rank, self._world = dist_info(self.group)
+        return self._rank, self._world
+
+    def _say(self, line: str) -> None:
+        rank = self._rank if self._rank is not None else os.environ.get("RANK", "?")
+        self._log.write(f"xpu-diag recover: rank {rank}: {line}\n")
+        self._log.flush()
+
+    def _off(self, why: str) -> None:
+        self.enabled = False
+        if not self._said_off:
+            self._said_off = True
+            self._say(why)

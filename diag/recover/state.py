@@ -1,0 +1,89 @@
+"""What the Checkpointer registers, seen one way: a state_dict in, a
+state_dict out, and the process group facts it needs."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from diag.recover import api, layout
+
+
+class Adapter:
+    """A registered object: anything with ``state_dict``/``load_state_dict``
+    (modules, optimizers, schedulers, DCP ``Stateful``), or a plain dict
+    (saved as is, updated in place on restore)."""
+
+    def __init__(self, obj):
+        if not isinstance(obj, dict) and not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise TypeError(f"Checkpointer: a {type(obj).__name__} has no state_dict()/load_state_dict(); "
+                            f"register a module, an optimizer, a Stateful or a dict")
+        self.obj = obj
+
+    def state_dict(self) -> dict:
+        return dict(self.obj) if isinstance(self.obj, dict) else self.obj.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if isinstance(self.obj, dict):
+            self.obj.clear()
+            self.obj.update(state)
+        else:
+            self.obj.load_state_dict(state)
+
+    def flat_params(self) -> list:
+        """An optimizer's parameters in its state_dict's numbering."""
+        return [p for group in getattr(self.obj, "param_groups", ()) for p in group["params"]]
+
+
+def has_dtensor(tree) -> bool:
+    return any(layout.local(leaf)[1] for _, leaf in layout.leaves(tree) if isinstance(leaf, torch.Tensor))
+
+
+def dist_info(group=None) -> tuple[int, int]:
+    """(global rank, world size of ``group``): from torch.distributed when
+    initialised, else torchrun's RANK / WORLD_SIZE, else (0, 1)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(group)
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def apply(adapter: Adapter, name: str, saved: list[tuple[tuple, object]], dtensors: set[tuple],
+          where: str) -> None:
+    """Load ``saved`` ((path, value) pairs under ``name``, tensors on CPU over
+    buffers that go away) into the object. Tensors go into the live state's
+    own tensors (a DTensor's local shard) in place; those the live state lacks
+    (an optimizer before its first step) are cloned, and a sharded one is
+    rebuilt as a DTensor like its parameter."""
+    live = dict(layout.leaves(adapter.state_dict()))
+    out = []
+    for path, value in saved:
+        if isinstance(value, torch.Tensor):
+            have = live.get(path)
+            if isinstance(have, torch.Tensor):
+                target = layout.local(have)[0]
+                if tuple(target.shape) != tuple(value.shape):
+                    raise api.RestoreMismatch(
+                        f"{where}: {name}.{'.'.join(map(str, path))} has shape {tuple(value.shape)}, this "
+                        f"job's is {tuple(target.shape)}; restore with the same model and world size, "
+                        f"or remove {where}")
+                target.copy_(value)
+                value = have
+            elif path in dtensors:
+                value = _as_dtensor(adapter, path, value, name, where)
+            else:
+                value = value.clone()
+        out.append((path, value))
+    adapter.load_state_dict(layout.build(out))
+
+
+def _as_dtensor(adapter: Adapter, path: tuple, value: torch.Tensor, name: str, where: str):
+    from torch.distributed.tensor import DTensor
+    params = adapter.flat_params()
+    if len(path) < 3 or path[0] != "state" or not isinstance(path[1], int) or path[1] >= len(params):
+        raise api.RestoreMismatch(f"{where}: {name}.{'.'.join(map(str, path))} was a sharded tensor with "
+                                  f"no live counterpart; restore with the same model and sharding")
+    p = params[path[1]]
+    return DTensor.from_local(value.to(layout.local(p)[0].device), p.device_mesh, p.placements,
+                              run_check=False, shape=p.shape, stride=p.stride())
