@@ -88,6 +88,11 @@ class GpuMonitor:
                 return GpuHealth(identity or claimed_identity(rec), nvml=self.why or "not sampled yet")
             return self.window.health(identity, self._clock(), self.why)
 
+    def xid_counts(self, index: int) -> dict[int, int]:
+        """xid -> events on GPU ``index`` since the agent started."""
+        with self._lock:
+            return {x: n for (i, x), n in self.xid_totals.items() if i == index}
+
     # -- the sampling thread ----------------------------------------------
     def _sample_loop(self) -> None:
         while True:

@@ -504,7 +504,7 @@ TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, H
                                     SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher hands to the agent's AgentConfig (same field names).
 AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW, PERF_WINDOW, PERF_STEP, METRICS_PORT,
-                             METRICS_ADDR, CKPT_PERSIST_EVERY, CKPT_DIR)
+                             METRICS_ADDR, CKPT_PERSIST_EVERY, CKPT_DIR, GPU_SAMPLE_INTERVAL, NVML_REPLAY)
 # What the launcher exports to the workers (the tracer and the hook read these).
 TO_WORKERS: tuple[Option, ...] = (HOOK_TIME_EVERY, HOOK_COMPLETION, RING_CAPACITY, TRACER_DISABLE,
                                   TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,

@@ -17,7 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from diag.perf import derive
 from diag.records import format as fmt
 
-BASE = ("job", "node", "rank", "local_rank")
+# gpu: the rank's GPU by PCI bus id (docs/gpu.md), "" when it named none.
+BASE = ("job", "node", "rank", "local_rank", "gpu")
 OP_LABELS = BASE + ("op", "comm")
 OP_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)
 
@@ -26,7 +27,8 @@ OP_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)
 class Snapshot:
     job: str
     node: str
-    ranks: tuple = ()            # ((rank, local_rank, pb.PerfRank), ...)
+    ranks: tuple = ()            # ((rank, local_rank, pb.PerfRank, gpu), ...)
+    gpus: tuple = ()             # diag.gpu.metrics.families rows
 
 
 def comm_label(comm_id: int) -> str:
@@ -45,10 +47,14 @@ class PerfCollector:
     def collect(self):
         snap = self.snapshot   # one read of a reference: no lock, no waiting
         fams = _families()
-        for rank, local_rank, perf in snap.ranks:
-            base = [snap.job, snap.node, str(rank), str(local_rank)]
+        for rank, local_rank, perf, *gpu in snap.ranks:
+            base = [snap.job, snap.node, str(rank), str(local_rank), gpu[0] if gpu else ""]
             _rank_metrics(fams, base, rank, perf)
-        return list(fams.values())
+        out = list(fams.values())
+        if snap.gpus:
+            from diag.gpu import metrics as gpu_metrics
+            out += gpu_metrics.families(snap.gpus)
+        return out
 
 
 def _families() -> dict:
@@ -137,9 +143,9 @@ class Exporter:
         self.port = self.server.server_address[1]
         return None
 
-    def publish(self, ranks) -> None:
+    def publish(self, ranks, gpus=()) -> None:
         old = self.collector.snapshot
-        self.collector.snapshot = Snapshot(old.job, old.node, tuple(ranks))
+        self.collector.snapshot = Snapshot(old.job, old.node, tuple(ranks), tuple(gpus))
 
     def stop(self) -> None:
         if self.server is not None:

@@ -60,7 +60,7 @@ def test_metrics_endpoint_speaks_the_text_format(job):
     assert "# TYPE xpu_diag_collective_wait_ratio gauge" in text
     line = re.search(r'^xpu_diag_op_bytes_total\{([^}]*)\} (\S+)$', text, re.M)
     labels = dict(re.findall(r'(\w+)="([^"]*)"', line.group(1)))
-    assert set(labels) == {"job", "node", "rank", "local_rank", "op", "comm"}
+    assert set(labels) == {"job", "node", "rank", "local_rank", "gpu", "op", "comm"}
     assert labels["job"] == "perfjob" and float(line.group(2)) > 0
 
 
