@@ -116,29 +116,32 @@ class Recovery:
 
     # -- persisting ----------------------------------------------------------
     def newest_step(self) -> int | None:
-        """The newest step every local rank has committed, or None."""
+        """The newest step every local rank that keeps a snapshot has
+        committed, or None. (A DDP rank that keeps nothing of its own commits
+        nothing: it does not hold the others back.)"""
         from diag.recover import store
-        steps = []
-        for rank in store.ranks_in(self.store_dir):
-            ref = store.newest_committed(self.store_dir, rank)
-            if ref is None:
-                return None
-            steps.append(ref.meta.step)
+        steps = [ref.meta.step for ref in (store.newest_committed(self.store_dir, rank)
+                                           for rank in store.ranks_in(self.store_dir)) if ref is not None]
         return min(steps) if steps else None
 
     def persist(self, why: str):
-        """persist_newest, timed and logged; returns (PersistResult, seconds)."""
+        """persist_newest, timed and logged; returns (PersistResult, seconds,
+        the step every rank that keeps a snapshot now has on disk or None)."""
         from diag.recover import persist
         began = time.monotonic()
         result = persist.persist_newest(self.store_dir, self.persist_dir)
         took = time.monotonic() - began
         self._last_time = time.monotonic()
-        if result.newest_step is not None:
-            self.last_step = result.newest_step
-        if not result.ok or why != "periodic":
+        on_disk = [r.step for r in result.ranks if r.outcome in ("written", "present")]
+        step = min(on_disk) if on_disk else None
+        if step is not None:
+            self.last_step = step
+        if not result.ok:   # the same failure said once a minute, not every tick
+            self.agent.log(f"{why}: persisting to {self.persist_dir} failed: {result.summary()}")
+        elif why != "periodic":
             self.agent.log(f"{why}: persisted to {self.persist_dir} in {took:.2f} s: {result.summary()}",
                            every=0)
-        return result, took
+        return result, took, step
 
     def _last_words(self, event_id: str) -> None:
         cfg = self.config
@@ -148,8 +151,7 @@ class Recovery:
             done.message = "recovery is off on this node (no snapshot store or persist directory)"
         else:
             try:
-                result, done.seconds = self.persist(f"last words for {event_id}")
-                step = result.newest_step
+                result, done.seconds, step = self.persist(f"last words for {event_id}")
                 done.ok, done.step = result.ok, -1 if step is None else step
                 done.message = "" if result.ok and step is not None else result.summary()
             except Exception as exc:
