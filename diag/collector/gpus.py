@@ -117,9 +117,15 @@ def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultl
         row["gpu"] = health.identity.to_dict() if health is not None else None
     clauses, events, entries = [], [], []
     hostnames = {n: a.hostname for n, a in snap.agents.items()}
+    culprits = set(doc.get("culprits") or [])
     for rank in _suspects(doc):
         health = health_of(snap, rank)
-        if health is None or not health.events:
+        if health is None or not health.identity.known:
+            continue
+        if not health.events:
+            if rank in culprits and len(clauses) < MAX_NAMED:   # where it runs, and that NVML saw nothing
+                quiet = ", no XID or ECC error reported" if health.latest is not None else ""
+                clauses.append(f"rank {rank} on {health.identity.phrase()}{quiet}")
             continue
         node = snap.ranks[rank].node_rank
         if len(clauses) < MAX_NAMED:

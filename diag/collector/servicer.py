@@ -133,7 +133,8 @@ class CollectorServicer(pb_grpc.CollectorServicer):
             agent = snap.agents.get(entry.node_rank)
             view.ranks.add(rank=rank, local_rank=entry.progress.local_rank,
                            node_rank=entry.node_rank, hostname=agent.hostname if agent else "",
-                           age_s=max(0.0, snap.now - entry.received), perf=entry.progress.perf)
+                           age_s=max(0.0, snap.now - entry.received), perf=entry.progress.perf,
+                           gpu=entry.progress.gpu.identity if entry.progress.HasField("gpu") else None)
         return view
 
     def UploadStacks(self, request, context):

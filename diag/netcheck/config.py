@@ -81,6 +81,7 @@ class Output:
     verbose: bool = False
     rank_order: str | None = None           # write a topology-aware rank order here
     topology: str | None = None             # switch map that overrides the measured grouping
+    fault_list: str | None = None           # preflight: refuse this node when this list names it
 
 
 @dataclass
@@ -197,6 +198,9 @@ def _parser(mode: str = "check") -> argparse.ArgumentParser:
     o.add_argument("--topology", metavar="FILE", help="with --rank-order: JSON {hostname or address: switch} "
                    "that overrides the measured grouping")
     o.add_argument("--verbose", action="store_true", help="table: one row per measurement, not per node")
+    if preflight:
+        o.add_argument("--fault-list", metavar="FILE", help="exit 1 at once when this fault list (netcheck's, or "
+                       "the faults.json a HANG wrote next to hang.json) names this node")
     o.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     s = p.add_argument_group("switchbox")
     if not preflight:
@@ -248,7 +252,8 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Con
                                        mad_z=ns.mad_z, min_bandwidth=ns.min_bandwidth,
                                        min_channels=ns.min_channels),
                  out=Output(output=ns.output, format=ns.format, taint_key=ns.taint_key, progress=not ns.no_progress,
-                            verbose=ns.verbose, rank_order=ns.rank_order, topology=ns.topology),
+                            verbose=ns.verbose, rank_order=ns.rank_order, topology=ns.topology,
+                            fault_list=getattr(ns, "fault_list", None)),
                  box=Switchbox(nvml_replay=ns.nvml_replay))
     try:
         cfg.measure.size = parse_size(ns.size, "--size") if ns.size else None

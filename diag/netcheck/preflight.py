@@ -19,11 +19,32 @@ from diag.netcheck.config import Config
 from diag.netcheck.report import Reporter
 
 
+def _listed(cfg: Config) -> int | None:
+    """EXIT_FAULTY when --fault-list names this node (matched as the launcher
+    does); a list that cannot be read is one line and NetcheckError."""
+    from diag.common.net import local_addrs
+    try:
+        faults = faultlist.load(cfg.out.fault_list)
+    except faultlist.FaultListError as exc:
+        raise NetcheckError(str(exc)) from None
+    hit = faults.match(cfg.rdzv.node_name, socket.gethostname(), local_addrs())
+    if hit is None:
+        return None
+    entry, how = hit
+    print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is in {cfg.out.fault_list}: "
+          f"{entry.reason}", file=sys.stderr)
+    return EXIT_FAULTY
+
+
 def run_preflight(cfg: Config) -> int:
     from diag.netcheck.check import emit, merge, run_pairwise
     from diag.netcheck.switchbox import run_switchbox
 
     me = cfg.rdzv.node_name or socket.gethostname()
+    if cfg.out.fault_list:
+        listed = _listed(cfg)
+        if listed is not None:
+            return listed
     local = None
     try:
         if cfg.rdzv.local_rank == 0:

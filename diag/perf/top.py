@@ -27,6 +27,15 @@ KEYS = {"t": "tflops", "b": "busbw", "w": "wait", "s": "step", "r": "rank"}
 OUTLIER = 0.2   # a cell more than 20% from its column's median is highlighted
 
 
+def gpu_cell(view_rank) -> str:
+    """The rank's GPU by PCI bus id (docs/gpu.md), its nvidia-smi index after
+    it; ``lr N`` (the local rank) where the agent named no GPU."""
+    if view_rank.HasField("gpu") and view_rank.gpu.pci_bus_id:
+        g = view_rank.gpu
+        return g.pci_bus_id + (f" #{g.index}" if g.index >= 0 else "")
+    return f"lr {view_rank.local_rank}"
+
+
 def parse_args(argv):
     p = options.parser("xpu-diag top", "live per-rank performance view of a running job")
     p.add_argument("--job", metavar="DIR", help="<timeline-path>/<job> (reads collector.json)")
@@ -103,7 +112,7 @@ def table_rows(view, sort: str) -> list[list[tuple[str, str]]]:
                    key=lambda o: o.p99_s, default=None)
         out.append([
             (str(f.rank), ""), (view_rank.hostname or f"node {view_rank.node_rank}", ""),
-            (str(view_rank.local_rank), ""), cell(f"{f.gemm_tflops:.1f}", "gemm_tflops"),
+            (gpu_cell(view_rank), ""), cell(f"{f.gemm_tflops:.1f}", "gemm_tflops"),
             (f"{f.gemm_count / f.window_s:.0f}" if f.window_s else "-", ""),
             cell(f"{f.allreduce_busbw / 1e9:.2f}", "allreduce_busbw"),
             cell(f"{100 * f.wait_share:.1f}", "wait_share", low_is_bad=False),

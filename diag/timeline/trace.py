@@ -4,7 +4,7 @@ The JSON Object Format that Perfetto UI and chrome://tracing load:
 ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``.
 
 - One process per rank (pid = rank + 1: some viewers treat pid 0 as the idle
-  process), named ``rank N (host, gpu L)`` by a ``process_name`` metadata
+  process), named ``rank N (host, gpu 0000:1b:00.0 (...))`` (``local rank L`` without a GPU) by a ``process_name`` metadata
   event and ordered by rank with ``process_sort_index``.
 - Threads are tracks: CPU-side calls (the tracer), device-timed GEMMs,
   device-timed NCCL ops, and hook ops launched but not completed. A track
@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 
+from diag.gpu import wire as gpu_wire
 from diag.pb import collector_pb2 as pb
 from diag.records import format as fmt
 
@@ -70,7 +71,10 @@ def _ranks(uploads) -> list[tuple[str, pb.TimelineRank]]:
 
 def _rank_events(host: str, rank: pb.TimelineRank, origin: int) -> list[dict]:
     pid = rank.rank + 1
-    label = f"rank {rank.rank} ({host}, gpu {rank.local_rank})"
+    # The physical GPU where the agent knew it (docs/gpu.md), never the local rank as a "gpu".
+    gpu = rank.gpu if rank.HasField("gpu") else None
+    where = gpu_phrase(gpu) if gpu is not None and (gpu.pci_bus_id or gpu.uuid) else f"local rank {rank.local_rank}"
+    label = f"rank {rank.rank} ({host}, {where})"
     out = [_meta("process_name", pid, None, {"name": label}),
            _meta("process_sort_index", pid, None, {"sort_index": rank.rank})]
     by_track: dict[tuple, list] = {}
@@ -86,6 +90,10 @@ def _rank_events(host: str, rank: pb.TimelineRank, origin: int) -> list[dict]:
             out.append(_meta("thread_sort_index", pid, tid, {"sort_index": tid}))
             slices.extend(_slice(s, pid, tid, cat, origin) for s in spans)
     return out + slices
+
+
+def gpu_phrase(gpu: pb.GpuIdentity) -> str:
+    return gpu_wire.identity_of(gpu).phrase()
 
 
 def pack_lanes(spans) -> list[list]:

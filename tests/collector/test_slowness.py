@@ -37,7 +37,7 @@ def test_report_writes_slow_json_and_one_line(tmp_path):
     watch, events, session, said = _watch(tmp_path, "report")
     watch._declare(_event(), Snapshot(40.0, 3, {}, {}), 1.7e9)
     [line] = said
-    assert line.startswith("SLOW: rank 1 (node 0, gpu 1) GEMM 612 TFLOP/s vs job median 788 (-22%) over 60 s")
+    assert line.startswith("SLOW: rank 1 (node 0, local rank 1) GEMM 612 TFLOP/s vs job median 788 (-22%) over 60 s")
     [(event_id, doc)] = watch.declared
     path = tmp_path / "job1" / event_id / "slow.json"
     assert json.loads(path.read_text())["verdict"] == line and doc["held_s"] == 30.0

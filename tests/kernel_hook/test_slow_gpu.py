@@ -27,7 +27,7 @@ def test_a_gemm_slowdown_of_15_percent_is_a_slow_gpu(built, tmp_path):
         launch.kill()
     lines = launch.matching(r"SLOW: ")
     assert len(lines) == 1, launch.output()
-    assert lines[0].startswith("SLOW: rank 1 (node 0, gpu 1) GEMM ") and "vs job median" in lines[0], lines[0]
+    assert lines[0].startswith("SLOW: rank 1 (node 0, local rank 1) GEMM ") and "vs job median" in lines[0], lines[0]
     [path] = glob.glob(str(tmp_path / "slowgpu" / "*" / "slow.json"))
     doc = json.load(open(path))
     assert (doc["rule"], doc["ranks"]) == ("slow_gpu", [1])

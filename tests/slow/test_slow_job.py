@@ -44,7 +44,7 @@ def test_the_straggler_is_named_once_per_episode(jobs):
     lines = slow.matching(r"SLOW: ")
     assert len(lines) == 2, slow.output()
     for line in lines:
-        assert "SLOW: rank 2 (node 0, gpu 2) is the straggler: its peers wait" in line, line
+        assert "SLOW: rank 2 (node 0, local rank 2) is the straggler: its peers wait" in line, line
         assert "rank 0 " not in line and "rank 1 " not in line and "rank 3 " not in line
     docs = [json.load(open(p)) for p in sorted(glob.glob(str(jobs["tmp"] / "straggler" / "*" / "slow.json")))]
     assert [(d["rule"], d["ranks"]) for d in docs] == [("straggler", [2]), ("straggler", [2])]

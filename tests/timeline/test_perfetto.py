@@ -68,8 +68,8 @@ def test_perfetto_imports_every_span_on_the_track_and_rank_we_wrote():
     for key, events in ours.items():
         assert theirs[key]["n"] == len(events), key
         assert theirs[key]["dur"] == sum(round(e["dur"] * 1000) for e in events), key
-    assert theirs[(1, 1)]["process"] == "rank 0 (host-a, gpu 0)"
-    assert theirs[(3, 1)]["process"] == "rank 2 (host-b, gpu 0)"
+    assert theirs[(1, 1)]["process"] == "rank 0 (host-a, local rank 0)"
+    assert theirs[(3, 1)]["process"] == "rank 2 (host-b, local rank 0)"
     assert {theirs[(1, tid)]["thread"] for tid in (201, 202)} == {
         trace.TRACK_NCCL[1], trace.TRACK_NCCL[1] + " (2)"}
     seqs = sorted(int(a["value"]) for a in args if a["key"] == "args.seq")

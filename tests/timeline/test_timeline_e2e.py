@@ -75,7 +75,7 @@ def test_hang_event_timeline_has_every_rank_with_the_tracers_durations(held):
     tracks = check(doc)
     names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
     host = socket.gethostname()
-    assert names == {r + 1: f"rank {r} ({host}, gpu {r})" for r in range(4)}
+    assert names == {r + 1: f"rank {r} ({host}, local rank {r})" for r in range(4)}
     for rank in range(4):
         ends = [r for r in records[rank] if r.event == fmt.EVENT_END and r.name == "all_reduce"]
         spans = _all_reduces(tracks, rank + 1)
@@ -154,7 +154,7 @@ def test_perfetto_reads_the_hang_timeline_whole(held):
         assert (theirs[key]["n"], theirs[key]["dur"]) == (
             len(events), sum(round(e["dur"] * 1000) for e in events)), key
     assert sorted(r["process"] for r in theirs.values() if r["tid"] == 1) == [
-        f"rank {r} ({socket.gethostname()}, gpu {r})" for r in range(4)]
+        f"rank {r} ({socket.gethostname()}, local rank {r})" for r in range(4)]
 
 
 def test_stack_viewer_does_not_take_timeline_json_for_a_stack_dump(held):

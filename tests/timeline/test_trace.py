@@ -41,8 +41,8 @@ def test_one_process_per_rank_named_and_sorted_with_cpu_and_gpu_tracks():
     tracks = check(json.loads(trace.dumps(doc)))
     names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
              if e["ph"] == "M" and e["name"] == "process_name"}
-    assert names == {1: "rank 0 (host-a, gpu 0)", 2: "rank 1 (host-a, gpu 1)",
-                     3: "rank 2 (host-b, gpu 0)", 4: "rank 3 (host-b, gpu 1)"}
+    assert names == {1: "rank 0 (host-a, local rank 0)", 2: "rank 1 (host-a, local rank 1)",
+                     3: "rank 2 (host-b, local rank 0)", 4: "rank 3 (host-b, local rank 1)"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
                if e["ph"] == "M" and e["name"] == "thread_name"}
     assert threads[(4, trace.TRACK_GEMM[0])] == trace.TRACK_GEMM[1]
