@@ -213,10 +213,10 @@ void xt_core_after_fork_child(void) {
   tl.no_slot = true;
 }
 
-void xt_count_launch(const void* func, int is_handle) {
+void xt_count_launch(const void* func, int kind) {
   if (!active()) return;
-  // Stubs and handles are aligned: bit 0 tells the drainer which one it is.
-  func = reinterpret_cast<const void*>(uintptr_t(func) | uintptr_t(is_handle & 1));
+  // The low bits tell the drainer which kind of key it is (core.h).
+  func = reinterpret_cast<const void*>(uintptr_t(func) | uintptr_t(kind & 3));
   Slot* s = my_slot();
   if (!s) return;
   // Fibonacci hash of the host stub address, then a short linear probe.

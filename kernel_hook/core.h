@@ -21,6 +21,12 @@ extern "C" {
 // Results of xt_device_ops.event_query.
 enum { XT_EV_READY = 0, XT_EV_NOT_READY = 1, XT_EV_ERROR = 2, XT_EV_UNLOADING = 3 };
 
+// What identifies a launched kernel: a host stub (cudaLaunchKernel*), a
+// cudaKernel_t / CUkernel (__cudaLaunchKernel*), or a CUfunction (the driver's
+// cuLaunchKernel*). The value is also the tag in the low bits of a count key:
+// handles are driver objects (at least 4-aligned), stubs are even.
+enum { XT_KERNEL_STUB = 0, XT_KERNEL_HANDLE = 1, XT_KERNEL_FUNCTION = 3 };
+
 typedef struct xt_device_ops {
   int (*get_device)(int* device);  // 0 on success
   int (*set_device)(int device);
@@ -30,9 +36,8 @@ typedef struct xt_device_ops {
   int (*event_query)(void* event);  // XT_EV_*
   int (*event_elapsed_ns)(void* start, void* end, uint64_t* ns);
   int (*stream_capturing)(void* stream);  // 0 no, 1 capturing (or cannot tell)
-  // NULL when unknown; drainer only. is_handle: func is a cudaKernel_t (from
-  // __cudaLaunchKernel), not a host stub.
-  const char* (*kernel_name)(const void* func, int is_handle);
+  // NULL when unknown; drainer only. kind: XT_KERNEL_*.
+  const char* (*kernel_name)(const void* func, int kind);
   // NULL or run once on the drainer thread before its first pass: the real
   // one puts that thread in thread-local capture mode, so its event queries
   // never invalidate a global-mode graph capture on another thread.
@@ -100,9 +105,9 @@ void xt_core_flush(void);
 // In a forked child: drop every piece of state and stay inert.
 void xt_core_after_fork_child(void);
 
-// Hot path. Counts one kernel launch of func on the calling thread; is_handle
-// as in xt_device_ops.kernel_name.
-void xt_count_launch(const void* func, int is_handle);
+// Hot path. Counts one kernel launch of func (an XT_KERNEL_* kind) on the
+// calling thread.
+void xt_count_launch(const void* func, int kind);
 // Hot path. Queues an op. Sampled ops (1 in cfg.time_every; collectives by a
 // hash of (comm id, seq), so every rank samples the same ones) get a start and
 // an end event: their END carries the device duration (flag bit 0). The other

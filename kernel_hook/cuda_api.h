@@ -82,6 +82,52 @@ cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode_t* mode);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);
 cudaError_t cudaFuncGetName(const char** name, const void* func);
+// Hooked to wrap the driver launch entry points they hand out (hook_driver.cc).
+cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
+                                    int* driverStatus);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char* symbol, void** funcPtr,
+                                         unsigned long long flags, int* driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
+                                             unsigned int cudaVersion, unsigned long long flags,
+                                             int* driverStatus);
+
+// ---- CUDA driver: kernel launches and entry-point queries -------------------
+// What cuBLAS, NCCL, Triton and the runtime itself launch kernels through.
+typedef int CUresult;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUstream_st* CUstream;             // the runtime's cudaStream_t
+typedef struct CUlaunchConfig_st CUlaunchConfig;  // only passed through
+enum { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_INITIALIZED = 3 };
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                        void** kernelParams, void** extra);
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                             unsigned int gridDimZ, unsigned int blockDimX,
+                             unsigned int blockDimY, unsigned int blockDimZ,
+                             unsigned int sharedMemBytes, CUstream hStream, void** kernelParams,
+                             void** extra);
+CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                          void** extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                               void** extra);
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                   unsigned int gridDimZ, unsigned int blockDimX,
+                                   unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream,
+                                   void** kernelParams);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                        unsigned int gridDimY, unsigned int gridDimZ,
+                                        unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                        CUstream hStream, void** kernelParams);
+// v1 (CUDA 11.3+) and v2 (CUDA 12.0+: cuda.h maps cuGetProcAddress to it).
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, uint64_t flags);
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, uint64_t flags,
+                             int* symbolStatus);
+CUresult cuGetProcAddress_v2_ptsz(const char* symbol, void** pfn, int cudaVersion,
+                                  uint64_t flags, int* symbolStatus);
 
 // ---- cuBLAS ----------------------------------------------------------------
 typedef int cublasStatus_t;

@@ -8,6 +8,7 @@
 #include "hook_common.h"
 
 using xt::Guard;
+using xt::LaunchGuard;
 
 namespace {
 
@@ -36,12 +37,6 @@ XT_REAL(cublasSgemmStridedBatched, XT_SONAME_CUBLAS);
 XT_REAL(cublasHgemm, XT_SONAME_CUBLAS);
 XT_REAL(cublasLtMatmul, XT_SONAME_CUBLASLT);
 XT_REAL(cublasLtMatrixLayoutGetAttribute, XT_SONAME_CUBLASLT);
-
-inline void count_launch(const void* func, int is_handle) {
-  if (xt::bypassed()) return;
-  xt::hook_touch();
-  xt_count_launch(func, is_handle);
-}
 
 // Announced before the real call (see core.h): the drainer must not record a
 // fence on the stream once the capture may have begun.
@@ -110,15 +105,16 @@ xt_ticket lt_begin(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t dd, cudaStre
 // ---- CUDA runtime launches: counted per kernel -------------------------------
 // The kernel key is the host stub (cudaLaunchKernel*) or the kernel handle
 // (__cudaLaunchKernel*, what nvcc >= 13 emits for <<<>>>): one per kernel.
+// The driver's launches (cuBLAS, NCCL, Triton) are counted in hook_driver.cc.
 
-#define XT_LAUNCH(fn, func_t, is_handle)                                                   \
+#define XT_LAUNCH(fn, func_t, kind)                                                        \
   XT_EXPORT cudaError_t fn(func_t func, dim3 grid, dim3 block, void** args, size_t shmem,   \
                            cudaStream_t stream) {                                         \
     auto real = XT_GET(fn);                                                                \
     if (!real) return kCudaSymbolMissing;                                                  \
-    Guard g;                                                                               \
+    LaunchGuard g;                                                                         \
     cudaError_t r = real(func, grid, block, args, shmem, stream);                          \
-    if (g.outer && r == cudaSuccess) count_launch(func, is_handle);                        \
+    if (g.outer && r == cudaSuccess) xt::count_launch(func, kind);                         \
     return r;                                                                              \
   }
 
@@ -126,16 +122,16 @@ xt_ticket lt_begin(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t dd, cudaStre
   XT_EXPORT cudaError_t fn(const cudaLaunchConfig_t* config, const void* func, void** args) { \
     auto real = XT_GET(fn);                                                                 \
     if (!real) return kCudaSymbolMissing;                                                   \
-    Guard g;                                                                                \
+    LaunchGuard g;                                                                          \
     cudaError_t r = real(config, func, args);                                               \
-    if (g.outer && r == cudaSuccess) count_launch(func, 0);                                 \
+    if (g.outer && r == cudaSuccess) xt::count_launch(func, XT_KERNEL_STUB);                \
     return r;                                                                               \
   }
 
-XT_LAUNCH(cudaLaunchKernel, const void*, 0)
-XT_LAUNCH(cudaLaunchKernel_ptsz, const void*, 0)
-XT_LAUNCH(__cudaLaunchKernel, cudaKernel_t, 1)
-XT_LAUNCH(__cudaLaunchKernel_ptsz, cudaKernel_t, 1)
+XT_LAUNCH(cudaLaunchKernel, const void*, XT_KERNEL_STUB)
+XT_LAUNCH(cudaLaunchKernel_ptsz, const void*, XT_KERNEL_STUB)
+XT_LAUNCH(__cudaLaunchKernel, cudaKernel_t, XT_KERNEL_HANDLE)
+XT_LAUNCH(__cudaLaunchKernel_ptsz, cudaKernel_t, XT_KERNEL_HANDLE)
 XT_LAUNCH_EX(cudaLaunchKernelExC)
 XT_LAUNCH_EX(cudaLaunchKernelExC_ptsz)
 

@@ -23,6 +23,28 @@ struct Guard {
   Guard& operator=(const Guard&) = delete;
 };
 
+extern __thread int tl_launch_depth __attribute__((tls_model("initial-exec")));
+
+// Depth of hooked kernel launches on this thread, apart from Guard's: a
+// launch made inside a hooked GEMM or collective (cuBLAS's and NCCL's own
+// kernels) is counted, while the runtime's cudaLaunchKernel calling the
+// driver's cuLaunchKernel is one launch, counted once, by the outer hook.
+struct LaunchGuard {
+  bool outer;
+  LaunchGuard() : outer(tl_launch_depth++ == 0) {}
+  ~LaunchGuard() { --tl_launch_depth; }
+  LaunchGuard(const LaunchGuard&) = delete;
+  LaunchGuard& operator=(const LaunchGuard&) = delete;
+};
+
+// Hot path: counts one launch of func (an XT_KERNEL_* kind); starts the core
+// on the process's first hooked call.
+inline void count_launch(const void* func, int kind) {
+  if (bypassed()) return;
+  hook_touch();
+  xt_count_launch(func, kind);
+}
+
 // Whether a GEMM or collective is to be recorded: not bypassed
 // (xpu_timer_hook_bypass), and the core on (started by the first hooked call).
 inline bool recording() {

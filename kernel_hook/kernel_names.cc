@@ -46,13 +46,16 @@ std::string shorten(const char* symbol) {
   return s.empty() ? std::string(symbol).substr(0, kNameBytes - 1) : s;
 }
 
+// The key's tag (core.h): bit 0 clear, a host stub (all its bits are the
+// address); set, a handle whose bit 1 tells a CUfunction from a CUkernel.
 std::string lookup(const xt_device_ops& ops, const void* key) {
-  int is_handle = int(uintptr_t(key) & 1);
-  const void* func = reinterpret_cast<const void*>(uintptr_t(key) & ~uintptr_t(1));
-  const char* name = ops.kernel_name ? ops.kernel_name(func, is_handle) : nullptr;
+  uintptr_t k = uintptr_t(key);
+  int kind = !(k & 1) ? XT_KERNEL_STUB : (k & 2) ? XT_KERNEL_FUNCTION : XT_KERNEL_HANDLE;
+  const void* func = reinterpret_cast<const void*>(kind == XT_KERNEL_STUB ? k : k & ~uintptr_t(3));
+  const char* name = ops.kernel_name ? ops.kernel_name(func, kind) : nullptr;
   if (name && *name) return shorten(name);
   Dl_info info;
-  if (!is_handle && dladdr(func, &info) && info.dli_sname && info.dli_saddr == func)
+  if (kind == XT_KERNEL_STUB && dladdr(func, &info) && info.dli_sname && info.dli_saddr == func)
     return shorten(info.dli_sname);
   char buf[32];
   snprintf(buf, sizeof(buf), "kernel@%p", func);

@@ -70,6 +70,7 @@ RealSym r_setdev{"cudaSetDevice", XT_SONAME_CUDART};
 RealSym r_capturing{"cudaStreamIsCapturing", XT_SONAME_CUDART};
 RealSym r_funcname{"cudaFuncGetName", XT_SONAME_CUDART};
 RealSym r_kernelname{"cuKernelGetName", "libcuda.so.1"};  // driver, CUDA >= 12.3
+RealSym r_cufuncname{"cuFuncGetName", "libcuda.so.1"};    // driver, CUDA >= 12.3
 RealSym r_cu_record{"cuEventRecord", "libcuda.so.1"};  // same handles as the runtime's
 RealSym r_capmode{"cudaThreadExchangeStreamCaptureMode", XT_SONAME_CUDART};
 RealSym r_peek_error{"cudaPeekAtLastError", XT_SONAME_CUDART};
@@ -151,15 +152,18 @@ int op_stream_capturing(void* stream) {
   // capture is under way somewhere: recording an event could break it.
   return (r != cudaSuccess || st != cudaStreamCaptureStatusNone) ? 1 : 0;
 }
-const char* op_kernel_name(const void* func, int is_handle) {
-  void* p = r_funcname.resolve(false);
+const char* op_kernel_name(const void* func, int kind) {
+  using GetName = int (*)(const char**, const void*);
   const char* name = nullptr;
+  void* p = kind != XT_KERNEL_FUNCTION ? r_funcname.resolve(false) : nullptr;
   if (p && reinterpret_cast<decltype(&::cudaFuncGetName)>(p)(&name, func) == cudaSuccess)
     return name;
-  // A cudaKernel_t is a CUkernel: the driver can name it when the runtime cannot.
-  using KernelGetName = int (*)(const char**, const void*);
-  p = is_handle ? r_kernelname.resolve(false) : nullptr;
-  if (p && reinterpret_cast<KernelGetName>(p)(&name, func) == 0) return name;
+  // The driver names a CUfunction; one launched through cuLaunchKernel may
+  // also be a CUkernel, and a cudaKernel_t is one: cuKernelGetName then.
+  p = kind == XT_KERNEL_FUNCTION ? r_cufuncname.resolve(false) : nullptr;
+  if (p && reinterpret_cast<GetName>(p)(&name, func) == 0) return name;
+  p = kind != XT_KERNEL_STUB ? r_kernelname.resolve(false) : nullptr;
+  if (p && reinterpret_cast<GetName>(p)(&name, func) == 0) return name;
   return nullptr;
 }
 
@@ -251,7 +255,7 @@ void start_core() {
 }  // namespace
 
 void* find_real(const char* name, const char* sonames) {
-  void* p = dlsym(RTLD_NEXT, name);
+  void* p = real_dlsym(RTLD_NEXT, name);
   if (p && !is_self(p)) return p;
   char buf[256];
   for (const char* s = sonames; s && *s;) {
@@ -261,7 +265,7 @@ void* find_real(const char* name, const char* sonames) {
       memcpy(buf, s, n);
       buf[n] = '\0';
       void* h = dlopen(buf, RTLD_LAZY | RTLD_NOLOAD);
-      p = h ? dlsym(h, name) : nullptr;
+      p = h ? real_dlsym(h, name) : nullptr;
       if (p && !is_self(p)) return p;
     }
     s = colon ? colon + 1 : nullptr;
@@ -322,6 +326,7 @@ bool hook_start_slow() {
 
 namespace xt {
 __thread int tl_depth __attribute__((tls_model("initial-exec")));
+__thread int tl_launch_depth __attribute__((tls_model("initial-exec")));
 }  // namespace xt
 
 // The one control the hook exports: measures the hook's own cost inside one

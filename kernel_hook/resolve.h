@@ -21,6 +21,10 @@ struct RealSym {
 // global scope that RTLD_NEXT searches. Never loads a library.
 void* find_real(const char* name, const char* soname);
 
+// The real dlsym, called from this library (dlsym_hook.cc): the exported
+// dlsym would hand the hook its own wrappers of driver entry points.
+void* real_dlsym(void* handle, const char* name);
+
 // One line on stderr, prefixed with the hook's identity (pid, rank).
 void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

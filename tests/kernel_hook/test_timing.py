@@ -76,23 +76,33 @@ def test_group_members_are_timed_from_the_group_end(timed_region):
         assert r.flags & fmt.FLAG_DEVICE_TIMED and r.duration_ns < SLACK_NS
 
 
-def test_plain_launches_are_counted_per_kernel(timed_region):
+def test_launches_are_counted_per_kernel(timed_region):
     counts = collections.Counter()
     for r in timed_region.of(fmt.EVENT_COUNT):
         counts[(r.kind, r.name)] += r.count
-    # 10 through cudaLaunchKernel and 5 through cudaLaunchKernelExC, by name.
-    assert counts == {(fmt.KIND_KERNEL, "xt_test_empty_kernel"): 15}
+    # 10 through cudaLaunchKernel and 5 through cudaLaunchKernelExC, by name;
+    # the GEMMs' and collectives' kernels through the driver (cuLaunchKernel,
+    # cuLaunchKernelEx), inside the hooked calls, named by cuFuncGetName.
+    k = fmt.KIND_KERNEL
+    assert counts == {(k, "xt_test_empty_kernel"): 15, (k, "fake_cublasGemmEx_kernel"): 3,
+                      (k, "fake_cublasLtMatmul_kernel"): 1, (k, "fake_ncclAllReduce_kernel"): 2,
+                      (k, "fake_ncclAllGather_kernel"): 1, (k, "fake_ncclReduceScatter_kernel"): 1}
 
 
 def test_graph_capture_counts_without_timing(built, tmp_path):
     out = run_prog("capture", shm_dir=str(tmp_path), env={"XPU_TIMER_HOOK_TIME_EVERY": "1"})
     assert out.returncode == 0, out.stderr
     [region] = read_regions(str(tmp_path))
-    captured = collections.Counter()
+    captured, kernels = collections.Counter(), collections.Counter()
     for r in region.of(fmt.EVENT_COUNT):
-        assert r.flags == fmt.FLAG_GRAPH_CAPTURED
-        captured[r.name] += r.count
+        if r.kind == fmt.KIND_KERNEL:   # a launch call is counted, captured or not
+            assert r.flags == 0
+            kernels[r.name] += r.count
+        else:
+            assert r.flags == fmt.FLAG_GRAPH_CAPTURED
+            captured[r.name] += r.count
     assert captured == {"cublasGemmEx": 3, "ncclAllReduce": 2}
+    assert kernels == {"fake_cublasGemmEx_kernel": 4, "fake_ncclAllReduce_kernel": 2}
     [timed] = region.of(fmt.EVENT_END)  # only the call after the capture
     assert timed.name == "cublasGemmEx" and timed.flags & fmt.FLAG_DEVICE_TIMED
     assert len(region.of(fmt.EVENT_START)) == 1

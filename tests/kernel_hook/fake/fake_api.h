@@ -19,6 +19,22 @@ struct cudaLaunchConfig_st {
   unsigned int numAttrs;
 };
 
+// A fake CUfunction: the host function the fake device runs, the kernel's name
+// (cuFuncGetName) and the api whose delay and hang controls apply to it.
+struct CUfunc_st {
+  void (*fn)(void**);
+  const char* name;
+  const char* api;
+};
+// cuda.h's CUlaunchConfig layout (what cuLaunchKernelEx reads).
+struct CUlaunchConfig_st {
+  unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  void* attrs;
+  unsigned int numAttrs;
+};
+CUresult cuFuncGetName(const char** name, CUfunction f);
+
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
@@ -55,6 +71,11 @@ void fake_set_hang(const char* api, int nth);
 void fake_enqueue(cudaStream_t stream, const char* api, void (*fn)(void**), void** args);
 // Internal to the fakes: record a call's arguments; returns the result to give.
 int fake_note(const char* api, int nargs, const uint64_t* args);
+// Internal to the fakes: while above 0 on a thread, calls record nothing and
+// take no set result (a fake library's own calls into the fake driver).
+void fake_quiet(int delta);
+// Internal to the fakes: a launch made while its stream was capturing.
+void fake_note_captured(void);
 int fake_stream_capturing(cudaStream_t stream);
 // cudaEventRecord calls made by the hook's drainer thread (1) or any other (0).
 int fake_event_records(int by_drainer);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "fake_api.h"
+#include "static_driver.h"
 
 struct ncclComm {
   int nranks, rank;
@@ -22,12 +23,29 @@ thread_local int tl_group = 0;
 thread_local Deferred tl_deferred[256];
 thread_local int tl_ndeferred = 0;
 
+// One collective is one kernel, launched through the driver's cuLaunchKernelEx
+// as NCCL does (its runtime linked in statically: static_driver.h).
+void kernel(cudaStream_t stream, const char* api) {
+  static CUfunc_st kernels[] = {
+      {nullptr, "fake_ncclAllReduce_kernel", "ncclAllReduce"},
+      {nullptr, "fake_ncclAllGather_kernel", "ncclAllGather"},
+      {nullptr, "fake_ncclReduceScatter_kernel", "ncclReduceScatter"},
+      {nullptr, "fake_ncclBroadcast_kernel", "ncclBroadcast"},
+      {nullptr, "fake_ncclReduce_kernel", "ncclReduce"},
+      {nullptr, "fake_ncclSend_kernel", "ncclSend"},
+      {nullptr, "fake_ncclRecv_kernel", "ncclRecv"},
+  };
+  for (auto& k : kernels)
+    if (strcmp(k.api, api) == 0 && fake_static::launch_ex(&k, stream) == CUDA_SUCCESS) return;
+  fake_enqueue(stream, api, nullptr, nullptr);  // a variant built without the fake driver beside it
+}
+
 void launch(cudaStream_t stream, const char* api) {
   if (tl_group > 0 && tl_ndeferred < 256) {
     tl_deferred[tl_ndeferred++] = Deferred{stream, api};
     return;
   }
-  fake_enqueue(stream, api, nullptr, nullptr);
+  kernel(stream, api);
 }
 
 ncclComm_t make_comm(int nranks, int rank) {
@@ -120,7 +138,7 @@ ncclResult_t ncclGroupEnd(void) {
   if (note_result) return note_result;
   if (tl_group > 0 && --tl_group == 0) {
     for (int i = 0; i < tl_ndeferred; ++i)
-      fake_enqueue(tl_deferred[i].stream, tl_deferred[i].api, nullptr, nullptr);
+      kernel(tl_deferred[i].stream, tl_deferred[i].api);
     tl_ndeferred = 0;
   }
   return ncclSuccess;

@@ -29,6 +29,8 @@ int scenario_two_devices(int argc, char** argv);
 int scenario_capture_race(int argc, char** argv);
 int scenario_destroy_race(int argc, char** argv);
 int scenario_bypass(int argc, char** argv);
+// driver.cc
+int scenario_driver(int argc, char** argv);
 // script.cc
 int scenario_script(int argc, char** argv);
 int scenario_spawn(int argc, char** argv);

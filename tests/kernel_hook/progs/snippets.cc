@@ -54,6 +54,42 @@ void cuda_snippets(cudaStream_t s) {
        FAKE_U(&cfg), FAKE_U(P(3)), FAKE_U(P(4)));
 }
 
+void driver_snippets(cudaStream_t s) {
+  auto f = reinterpret_cast<CUfunction>(P(1));
+  auto pp = reinterpret_cast<void**>(P(2));
+  auto ex = reinterpret_cast<void**>(P(3));
+  SNIP("cuLaunchKernel", cuLaunchKernel(f, 3, 5, 7, 11, 13, 17, 99, s, pp, ex), FAKE_U(f), 3, 5,
+       7, 11, 13, 17, 99, FAKE_U(s), FAKE_U(pp), FAKE_U(ex));
+  SNIP("cuLaunchKernel_ptsz", cuLaunchKernel_ptsz(f, 3, 5, 7, 11, 13, 17, 98, s, pp, ex),
+       FAKE_U(f), 3, 5, 7, 11, 13, 17, 98, FAKE_U(s), FAKE_U(pp), FAKE_U(ex));
+  auto cfg = reinterpret_cast<const CUlaunchConfig*>(P(4));
+  SNIP("cuLaunchKernelEx", cuLaunchKernelEx(cfg, f, pp, ex), FAKE_U(cfg), FAKE_U(f), FAKE_U(pp),
+       FAKE_U(ex));
+  SNIP("cuLaunchKernelEx_ptsz", cuLaunchKernelEx_ptsz(cfg, f, pp, ex), FAKE_U(cfg), FAKE_U(f),
+       FAKE_U(pp), FAKE_U(ex));
+  SNIP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel(f, 3, 5, 7, 11, 13, 17, 97, s, pp),
+       FAKE_U(f), 3, 5, 7, 11, 13, 17, 97, FAKE_U(s), FAKE_U(pp));
+  SNIP("cuLaunchCooperativeKernel_ptsz",
+       cuLaunchCooperativeKernel_ptsz(f, 3, 5, 7, 11, 13, 17, 96, s, pp), FAKE_U(f), 3, 5, 7, 11,
+       13, 17, 96, FAKE_U(s), FAKE_U(pp));
+  const char* sym = "cuLaunchKernel";
+  void* out = nullptr;
+  int* st = reinterpret_cast<int*>(P(5));
+  SNIP("cuGetProcAddress", cuGetProcAddress(sym, &out, 11080, 2), FAKE_U(sym), FAKE_U(&out),
+       11080, 2);
+  SNIP("cuGetProcAddress_v2", cuGetProcAddress_v2(sym, &out, 12040, 1, st), FAKE_U(sym),
+       FAKE_U(&out), 12040, 1, FAKE_U(st));
+  SNIP("cuGetProcAddress_v2_ptsz", cuGetProcAddress_v2_ptsz(sym, &out, 13000, 0, st), FAKE_U(sym),
+       FAKE_U(&out), 13000, 0, FAKE_U(st));
+  SNIP("cudaGetDriverEntryPoint", cudaGetDriverEntryPoint(sym, &out, 1, st), FAKE_U(sym),
+       FAKE_U(&out), 1, FAKE_U(st));
+  SNIP("cudaGetDriverEntryPoint_ptsz", cudaGetDriverEntryPoint_ptsz(sym, &out, 0, st),
+       FAKE_U(sym), FAKE_U(&out), 0, FAKE_U(st));
+  SNIP("cudaGetDriverEntryPointByVersion",
+       cudaGetDriverEntryPointByVersion(sym, &out, 12080, 2, st), FAKE_U(sym), FAKE_U(&out),
+       12080, 2, FAKE_U(st));
+}
+
 // Every capture call fails here (the set result), so no capture is left open.
 void capture_snippets(cudaStream_t s) {
   auto gr = reinterpret_cast<cudaGraph_t>(P(6));
@@ -169,6 +205,7 @@ int run_snippets(void) {
   ncclComm_t comm;
   ncclCommInitRank(&comm, 2, id, 0);
   cuda_snippets(s);
+  driver_snippets(s);
   capture_snippets(s);
   blas_snippets(h);
   lt_snippet(s);
