@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "hook_common.h"
+#include "resolve.h"
 
 namespace xt {
 namespace {
@@ -109,7 +110,9 @@ DriverEntry entry_by_symbol(const char* n) {
 }
 
 void* wrap_entry(DriverEntry kind, void* real) {
-  if (kind == kEntryNone || !real || is_wrapper(real)) return real;
+  // The hook's own (a wrapper, or its exported cuLaunchKernel found by
+  // dlsym(RTLD_DEFAULT)) already counts.
+  if (kind == kEntryNone || !real || is_wrapper(real) || is_own(real)) return real;
   for (int i = 0; i < kSlots; ++i) {
     void* seen = nullptr;
     if (g_real[kind][i].compare_exchange_strong(seen, real, std::memory_order_acq_rel) ||

@@ -30,13 +30,6 @@ struct ErrnoKeeper {
 
 Dl_info g_self;  // to refuse resolving a name back to this library
 
-bool is_self(void* p) {
-  Dl_info info;
-  if (!p || !dladdr(p, &info)) return false;
-  if (!g_self.dli_fbase) dladdr(reinterpret_cast<void*>(&find_real), &g_self);
-  return info.dli_fbase == g_self.dli_fbase;
-}
-
 // Unset or empty: the default, silently. Anything else that is not a whole
 // number in int's range: one line, the default (a typo must not pass unseen).
 int env_int(const char* name, int def) {
@@ -254,9 +247,16 @@ void start_core() {
 
 }  // namespace
 
+bool is_own(void* p) {
+  Dl_info info;
+  if (!p || !dladdr(p, &info)) return false;
+  if (!g_self.dli_fbase) dladdr(reinterpret_cast<void*>(&find_real), &g_self);
+  return info.dli_fbase == g_self.dli_fbase;
+}
+
 void* find_real(const char* name, const char* sonames) {
   void* p = real_dlsym(RTLD_NEXT, name);
-  if (p && !is_self(p)) return p;
+  if (p && !is_own(p)) return p;
   char buf[256];
   for (const char* s = sonames; s && *s;) {
     const char* colon = strchr(s, ':');
@@ -266,7 +266,7 @@ void* find_real(const char* name, const char* sonames) {
       buf[n] = '\0';
       void* h = dlopen(buf, RTLD_LAZY | RTLD_NOLOAD);
       p = h ? real_dlsym(h, name) : nullptr;
-      if (p && !is_self(p)) return p;
+      if (p && !is_own(p)) return p;
     }
     s = colon ? colon + 1 : nullptr;
   }

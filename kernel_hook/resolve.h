@@ -21,6 +21,9 @@ struct RealSym {
 // global scope that RTLD_NEXT searches. Never loads a library.
 void* find_real(const char* name, const char* soname);
 
+// Whether p lies in this library (dladdr: not for a hot path).
+bool is_own(void* p);
+
 // The real dlsym, called from this library (dlsym_hook.cc): the exported
 // dlsym would hand the hook its own wrappers of driver entry points.
 void* real_dlsym(void* handle, const char* name);

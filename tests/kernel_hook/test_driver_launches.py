@@ -17,6 +17,7 @@ EXPECTED = {
     "k_coop": 1,          # cuLaunchCooperativeKernel
     "k_static": 3,        # dlsym(libcuda, "cuGetProcAddress_v2"), per-thread-stream variant
     "k_triton": 4,        # dlsym(libcuda, "cuLaunchKernelEx")
+    "k_default": 1,       # dlsym(RTLD_DEFAULT, "cuLaunchKernel"): the hook's own export
     "k_entry": 5,         # cudaGetDriverEntryPoint("cuLaunchKernel")
     "k_entry_coop": 1,    # cudaGetDriverEntryPointByVersion("cuLaunchCooperativeKernel", 12000)
     "k_self": 2,          # cuGetProcAddress("cuGetProcAddress") -> v2 -> "cuLaunchKernelEx"

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../fake/static_driver.h"
 #include "progs.h"
 
 extern "C" void xt_test_empty_kernel(void** args) { (void)args; }
@@ -379,27 +380,40 @@ extern "C" __attribute__((noinline)) void bench_launch_loop(Ctx* c, long n) {
 extern "C" __attribute__((noinline)) void bench_gemm_loop(Ctx* c, long n) {
   for (long i = 0; i < n; ++i) c->gemm(8, 8, 8);
 }
+// Launches through the driver's entry point as cuBLAS and NCCL reach it
+// (cuGetProcAddress_v2 found with dlsym: the hook's wrapper when preloaded).
+extern "C" __attribute__((noinline)) void bench_driver_loop(void* entry, Ctx* c, long n) {
+  static CUfunc_st kernel{xt_test_empty_kernel, "xt_test_driver_kernel", nullptr};
+  auto launch = reinterpret_cast<decltype(&::cuLaunchKernel)>(entry);
+  for (long i = 0; i < n; ++i) launch(&kernel, 1, 1, 1, 32, 1, 1, 0, c->s, nullptr, nullptr);
+}
 
 static double elapsed_ns(const timespec& a, const timespec& b) {
   return double(b.tv_sec - a.tv_sec) * 1e9 + double(b.tv_nsec - a.tv_nsec);
 }
 
-// bench N: N plain launches, then N/10 timed GEMMs; prints ns per call.
+// bench N: N plain launches, then N/10 timed GEMMs, then N launches through
+// the driver's entry point; prints ns per call.
 int scenario_bench(int argc, char** argv) {
   long n = argc > 0 ? atol(argv[0]) : 1000000;
   Ctx c;
+  void* entry = fake_static::driver_entry("cuLaunchKernel");
+  if (!entry) return printf("no driver entry point\n"), 2;
   bench_launch_loop(&c, 1000);  // warm up: slot claim, symbol resolution
   bench_gemm_loop(&c, 100);
+  bench_driver_loop(entry, &c, 1000);
   cudaDeviceSynchronize();
-  timespec t0, t1, t2;
+  timespec t0, t1, t2, t3;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   bench_launch_loop(&c, n);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   bench_gemm_loop(&c, n / 10);
   clock_gettime(CLOCK_MONOTONIC, &t2);
+  bench_driver_loop(entry, &c, n);
+  clock_gettime(CLOCK_MONOTONIC, &t3);
   cudaDeviceSynchronize();
-  printf("launch_ns %.2f gemm_ns %.2f\n", elapsed_ns(t0, t1) / double(n),
-         elapsed_ns(t1, t2) / double(n / 10));
+  printf("launch_ns %.2f gemm_ns %.2f driver_ns %.2f\n", elapsed_ns(t0, t1) / double(n),
+         elapsed_ns(t1, t2) / double(n / 10), elapsed_ns(t2, t3) / double(n));
   return 0;
 }
 
