@@ -190,17 +190,20 @@ class SlotRef:
 class RankPersist:
     """What persist did for one local rank.
 
-    ``outcome``: "written" (a new copy), "present" (that step was already on
-    disk: nothing to do), "none" (the rank has no committed snapshot) or
-    "failed" (``reason`` says why in one line; the previous copy stays)."""
+    Both committed slots are persisted (older first): ranks can be one
+    snapshot apart when a job stops, and restore needs a step they all have.
+    ``outcome`` is about the newest: "written" (a new copy), "present" (that
+    step was already on disk: nothing to do), "none" (the rank has no committed
+    snapshot) or "failed" (``reason`` says why in one line; previous copies stay)."""
 
     rank: int
-    step: int | None
+    step: int | None            # the newest committed step of the rank (what last words are about)
     outcome: str
     path: str | None = None
     reason: str = ""
-    bytes: int = 0
+    bytes: int = 0              # written by this call
     seconds: float = 0.0
+    steps: tuple[int, ...] = ()  # every step of this rank on disk after the call, newest first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,11 +219,11 @@ class PersistResult:
 
     @property
     def newest_step(self) -> int | None:
-        """The step every local rank now has on disk, or None."""
-        steps = [r.step for r in self.ranks if r.outcome in ("written", "present")]
-        if not steps or len(steps) != len(self.ranks):
+        """The newest step every local rank now has on disk, or None."""
+        if not self.ranks:
             return None
-        return min(steps)
+        common = set(self.ranks[0].steps).intersection(*(r.steps for r in self.ranks[1:]))
+        return max(common) if common else None
 
     def summary(self) -> str:
         """One line for the launcher's log."""

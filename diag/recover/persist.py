@@ -10,6 +10,7 @@ directory that nothing reads and the next persist removes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -38,9 +39,11 @@ def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
     """Copy each local rank's newest complete snapshot from the store to
     ``persist_dir``. The agent calls this periodically and as last words.
 
-    Idempotent: a step already on disk (same checksum) is "present" and not
-    rewritten. Atomic per rank: temp directory, then rename. A snapshot whose
-    bytes fail their checksum is skipped for the older slot. Never raises for
+    Both committed slots of a rank are written (older first), so ranks one
+    snapshot apart still share a step on disk. Idempotent: a step already on
+    disk (same checksum) is "present" and not rewritten. Atomic per copy:
+    temp directory, then rename. A snapshot whose bytes fail their checksum
+    is left out (and named in ``reason``). Never raises for
     one rank's failure: the result says, rank by rank (``outcome`` "failed" and
     a one-line ``reason``). Keeps the newest ``keep`` copies of each of this
     node's ranks and removes older ones. ``ranks``: only these (default: every
@@ -53,40 +56,57 @@ def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
     out = []
     for rank in wanted:
         try:
-            result = _persist_rank(found[rank], persist_dir, rank)
+            result = _persist_rank(found[rank], persist_dir, rank, keep)
         except Exception as exc:   # one rank's trouble never stops the others
             result = api.RankPersist(rank, None, "failed", reason=f"{type(exc).__name__}: {exc}")
-        if result.outcome in ("written", "present"):
-            with contextlib.suppress(OSError):
-                prune(persist_dir, rank, keep)
         out.append(result)
     return api.PersistResult(tuple(out))
 
 
-def _persist_rank(rdir: str, persist_dir: str, rank: int) -> api.RankPersist:
+def _persist_rank(rdir: str, persist_dir: str, rank: int, keep: int) -> api.RankPersist:
     problems: list[str] = []
-    for ref in store.committed(rdir, problems):
-        target = copy_dir(persist_dir, ref.meta.step, rank)
-        have = _manifest_or_none(target)
-        if have is not None and have.checksum == ref.meta.checksum:
-            return api.RankPersist(rank, ref.meta.step, "present", target)
-        t0 = time.monotonic()
-        try:
-            with store.reading(ref) as (data, objects):
-                write_copy(target, ref.meta, data, objects)
-        except store.SlotBusy:
-            continue      # the worker is overwriting it: the other slot is the newest
-        except api.CorruptSnapshot as exc:
-            problems.append(str(exc))
-            continue
-        except OSError as exc:
-            return api.RankPersist(rank, ref.meta.step, "failed", target,
-                                   reason=f"{target}: {exc.strerror or exc}; the previous copy stays")
-        return api.RankPersist(rank, ref.meta.step, "written", target, bytes=ref.meta.data_bytes,
-                               seconds=time.monotonic() - t0)
-    if problems:
-        return api.RankPersist(rank, None, "failed", reason="; ".join(problems))
-    return api.RankPersist(rank, None, "none")
+    refs = store.committed(rdir, problems)
+    newest = None
+    for ref in reversed(refs):        # older first: the newest is the last renamed into place
+        outcome = _persist_slot(ref, persist_dir, rank, problems)
+        if outcome is not None:
+            newest = outcome
+    if newest is not None and newest.outcome != "failed":
+        with contextlib.suppress(OSError):
+            prune(persist_dir, rank, keep)
+    steps = tuple(step for step, _ in copies(persist_dir, rank))
+    if newest is None:
+        if problems:
+            return api.RankPersist(rank, None, "failed", reason="; ".join(problems), steps=steps)
+        return api.RankPersist(rank, None, "none", steps=steps)
+    newest = dataclasses.replace(newest, steps=steps)
+    if newest.outcome != "failed" and problems:
+        newest = dataclasses.replace(newest, reason="; ".join(problems))
+    return newest
+
+
+def _persist_slot(ref: api.SlotRef, persist_dir: str, rank: int,
+                  problems: list[str]) -> api.RankPersist | None:
+    """Persist one committed slot; None if it changed or failed its checksum
+    (said in ``problems``)."""
+    target = copy_dir(persist_dir, ref.meta.step, rank)
+    have = _manifest_or_none(target)
+    if have is not None and have.checksum == ref.meta.checksum:
+        return api.RankPersist(rank, ref.meta.step, "present", target)
+    t0 = time.monotonic()
+    try:
+        with store.reading(ref) as (data, objects):
+            write_copy(target, ref.meta, data, objects)
+    except store.SlotBusy:
+        return None       # the worker is overwriting it: the other slot is the newest
+    except api.CorruptSnapshot as exc:
+        problems.append(str(exc))
+        return None
+    except OSError as exc:
+        return api.RankPersist(rank, ref.meta.step, "failed", target,
+                               reason=f"{target}: {exc.strerror or exc}; the previous copies stay")
+    return api.RankPersist(rank, ref.meta.step, "written", target, bytes=ref.meta.data_bytes,
+                           seconds=time.monotonic() - t0)
 
 
 def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:

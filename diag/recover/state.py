@@ -85,5 +85,6 @@ def _as_dtensor(adapter: Adapter, path: tuple, value: torch.Tensor, name: str, w
         raise api.RestoreMismatch(f"{where}: {name}.{'.'.join(map(str, path))} was a sharded tensor with "
                                   f"no live counterpart; restore with the same model and sharding")
     p = params[path[1]]
-    return DTensor.from_local(value.to(layout.local(p)[0].device), p.device_mesh, p.placements,
+    # a copy: ``value`` is a view of a mapping that goes away after restore
+    return DTensor.from_local(value.to(layout.local(p)[0].device, copy=True), p.device_mesh, p.placements,
                               run_check=False, shape=p.shape, stride=p.stride())

@@ -154,12 +154,10 @@ def reading(ref: api.SlotRef, verify: bool = True):
             os.close(fd)
         if verify:
             check_bytes(ref.path, meta, data, objects)
-        try:
-            yield data, objects
-        finally:
-            if isinstance(data, mmap.mmap):
-                with contextlib.suppress(BufferError):   # a caller kept a view: the GC unmaps it
-                    data.close()
+        # Not closed here: torch.frombuffer views keep a reference to the
+        # mapping but no buffer export, so close() would unmap pages a live
+        # tensor still points at. The last reference unmaps it.
+        yield data, objects
 
 
 def check_bytes(where: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
@@ -255,11 +253,9 @@ class SlotWriter:
         return have[1] if have else None
 
     def release_map(self, slot: int) -> None:
-        """Unmap a slot's buffer; the caller must have dropped every view of it."""
-        have = self._maps.pop(slot, None)
-        if have is not None:
-            with contextlib.suppress(BufferError):
-                have[1].close()
+        """Forget a slot's mapping; it is unmapped when the last view of it
+        goes (closing it under a live view would leave that view dangling)."""
+        self._maps.pop(slot, None)
 
     def commit(self, meta: api.SnapshotMeta, objects: bytes) -> str:
         """Write the objects then the meta (the commit marker), release the

@@ -1,0 +1,59 @@
+"""Real 2-rank gloo jobs (DDP, FSDP2) killed after a snapshot and restarted:
+the restart restores the newest step both ranks have and ends bitwise equal to
+an uninterrupted run, from the node's memory or, with the memory gone, from
+the persisted copy."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag.recover import store
+from diag.recover.persist import persist_newest
+from tests.recover import jobs
+
+STEPS, DIE_AT = 9, 5
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    found = {}
+    for mode in ("ddp", "fsdp"):
+        out = tmp_path_factory.mktemp(f"ref-{mode}")
+        done = jobs.run(out, mode, STEPS)
+        assert done.returncode == 0, done.stderr[-3000:]
+        found[mode] = jobs.params(out)
+    return found
+
+
+def _crash_and_restart(tmp_path, mode, keep_memory: bool, how: str):
+    node = store.create_store_dir("t", 0, base=str(tmp_path))
+    persist = str(tmp_path / "persist")
+    crashed = jobs.run(tmp_path / "a", mode, STEPS, node, persist, die=(DIE_AT, how))
+    assert crashed.returncode != 0
+    # the agent's last words: the newest committed snapshot of each local rank to disk
+    result = persist_newest(node, persist)
+    assert result.ok and result.newest_step in (DIE_AT - 1, DIE_AT), result.summary()
+    if not keep_memory:      # the node is gone: a new one has an empty store
+        store.remove_store_dir(node)
+        node = store.create_store_dir("t", 1, base=str(tmp_path))
+    again = jobs.run(tmp_path / "b", mode, STEPS, node, persist)
+    assert again.returncode == 0, again.stderr[-3000:]
+    return again, result
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_process_crash_restores_from_memory(tmp_path, reference, mode):
+    again, persisted = _crash_and_restart(tmp_path, mode, keep_memory=True, how="wait")
+    steps = jobs.restored(tmp_path / "b")
+    assert steps[0] == steps[1] and DIE_AT - 1 <= steps[0] <= DIE_AT
+    assert "from memory" in again.stderr
+    assert jobs.bitwise_equal(jobs.params(tmp_path / "b"), reference[mode])
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_node_lost_restores_from_disk(tmp_path, reference, mode):
+    again, persisted = _crash_and_restart(tmp_path, mode, keep_memory=False, how="nowait")
+    steps = jobs.restored(tmp_path / "b")
+    assert steps == [persisted.newest_step] * 2
+    assert "from disk" in again.stderr and "from memory" not in again.stderr
+    assert jobs.bitwise_equal(jobs.params(tmp_path / "b"), reference[mode])
