@@ -99,7 +99,7 @@ class Agent:
     def publish_metrics(self) -> None:
         """Hand the exporter a fresh snapshot (scrapes read it without our lock)."""
         with self.lock:
-            ranks = [(r, s.local_rank, self.state.perf.message(r))
+            ranks = [(r, s.local_rank, self.state.perf_message(r))
                      for r, s in sorted(self.state.ranks.items())]
         claims = self.device_claims()
         health = {r: self.gpus.health_for(claims.get(r)) for r, _, _ in ranks}

@@ -141,6 +141,15 @@ class CommTable:
         """A tracer lane of a group the hook also covers: the hook's counts win."""
         return producer == fmt.PRODUCER_PYTHON and comm_id in self.alias.values()
 
+    def series(self, producer: int, kind: int, comm_id: int) -> int | None:
+        """The comm id a collective/p2p op's performance series is reported
+        under (diag.perf.window.PerfWindow.message): one op, one series. The
+        hook's under its group's id; a tracer op of a group the hook also
+        covers not at all (None): the hook's are the same calls."""
+        if self.shadowed(producer, comm_id):
+            return None
+        return self.group_of(producer, comm_id)
+
     def progress(self, with_fingerprints: bool) -> list[pb.CommProgress]:
         """One CommProgress per (group, lane). Where two hook communicators
         tie to one group (torch's p2p communicators beside its main one), the

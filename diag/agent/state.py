@@ -186,6 +186,17 @@ class NodeState:
         s[4] += flops
 
     # -- reports ----------------------------------------------------------
+    def perf_message(self, rank: int, totals: bool = True) -> pb.PerfRank | None:
+        """The rank's performance window (None: no view, or the rank never
+        seen), one series per op: the hook's communicators under their group's
+        id, and a tracer call the hook also saw only once, from the hook
+        (CommTable.series). The report and the Prometheus endpoint both."""
+        if self.perf is None:
+            return None
+        state = self.ranks.get(rank)
+        return self.perf.message(rank, totals=totals,
+                                 series=state.comms.series if state is not None else None)
+
     def pid_of(self, rank: int) -> int | None:
         state = self.ranks.get(rank)
         return state.pid if state is not None and state.alive else None
@@ -197,12 +208,10 @@ class NodeState:
         for rank in sorted(self.ranks):
             out.append(self._rank_progress(self.ranks[rank], now))
             self.ranks[rank].stats = {}
-            window = self.perf.message(rank, totals=False) if self.perf is not None else None
+            window = self.perf_message(rank, totals=False)
             if window is not None:
                 # the hook's communicators under their process group's id, as in CommProgress
                 comms = self.ranks[rank].comms
-                for op in window.ops:
-                    op.comm_id = comms.group_of(op.producer, op.comm_id)
                 for busy in window.comm_busy:   # two hook comms of one group: two entries (diag.perf.derive)
                     if not busy.all_comms:
                         busy.comm_id = comms.group_of(busy.producer, busy.comm_id)

@@ -34,7 +34,8 @@ class OpFigures:
     p99_s: float
     max_s: float
     bytes_per_s: float       # all calls' bytes / window
-    busbw: float             # bytes/s on the bus, nccl-tests factors; 0 if not a collective
+    busbw: float | None      # bytes/s on the bus, nccl-tests factors; None where undefined:
+                             # not a collective/p2p, fewer than 2 ranks, nothing timed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,5 +50,6 @@ class RankFigures:
     wait_share: float        # share of wall time inside collectives/p2p, 0..1
     step_s: float            # mean interval between steps; 0 if none seen
     steps: int               # intervals between steps in the window (step_s's divisor)
-    allreduce_busbw: float   # bytes/s, the all-reduce on the largest communicator
+    allreduce_busbw: float   # bytes/s, the all-reduce on the largest communicator; 0: none
+                             # of 2 ranks or more timed
     ops: tuple[OpFigures, ...] = ()

@@ -9,7 +9,9 @@
   from the Python tracer's host-timed calls (never both: they are the same
   calls). From an older agent, which sends no union, the sum of the ops'
   estimated times.
-- busbw: timed bytes / timed time x the nccl-tests factor (diag.common.busbw).
+- busbw: timed bytes / timed time x the nccl-tests factor (diag.common.busbw);
+  None where undefined (one rank, a size not known, nothing timed), and the
+  rank's all-reduce figure 0 then.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ def _mean_ns(op) -> float:
 
 
 def op_figures(op, window_s: float) -> OpFigures:
-    bw = 0.0
-    if op.kind in COMM_KINDS and op.timed_ns:
+    bw = None   # undefined: not a collective/p2p, one rank or an unknown size, nothing timed
+    if op.kind in COMM_KINDS:
         bw = busbw.busbw(op.name, op.comm_size, op.timed_bytes, op.timed_ns / 1e9)
     per = 1.0 / window_s if window_s > 0 else 0.0
     return OpFigures(name=op.name, kind=op.kind, comm_id=op.comm_id, comm_size=op.comm_size,
@@ -80,7 +82,8 @@ def figures(rank: int, perf: pb.PerfRank) -> RankFigures:
     if waited_ns is None:
         waited_ns = summed_ns(comms)
     share = min(1.0, waited_ns / (window * 1e9)) if window > 0 else 0.0
-    reduces = [op for op in comms if op.name in busbw.ALL_REDUCE and op.timed_ns]
+    reduces = [op for op in comms if op.name in busbw.ALL_REDUCE and op.timed_ns
+               and busbw.defined(op.comm_size)]
     main = max(reduces, key=lambda op: (op.comm_size, op.timed_bytes), default=None)
     return RankFigures(
         rank=rank, window_s=window, gemm_count=sum(op.count for op in gemms),

@@ -116,7 +116,7 @@ def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
         if op.timed_count:
             fams["op_duration"].add_metric(labels + ["0.5"], figs.p50_s)
             fams["op_duration"].add_metric(labels + ["0.99"], figs.p99_s)
-        if op.kind != fmt.KIND_HOST_FUNC:
+        if figs.busbw is not None:   # no series where undefined (one rank, nothing timed)
             fams["busbw"].add_metric(labels, figs.busbw)
 
 

@@ -114,7 +114,7 @@ def table_rows(view, sort: str) -> list[list[tuple[str, str]]]:
             (str(f.rank), ""), (view_rank.hostname or f"node {view_rank.node_rank}", ""),
             (gpu_cell(view_rank), ""), cell(f"{f.gemm_tflops:.1f}", "gemm_tflops"),
             (f"{f.gemm_count / f.window_s:.0f}" if f.window_s else "-", ""),
-            cell(f"{f.allreduce_busbw / 1e9:.2f}", "allreduce_busbw"),
+            cell(f"{f.allreduce_busbw / 1e9:.2f}" if f.allreduce_busbw else "-", "allreduce_busbw"),
             cell(f"{100 * f.wait_share:.1f}", "wait_share", low_is_bad=False),
             cell(f"{1e3 * f.step_s:.1f}" if f.steps else "-", "step_s", low_is_bad=False),
             (f"{f.launches_per_s:.0f}", ""),

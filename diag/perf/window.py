@@ -203,10 +203,17 @@ class PerfWindow:
             bucket = bucket_of(timed)
             hist[bucket] = hist.get(bucket, 0) + 1
 
-    def message(self, rank: int, totals: bool = True) -> pb.PerfRank | None:
+    def message(self, rank: int, totals: bool = True, series=None) -> pb.PerfRank | None:
         """The rank's window as it stands now (None if never seen). ``totals``:
         with the cumulative counters, which only the agent's Prometheus
-        endpoint needs (the reports to the collector leave them out)."""
+        endpoint needs (the reports to the collector leave them out).
+
+        ``series(producer, kind, comm_id)``: the comm id an op is reported
+        under, or None to leave it out; ops that come to share a key are
+        merged. The agent passes one that makes one op one series: the hook's
+        communicators under their process group's id, and the tracer's calls
+        of a group the hook also covers left out (the hook's are the same
+        calls, device-timed). None: every key as recorded."""
         state = self.ranks.get(rank)
         if state is None or state.first_ns is None:
             return None
@@ -243,6 +250,8 @@ class PerfWindow:
                 merged = hists.setdefault(key, {})
                 for bucket, n in hist.items():
                     merged[bucket] = merged.get(bucket, 0) + n
+        if series is not None:
+            ops, hists = _relabel(ops, series, _merge_acc), _relabel(hists, series, _merge_hist)
         for (name, kind, comm_id, producer), acc in sorted(ops.items()):
             hist = hists.get((name, kind, comm_id, producer), {})
             msg.ops.add(name=name, kind=kind, producer=producer, comm_id=comm_id,
@@ -255,7 +264,41 @@ class PerfWindow:
             msg.comm_busy.add(producer=producer, all_comms=True, busy_ns=ns)
         for (producer, comm_id), ns in sorted(busy_comm.items()):
             msg.comm_busy.add(producer=producer, comm_id=comm_id, busy_ns=ns)
-        for (name, kind, comm_id, _producer), t in sorted(state.totals.items() if totals else ()):
+        kept = state.totals if series is None else _relabel(state.totals, series, _merge_total)
+        for (name, kind, comm_id, _producer), t in sorted(kept.items() if totals else ()):
             msg.totals.add(name=name, kind=kind, comm_id=comm_id, count=t[0], timed_count=t[1],
                            timed_ns=t[2], bytes=t[3], flops=t[4])
         return msg
+
+
+def _relabel(items: dict, series, merge) -> dict:
+    """``items`` keyed (name, kind, comm_id, producer), with collective and p2p
+    keys renamed or dropped by ``series``; values of keys that meet merged."""
+    out: dict = {}
+    for (name, kind, comm_id, producer), value in items.items():
+        if kind in fmt.COMM_LANES:
+            comm_id = series(producer, kind, comm_id)
+            if comm_id is None:
+                continue
+        key = (name, kind, comm_id, producer)
+        out[key] = merge(out[key], value) if key in out else (
+            dict(value) if isinstance(value, dict) else list(value))
+    return out
+
+
+def _merge_acc(into: list, acc: list) -> list:
+    for i in range(MAX_NS):
+        into[i] += acc[i]
+    into[MAX_NS] = max(into[MAX_NS], acc[MAX_NS])
+    into[COMM_SIZE] = into[COMM_SIZE] or acc[COMM_SIZE]
+    return into
+
+
+def _merge_hist(into: dict, hist: dict) -> dict:
+    for bucket, n in hist.items():
+        into[bucket] = into.get(bucket, 0) + n
+    return into
+
+
+def _merge_total(into: list, total: list) -> list:
+    return [a + b for a, b in zip(into, total)]
