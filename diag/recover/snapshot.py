@@ -240,7 +240,7 @@ class Checkpointer:
                 job = self._inflight
             try:
                 self._write(job)
-            except store.StoreUnavailable as exc:
+            except api.StoreUnavailable as exc:
                 self._off(str(exc))
             except Exception as exc:   # the loop never dies; a failed write leaves the slot invalid
                 self._off(f"writing the snapshot of step {job.step} failed ({type(exc).__name__}: {exc}); "
@@ -350,7 +350,8 @@ class Checkpointer:
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no snapshot is in flight; True if none is."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._inflight is None, timeout)
+            return self._cond.wait_for(
+                lambda: self._inflight is None or not (self._thread and self._thread.is_alive()), timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Let the snapshot in flight commit (up to ``timeout``), then release."""
