@@ -1,5 +1,8 @@
 // Per-call cost of the hook on a real GPU: hook_launch_bench MODE N
 //   launch: N empty-kernel launches (<<<>>> -> cudaLaunchKernel, counted by the hook)
+//   driver: N launches of it through the driver's cuLaunchKernel, as cuBLAS and
+//           NCCL launch (the entry point from cudaGetDriverEntryPointByVersion:
+//           the hook's wrapper when preloaded, counted)
 //   gemm:   N 8x8 cublasSgemm calls (timed by the hook)
 //   nccl:   N one-float ncclAllReduce calls on a one-GPU communicator (timed)
 //   prims:  the runtime calls the hook makes per timed op, N of each, alone
@@ -142,11 +145,25 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ncclCommInitAll failed\n");
     return 1;
   }
+  using CuLaunch = int (*)(cudaFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, unsigned, cudaStream_t, void**, void**);
+  CuLaunch cu_launch = nullptr;
+  cudaFunction_t fn = nullptr;
+  if (!strcmp(mode, "driver")) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(empty_kernel)) != cudaSuccess ||
+        cudaGetDriverEntryPointByVersion("cuLaunchKernel", &p, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess || !p)
+      return fprintf(stderr, "no driver cuLaunchKernel entry point\n"), 1;
+    cu_launch = reinterpret_cast<CuLaunch>(p);
+  }
   auto call = [&]() -> int {
     if (!strcmp(mode, "launch")) {
       empty_kernel<<<1, 1, 0, s>>>();
       return 0;
     }
+    if (cu_launch) return cu_launch(fn, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr);
     if (h) return cublasSgemm_v2(h, 0, 0, 8, 8, 8, &one, buf, 8, buf + 64, 8, &zero, buf + 128, 8);
     return ncclAllReduce(buf, buf + 64, 1, 7, 0, comm, s);
   };

@@ -5,7 +5,9 @@
 
 Builds bench/hook_launch_bench.cu with nvcc (-cudart shared) against the CUDA,
 cuBLAS and NCCL libraries torch uses (the nvidia-* wheels), then runs it in
-four variants, interleaved round by round: without the hook, with it
+four variants, interleaved round by round (plain launches through the runtime
+and through the driver's entry point, as cuBLAS and NCCL launch; cuBLAS
+GEMMs; NCCL all-reduces): without the hook, with it
 (LD_PRELOAD, XPU_TIMER_SHM_DIR set: counting and timing on, the default
 sampling: 1 in 8 GEMMs/collectives device-timed with two events, the other
 collectives one end event, the other GEMMs none), with it switched off
@@ -44,7 +46,9 @@ HOOK = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
 SRC = os.path.join(ROOT, "bench", "hook_launch_bench.cu")
 VARIANTS = ("off", "hook", "hook-event", "disabled", "hook-every1")
 PAIRED_VARIANTS = ("hook", "hook-event", "bypass")
-TARGET_NS = {"launch": 100.0, "gemm": 1500.0, "nccl": 1500.0}
+TARGET_NS = {"launch": 100.0, "driver": 100.0, "gemm": 1500.0, "nccl": 1500.0}
+PAIRED_MODES = ("launch", "gemm", "nccl")   # "driver": no unwrapped entry point to pair with
+PLAIN_LAUNCHES = ("launch", "driver")       # record no events: no event variants
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,12 +131,12 @@ def run_one(exe: str, mode: str, n: int, variant: str, shm: str) -> float:
 
 def measure_paired(cfg: Config, exe: str) -> dict:
     """{(mode, variant): [added ns per call, one per round]} from the paired modes."""
-    samples = {(m, v): [] for m in TARGET_NS for v in PAIRED_VARIANTS
+    samples = {(m, v): [] for m in PAIRED_MODES for v in PAIRED_VARIANTS
                if m != "launch" or v != "hook-event"}  # launches record no events
     with tempfile.TemporaryDirectory(prefix="hook-bench-") as shm:
         for _ in range(cfg.rounds):
             for mode, variant in samples:
-                n = cfg.launches if mode == "launch" else cfg.timed
+                n = cfg.launches if mode in PLAIN_LAUNCHES else cfg.timed
                 samples[(mode, variant)].append(run_one(exe, f"{mode}-paired", n, variant, shm))
                 for f in glob.glob(os.path.join(shm, "*.ring")):
                     os.unlink(f)
@@ -158,9 +162,9 @@ def measure(cfg: Config, exe: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="hook-bench-") as shm:
         for _ in range(cfg.rounds):
             for mode in TARGET_NS:
-                n = cfg.launches if mode == "launch" else cfg.timed
+                n = cfg.launches if mode in PLAIN_LAUNCHES else cfg.timed
                 for variant in VARIANTS:
-                    if variant.startswith("hook-") and mode == "launch":
+                    if variant.startswith("hook-") and mode in PLAIN_LAUNCHES:
                         continue  # plain launches record no events either way
                     samples[(mode, variant)].append(run_one(exe, mode, n, variant, shm))
                     for f in glob.glob(os.path.join(shm, "*.ring")):
