@@ -102,11 +102,29 @@ def _persist_slot(ref: api.SlotRef, persist_dir: str, rank: int,
     except api.CorruptSnapshot as exc:
         problems.append(str(exc))
         return None
-    except OSError as exc:
+    except Exception as exc:    # disk full, permissions, DCP refusing: this copy only
+        why = _why(exc, persist_dir, ref.meta.data_bytes + ref.meta.objects_bytes)
         return api.RankPersist(rank, ref.meta.step, "failed", target,
-                               reason=f"{target}: {exc.strerror or exc}; the previous copies stay")
+                               reason=f"{target}: {why}; the previous copies stay")
     return api.RankPersist(rank, ref.meta.step, "written", target, bytes=ref.meta.data_bytes,
                            seconds=time.monotonic() - t0)
+
+
+def _why(exc: Exception, where: str, needed: int) -> str:
+    """The cause in words: torch.save reports a full disk as "unexpected pos"."""
+    import resource
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        free = None
+    if free is not None and free < needed:
+        return f"no room ({free >> 20} MiB free, {needed >> 20} MiB needed)"
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        return f"the file size limit (ulimit -f) is {soft} bytes, {needed} needed"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}"
 
 
 def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
@@ -121,9 +139,7 @@ def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> Non
         tensors = layout.views(data, meta.tensors)
         tree = layout.build([(e.path, t) for e, t in zip(meta.tensors, tensors)]
                             + layout.load_objects(objects))
-        with warnings.catch_warnings():   # "assuming the intent is to save in a single process": it is
-            warnings.simplefilter("ignore")
-            dcp.save(_dcp_keys(tree), storage_writer=dcp.FileSystemWriter(tmp), no_dist=True)
+        _dcp_call(dcp.save, _dcp_keys(tree), storage_writer=dcp.FileSystemWriter(tmp))
         write_atomic(os.path.join(tmp, api.OBJECTS_FILE), objects, mode=0o600, fsync=True)
         write_atomic(os.path.join(tmp, api.MANIFEST_FILE),
                      json.dumps(meta.to_json(), indent=1).encode(), mode=0o600, fsync=True)
@@ -138,6 +154,23 @@ def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> Non
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _dcp_call(fn, *args, **kwargs):
+    """A DCP save/load in this one process, its failure as the exception
+    under it: DCP wraps it in CheckpointException, a BaseException that would
+    pass every ``except Exception`` of the agent."""
+    from torch.distributed.checkpoint.api import CheckpointException
+    with warnings.catch_warnings():   # "assuming the intent is to save in a single process": it is
+        warnings.simplefilter("ignore")
+        try:
+            return fn(*args, no_dist=True, **kwargs)
+        except CheckpointException as exc:
+            causes = [c[0] if isinstance(c, tuple) else c for c in exc.failures.values()]
+            cause = next((c for c in causes if isinstance(c, BaseException)), None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise RuntimeError(f"torch.distributed.checkpoint failed: {causes!r}"[:300]) from None
 
 
 def _dcp_keys(tree):
@@ -210,9 +243,7 @@ def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
         with open(os.path.join(path, api.OBJECTS_FILE), "rb") as f:
             objects = f.read()
         if meta.tensors:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dcp.load(_dcp_keys(tree), storage_reader=dcp.FileSystemReader(path), no_dist=True)
+            _dcp_call(dcp.load, _dcp_keys(tree), storage_reader=dcp.FileSystemReader(path))
     except Exception as exc:   # DCP raises its own kinds for a missing or truncated file
         raise api.CorruptSnapshot(f"{path}: cannot be read ({type(exc).__name__}: {exc}); remove it so "
                                   f"that the step before it is restored") from None

@@ -1,5 +1,5 @@
-"""argv MB STEPS: snapshot a MB-sized tensor filled with the step, STEPS times (0: forever);
-then print "restored S ok|bad" for what restore() finds first."""
+"""argv MB STEPS: print "restored S ok|bad" for what restore() finds, then snapshot a
+MB-sized tensor filled with the step, up to step STEPS (0: forever)."""
 import sys
 import torch
 from diag.recover import Checkpointer
@@ -10,7 +10,7 @@ ck = Checkpointer()
 ck.register(state=state)
 got = ck.restore()
 print("restored", got, "ok" if got is None or bool((state["w"] == got).all()) else "bad", flush=True)
-step = 0
+step = got or 0
 while step < steps or steps == 0:
     step += 1
     state["w"].fill_(step), state.update(step=step)

@@ -1,0 +1,146 @@
+"""Persisted copies: stock DCP, idempotent, pruned; a persist killed mid-write
+or out of disk is never restored (the previous copy is); bad input is one line."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from diag.recover import api, persist, store
+from diag.recover.persist import persist_newest
+from tests.recover import helpers, jobs
+from tests.waiting import poll_until
+
+
+def _job(tmp_path, mb, steps, node=None, **env):
+    node = node or str(tmp_path / "node")
+    os.makedirs(node, exist_ok=True)
+    code, out, err = helpers.big_run(mb, steps, node)
+    assert code == 0, err
+    return node, out
+
+
+def test_persist_writes_stock_dcp_once_and_keeps_two(tmp_path):
+    node, _ = _job(tmp_path, 1, 3)
+    disk = str(tmp_path / "disk")
+    first = persist_newest(node, disk)
+    assert [(r.outcome, r.step, r.steps) for r in first.ranks] == [("written", 3, (3, 2))]
+    assert first.newest_step == 3
+    again = persist_newest(node, disk)
+    assert [(r.outcome, r.step) for r in again.ranks] == [("present", 3)]
+    state = {"state": {"w": torch.empty(1 << 18), "step": 0}}
+    dcp.load(state, checkpoint_id=persist.copy_dir(disk, 3, 0), no_dist=True)   # the user's way
+    assert state["state"]["step"] == 3 and bool((state["state"]["w"] == 3).all())
+    _job(tmp_path, 1, 5, node)
+    persist_newest(node, disk)
+    assert [s for s, _ in persist.copies(disk, 0)] == [5, 4]
+    assert sorted(os.listdir(disk)) == ["step-00000004", "step-00000005"]
+
+
+_PERSIST = "import sys; from diag.recover.persist import persist_newest as p; print(p(*sys.argv[1:]).summary())"
+
+
+def _persist_proc(node, disk, limit=None) -> subprocess.Popen:
+    """The agent's persist in a process of its own (to kill it, or cap its file size)."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return subprocess.Popen([sys.executable, "-c", _PERSIST, node, disk], cwd=jobs.ROOT, env=jobs.env(None, None),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=cap if limit else None)
+
+
+def _restore_from_disk(tmp_path, disk, mb):
+    empty = tmp_path / "new-node"
+    empty.mkdir(exist_ok=True)
+    code, out, err = helpers.big_run(mb, 1, str(empty), disk)
+    return code, out, err
+
+
+def test_persist_killed_mid_write_leaves_the_previous_copy(tmp_path):
+    node, _ = _job(tmp_path, 256, 2)
+    disk = str(tmp_path / "disk")
+    assert persist_newest(node, disk).newest_step == 2
+    _job(tmp_path, 256, 4, node)                 # the store now holds 4 and 3
+    proc = _persist_proc(node, disk)
+    step4 = os.path.join(disk, api.STEP_DIR.format(step=4))
+    try:
+        assert poll_until(lambda: os.path.isdir(step4) and any(n.startswith(".tmp-") for n in os.listdir(step4)),
+                          timeout=60, interval=0.0005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert not os.path.exists(persist.copy_dir(disk, 4, 0))
+    code, out, err = _restore_from_disk(tmp_path, disk, 256)
+    assert code == 0, err
+    step = int(out.split()[1])
+    assert out.splitlines()[0] == f"restored {step} ok" and step in (2, 3)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6M", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield str(mnt)
+    subprocess.run(["umount", "-l", str(mnt)])
+
+
+@pytest.mark.parametrize("full", ["ulimit", "tmpfs"])
+def test_disk_full_fails_the_persist_and_the_previous_copy_is_restored(tmp_path, request, full):
+    node, _ = _job(tmp_path, 4, 1)
+    disk = request.getfixturevalue("tiny_tmpfs") if full == "tmpfs" else str(tmp_path / "disk")
+    assert persist_newest(node, disk).newest_step == 1     # 4 MiB of the 6
+    _job(tmp_path, 4, 2, node)
+    # files over 1 MiB: EFBIG; or the 6 MiB filesystem full
+    proc = _persist_proc(node, disk, limit=1 << 20 if full == "ulimit" else None)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    why = "the file size limit (ulimit -f) is 1048576 bytes" if full == "ulimit" else "no room ("
+    assert out.startswith("rank 0: failed step 2 (") and why in out, out
+    assert [s for s, _ in persist.copies(disk, 0)] == [1]
+    assert not any(n.startswith(".tmp-") for n in os.listdir(os.path.join(disk, "step-00000002")))
+    code, out, err = _restore_from_disk(tmp_path, disk, 4)
+    assert out.splitlines()[0] == "restored 1 ok", err
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_restore_into_another_world_size_is_one_line(tmp_path):
+    node = str(tmp_path / "node")
+    os.makedirs(node)
+    env = dict(jobs.env(node, None), WORLD_SIZE="2", RANK="0")
+    done = subprocess.run([sys.executable, helpers.BIG, "1", "2"], cwd=jobs.ROOT, env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    disk = str(tmp_path / "disk")
+    persist_newest(node, disk)
+    code, out, err = helpers.big_run(1, 1, str(tmp_path / "empty"), disk)
+    line = _one_line(err)
+    manifest = os.path.join(persist.copy_dir(disk, 2, 0), api.MANIFEST_FILE)
+    assert code == 2 and line.startswith(f"xpu-diag recover: rank 0: {manifest}: written by a job of world size 2")
+    assert "restart with 2 ranks" in line
+
+
+def test_corrupt_manifest_is_one_line_naming_it(tmp_path):
+    node, _ = _job(tmp_path, 1, 2)
+    disk = str(tmp_path / "disk")
+    persist_newest(node, disk)
+    manifest = os.path.join(persist.copy_dir(disk, 2, 0), api.MANIFEST_FILE)
+    with open(manifest, "w") as f:
+        f.write('{"step": 2, "rank"')
+    code, out, err = helpers.big_run(1, 1, str(tmp_path / "empty"), disk)
+    line = _one_line(err)
+    assert code == 2 and f"{manifest}: not a manifest; remove {os.path.dirname(manifest)}" in line
