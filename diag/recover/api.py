@@ -73,7 +73,7 @@ ENV_PERSIST_DIR = envnames.CKPT_PERSIST_DIR
 ENV_DISABLE = envnames.CKPT_DISABLE
 
 FORMAT_VERSION = 1
-CHECKSUM_ALGO = "sum64w-v1"      # diag.recover.checksum: weighted 64-bit word sums, ~10 GB/s
+CHECKSUM_ALGO = "sum64e-v1"      # diag.recover.checksum: a 64-bit word sum per tensor, combined
 SLOTS = 2
 ALIGN = 64
 
@@ -141,9 +141,10 @@ class SnapshotMeta:
     """The commit record of one snapshot (a slot's ``meta.json``, and the
     heart of a persisted ``manifest.json``).
 
-    Invariant: ``checksum`` is :data:`CHECKSUM_ALGO` over the first
-    ``data_bytes`` of ``data`` followed by ``objects.pkl``; a snapshot whose
-    bytes disagree is never restored."""
+    Invariant: ``checksum`` is :data:`CHECKSUM_ALGO` over the bytes of each
+    entry of ``tensors`` in ``data`` then ``objects.pkl`` (computed from the
+    source tensors on the device); a snapshot whose bytes disagree is never
+    restored."""
 
     step: int
     rank: int

@@ -1,12 +1,18 @@
-"""The snapshot checksum: 64-bit word sums, weighted by chunk position.
+"""The snapshot checksum: one 64-bit word sum per tensor, combined by position.
 
-Why not crc32: zlib's runs at about 2 GB/s on one core, so a 1.5 GB state
-(GPT-2 small with Adam) would take 0.75 s of a background core per snapshot;
-a word sum reads at memory speed (about 10 GB/s). It is there to catch bytes
-that are not the ones written (a torn or stale slot, a truncated file), not
-tampering; chunk weights make swapped chunks count. Integer sums wrap modulo
-2**64 and do not depend on the order of addition, so any reader gets the same
-value.
+Why not crc32: zlib's runs at about 2 GB/s on one core, so the 1.5 GB of
+GPT-2 small with Adam would take 0.75 s per snapshot, longer than a step. A
+word sum is what a GPU computes in well under a millisecond, so a snapshot's
+sums are taken on the device from the very tensors copied, and a reader
+re-computes them from the bytes it has (numpy, about 10 GB/s). It catches
+bytes that are not the ones written (a torn or stale slot, a truncated
+file), not tampering; the per-tensor weights make swapped tensors count.
+
+Definition (``CHECKSUM_ALGO``): each tensor's bytes, zero-padded to a multiple
+of 8, read as little-endian uint64 and summed modulo 2**64 (s_k); the pickled
+objects the same (s_K); checksum = sum over k of (2k+1) * s_k modulo 2**64,
+as 16 hex digits. Integer sums do not depend on the order of addition, so
+every reader gets the same value.
 """
 
 from __future__ import annotations
@@ -14,40 +20,34 @@ from __future__ import annotations
 import numpy as np
 
 CHUNK = 64 << 20
-_MASK = (1 << 64) - 1
+MASK = (1 << 64) - 1
 
 
-class Summer:
-    """Feed buffers in order; :meth:`hexdigest` gives the checksum. Each
-    buffer is zero-padded to a multiple of 8 bytes (the data region is
-    64-byte aligned already; the pickle of the objects is not)."""
-
-    def __init__(self):
-        self._value = 0
-        self._index = 0
-
-    def update(self, buf) -> None:
-        view = memoryview(buf).cast("B")
-        whole = len(view) - len(view) % 8
-        for start in range(0, whole, CHUNK):
-            words = np.frombuffer(view[start:min(start + CHUNK, whole)], dtype=np.uint64)
-            self._add(int(np.add.reduce(words, dtype=np.uint64)))
-        if whole != len(view):
-            tail = bytes(view[whole:]) + b"\0" * (8 - (len(view) - whole))
-            self._add(int(np.frombuffer(tail, dtype=np.uint64)[0]))
-        # an empty buffer still moves the position, so ("", "x") != ("x", "")
-        self._index += 1
-
-    def _add(self, chunk_sum: int) -> None:
-        self._value = (self._value + chunk_sum * (2 * self._index + 1)) & _MASK
-        self._index += 1
-
-    def hexdigest(self) -> str:
-        return f"{self._value:016x}"
+def word_sum(buf) -> int:
+    """sum64 of ``buf`` zero-padded to a multiple of 8 bytes."""
+    view = memoryview(buf).cast("B")
+    whole = len(view) - len(view) % 8
+    total = 0
+    for start in range(0, whole, CHUNK):
+        words = np.frombuffer(view[start:min(start + CHUNK, whole)], dtype=np.uint64)
+        total += int(np.add.reduce(words, dtype=np.uint64))
+    return (total + tail_sum(view[whole:])) & MASK
 
 
-def checksum(*buffers) -> str:
-    summer = Summer()
-    for buf in buffers:
-        summer.update(buf)
-    return summer.hexdigest()
+def tail_sum(tail) -> int:
+    """The last (fewer than 8) bytes as one zero-padded little-endian word."""
+    return int.from_bytes(bytes(tail), "little") if len(tail) else 0
+
+
+def combine(sums) -> str:
+    value = 0
+    for k, s in enumerate(sums):
+        value = (value + (2 * k + 1) * (s & MASK)) & MASK
+    return f"{value:016x}"
+
+
+def of_slot(data, entries, objects: bytes) -> str:
+    """The checksum of a slot's bytes as ``entries`` lay them out."""
+    view = memoryview(data).cast("B")
+    sums = [word_sum(view[e.offset:e.offset + e.nbytes]) for e in entries]
+    return combine(sums + [word_sum(objects)])

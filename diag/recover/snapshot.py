@@ -28,11 +28,12 @@ import time
 import torch
 
 from diag.recover import api, layout, store
-from diag.recover.checksum import Summer
+from diag.recover import checksum
 from diag.recover.restore import restore as _restore
 from diag.recover.state import Adapter, dist_info, has_dtensor
 
 _PREHOOK_TIMEOUT_S = 120.0
+_BUSY_TIMEOUT_S = 60.0
 
 
 class RNGState:
@@ -86,21 +87,32 @@ class Checkpointer:
             DTensor, else True.
         holder: the global rank that keeps the replicated state (DP rank 0).
         every: save(step) acts when ``step % every == 0``.
+        on_busy: what save() does while the previous snapshot is still being
+            copied or committed: "wait" for it (default: every rank keeps
+            every step, so a restart repeats at most one; costs step time only
+            when a snapshot takes longer than ``every`` steps, which the bench
+            shows) or "skip" this one (never waits; ranks may then keep
+            different steps and restore an older common one).
         group: the process group restore agrees over (default: the world).
     """
 
     def __init__(self, store_dir: str | None = None, persist_dir: str | None = None, *,
-                 replicated: bool | None = None, holder: int = 0, every: int = 1, group=None,
-                 log=None):
+                 replicated: bool | None = None, holder: int = 0, every: int = 1,
+                 on_busy: str = "wait", group=None, log=None):
+        if on_busy not in ("wait", "skip"):
+            raise ValueError(f"Checkpointer: on_busy={on_busy!r}; use \"wait\" or \"skip\"")
         self.store_dir = store_dir if store_dir is not None else os.environ.get(api.ENV_STORE_DIR) or None
         self.persist_dir = (persist_dir if persist_dir is not None
                             else os.environ.get(api.ENV_PERSIST_DIR) or None)
         self.replicated, self.holder, self.every, self.group = replicated, holder, max(1, int(every)), group
+        self.on_busy = on_busy
+        self._said_busy = False
         self._log = log or sys.stderr
         self.shared: dict[str, Adapter] = {}
         self.local: dict[str, Adapter] = {}
         self.stats = {"saved": 0, "committed": 0, "skipped_busy": 0, "skipped_slot": 0,
-                      "last_step": None, "copy_s": 0.0, "commit_s": 0.0}
+                      "last_step": None, "copy_s": 0.0, "commit_s": 0.0, "busy_wait_s": 0.0,
+                      "prehook_wait_s": 0.0, "save_call_s": 0.0}
         self.enabled = os.environ.get(api.ENV_DISABLE, "") in ("", "0")
         self._writer: store.SlotWriter | None = None
         self._pending: _Job | None = None          # the job the next optimizer step must wait for
@@ -146,16 +158,19 @@ class Checkpointer:
         steps. Returns True if a snapshot was started. Never raises."""
         if not self.enabled or step % self.every:
             return False
+        t0 = time.perf_counter()
         try:
             return self._save(int(step))
         except Exception as exc:
             self._off(f"snapshot of step {step} failed ({type(exc).__name__}: {exc}); snapshots are off")
             return False
+        finally:
+            self.stats["save_call_s"] += time.perf_counter() - t0
 
     def _save(self, step: int) -> bool:
         rank, _ = self._dist()
         with self._cond:
-            if self._inflight is not None:     # the slot being written is not ours to take
+            if self._inflight is not None and not self._wait_previous():
                 self.stats["skipped_busy"] += 1
                 return False
         names = self._names_kept(rank)
@@ -186,6 +201,22 @@ class Checkpointer:
         self.stats["saved"] += 1
         return True
 
+    def _wait_previous(self) -> bool:
+        """With on_busy="wait" (held: self._cond), wait for the snapshot in
+        flight to commit. Every rank then has every step, so the ranks of a
+        stopped job always share their newest or the one before; with
+        "skip", ranks may skip different steps and share none."""
+        if self.on_busy != "wait":
+            return False
+        t0 = time.perf_counter()
+        idle = self._cond.wait_for(lambda: self._inflight is None, _BUSY_TIMEOUT_S)
+        self.stats["busy_wait_s"] += time.perf_counter() - t0
+        if not idle and not self._said_busy:
+            self._said_busy = True
+            self._say(f"the previous snapshot is still being written after {_BUSY_TIMEOUT_S:.0f} s; "
+                      f"this one is skipped (use every= to snapshot less often)")
+        return idle
+
     def _names_kept(self, rank: int) -> list[str]:
         if self.replicated is None:
             self.replicated = not any(has_dtensor(a.state_dict()) for a in self.shared.values())
@@ -213,6 +244,13 @@ class Checkpointer:
         if job is None:
             return
         self._pending = None
+        t0 = time.perf_counter()
+        try:
+            self._wait_copy(job)
+        finally:
+            self.stats["prehook_wait_s"] += time.perf_counter() - t0
+
+    def _wait_copy(self, job: _Job) -> None:
         if not job.issued.wait(_PREHOOK_TIMEOUT_S):
             job.abandoned = True
             self._off(f"the copy of step {job.step} did not start in {_PREHOOK_TIMEOUT_S:.0f} s; "
@@ -267,16 +305,14 @@ class Checkpointer:
             return
         try:
             dsts = self._slot_views(slot, buf, job.entries)
-            self._copy(job, slot, dsts)
+            sums = self._copy(job, slot, dsts, buf)
             del dsts
             t1 = time.perf_counter()
             if job.abandoned or not self.enabled:
                 return
-            summer = Summer()
-            summer.update(memoryview(buf)[:job.nbytes] if job.nbytes else b"")
-            summer.update(job.objects)
             meta = api.SnapshotMeta(
-                step=job.step, rank=rank, world_size=world, checksum=summer.hexdigest(),
+                step=job.step, rank=rank, world_size=world,
+                checksum=checksum.combine(sums + [checksum.word_sum(job.objects)]),
                 data_bytes=job.nbytes, objects_bytes=len(job.objects), tensors=job.entries,
                 names=tuple(sorted({e.path[0] for e in job.entries} | {p[0] for p, _ in
                                                                        layout.load_objects(job.objects)})),
@@ -306,27 +342,46 @@ class Checkpointer:
         self._views[slot] = (entries, views)
         return views
 
-    def _copy(self, job: _Job, slot: int, dsts: list) -> None:
-        srcs = job.pairs
+    def _copy(self, job: _Job, slot: int, dsts: list, buf) -> list[int]:
+        """Copy every tensor into the slot; returns each one's word sum
+        (checksum.py), taken on the device from the source where it lives there."""
+        srcs, view = job.pairs, memoryview(buf).cast("B") if buf is not None else None
         if job.ready_event is None:
             for dst, src in zip(dsts, srcs):
                 dst.copy_(src)
             job.issued.set()
             job.copied.set()
-            return
+            return [checksum.word_sum(view[e.offset:e.offset + e.nbytes]) for e in job.entries]
         self._pin(slot)
         if self._stream is None:
             self._stream = torch.cuda.Stream()
+        on_device: list[tuple[int, int]] = []     # (entry index, bytes summed on the device)
+        parts = []
         with torch.cuda.stream(self._stream):
             self._stream.wait_event(job.ready_event)
-            for dst, src in zip(dsts, srcs):
-                dst.copy_(src, non_blocking=True)
+            for k, (dst, src) in enumerate(zip(dsts, srcs)):
+                dst.copy_(src, non_blocking=True)   # CPU sources: copied now, before the pre-hook lets go
+                whole = (src.numel() * src.element_size()) // 8 * 8
+                if src.is_cuda and whole and src.storage_offset() * src.element_size() % 8 == 0:
+                    parts.append(src.reshape(-1).view(torch.uint8)[:whole].view(torch.int64).sum())
+                    on_device.append((k, whole))
+            host = None
+            if parts:
+                host = torch.empty(len(parts), dtype=torch.int64, pin_memory=True)
+                host.copy_(torch.stack(parts), non_blocking=True)
             done = torch.cuda.Event()
             done.record(self._stream)
         job.done_event = done
         job.issued.set()
         done.synchronize()
         job.copied.set()
+        del parts
+        sums = [None] * len(job.entries)
+        for (k, whole), value in zip(on_device, host.tolist() if host is not None else ()):
+            e = job.entries[k]
+            sums[k] = value + checksum.tail_sum(view[e.offset + whole:e.offset + e.nbytes])
+        return [s if s is not None else checksum.word_sum(view[e.offset:e.offset + e.nbytes])
+                for s, e in zip(sums, job.entries)]
 
     def _pin(self, slot: int) -> None:
         """Register the slot's whole mapping with CUDA once: D2H into it is

@@ -22,7 +22,7 @@ import time
 
 from diag.common.atomic import probe_writable_dir, write_atomic
 from diag.recover import api
-from diag.recover.checksum import Summer
+from diag.recover import checksum
 
 _RANK_RE = re.compile(r"rank-(\d{5,})")
 
@@ -168,11 +168,9 @@ def check_bytes(where: str, meta: api.SnapshotMeta, data, objects: bytes) -> Non
     if len(objects) != meta.objects_bytes:
         raise api.CorruptSnapshot(f"{where}: {api.OBJECTS_FILE} is {len(objects)} bytes, its meta says "
                                   f"{meta.objects_bytes}; the snapshot is skipped")
-    summer = Summer()
-    summer.update(memoryview(data)[:meta.data_bytes])
-    summer.update(objects)
-    if summer.hexdigest() != meta.checksum:
-        raise api.CorruptSnapshot(f"{where}: checksum {summer.hexdigest()} is not {meta.checksum}; "
+    got = checksum.of_slot(data, meta.tensors, objects)
+    if got != meta.checksum:
+        raise api.CorruptSnapshot(f"{where}: checksum {got} is not {meta.checksum}; "
                                   f"the snapshot is skipped")
 
 
