@@ -153,7 +153,8 @@ void xt_comm_set_shape(void* comm, int rank, int size);
 // member of parent calls split in the same order, so all agree.
 uint64_t xt_comm_split_id(void* parent, int color, int key_unused);
 
-// nccl-tests bus-bandwidth factor: busbw = bytes / time * factor.
+// nccl-tests bus-bandwidth factor: busbw = bytes / time * factor; 0 below two
+// ranks (undefined: a 1-rank collective is a local copy).
 double xt_busbw_factor(xt_op op, int nranks);
 // Bytes per element of an NCCL data type, 0 when unknown.
 size_t xt_nccl_type_size(int dtype);

@@ -37,7 +37,7 @@ using namespace xt;
 extern "C" {
 
 double xt_busbw_factor(xt_op op, int n) {
-  if (n <= 0) return 0.0;
+  if (n < 2) return 0.0;  // nothing crosses a bus: undefined, as in diag/common/busbw.py
   switch (op) {
     case XT_OP_ALL_REDUCE: return 2.0 * (n - 1) / n;
     case XT_OP_ALL_GATHER:

@@ -155,6 +155,7 @@ void comm_ids() {
   EXPECT(xt_busbw_factor(XT_OP_ALL_REDUCE, 8) == 2.0 * 7 / 8);
   EXPECT(xt_busbw_factor(XT_OP_ALL_GATHER, 4) == 0.75);
   EXPECT(xt_busbw_factor(XT_OP_SEND, 4) == 1.0);
+  EXPECT(xt_busbw_factor(XT_OP_BROADCAST, 1) == 0.0 && xt_busbw_factor(XT_OP_ALL_REDUCE, 0) == 0.0);
   EXPECT(xt_nccl_type_size(9) == 2 && xt_nccl_type_size(7) == 4 && xt_nccl_type_size(99) == 0);
 }
 
