@@ -76,6 +76,8 @@ int fake_note(const char* api, int nargs, const uint64_t* args);
 void fake_quiet(int delta);
 // Internal to the fakes: a launch made while its stream was capturing.
 void fake_note_captured(void);
+// Internal to the fakes: a runtime call binds the thread's device context.
+void fake_touch_context(void);
 int fake_stream_capturing(cudaStream_t stream);
 // cudaEventRecord calls made by the hook's drainer thread (1) or any other (0).
 int fake_event_records(int by_drainer);
