@@ -20,6 +20,11 @@
 #define XT_DLSYM_HOOKED 1
 #endif
 
+// A sanitizer's runtime, preloaded first (make asan / tsan), calls dlsym
+// while it sets itself up, before instrumented code can run: what a dlsym
+// call runs here is left uninstrumented.
+#define XT_UNINSTRUMENTED __attribute__((no_sanitize("address", "thread", "undefined")))
+
 extern "C" {
 // Read by dlsym_entry.S; hidden, so the entry reaches them without the PLT/GOT.
 __attribute__((visibility("hidden"))) void* xt_real_dlsym_ptr = nullptr;
@@ -33,14 +38,14 @@ using DlsymFn = void* (*)(void*, const char*);
 
 // glibc's dlsym, next after this library: in libc since 2.34 (GLIBC_2.34),
 // in libdl before (the base versions, which later glibc keeps as well).
-void* find_real_dlsym() {
+XT_UNINSTRUMENTED void* find_real_dlsym() {
   static const char* const kVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
   for (const char* v : kVersions)
     if (void* p = dlvsym(RTLD_NEXT, "dlsym", v)) return p;
   return nullptr;
 }
 
-DlsymFn get_real_dlsym() {
+XT_UNINSTRUMENTED DlsymFn get_real_dlsym() {
   void* p = __atomic_load_n(&xt_real_dlsym_ptr, __ATOMIC_ACQUIRE);
   if (!p) {
     p = find_real_dlsym();
@@ -65,7 +70,7 @@ void* real_dlsym(void* handle, const char* name) {
 
 // Called by the entry with the caller's arguments; also makes sure the real
 // dlsym is known before the entry jumps to it. NULL: let the real one answer.
-void* xt_dlsym_pick(void* handle, const char* name) {
+XT_UNINSTRUMENTED void* xt_dlsym_pick(void* handle, const char* name) {
   xt::DlsymFn real = xt::get_real_dlsym();
   xt::DriverEntry kind = xt::entry_by_symbol(name);
   // RTLD_NEXT depends on the caller's place in the search order: not ours to answer.

@@ -90,7 +90,10 @@ bool is_wrapper(void* p) {
 
 }  // namespace
 
-DriverEntry entry_by_symbol(const char* n) {
+// Uninstrumented: a sanitizer's runtime calls dlsym, and so this, before it
+// is set up (dlsym_hook.cc).
+__attribute__((no_sanitize("address", "thread", "undefined"))) DriverEntry entry_by_symbol(
+    const char* n) {
   // Most dlsym calls of a process are not for the driver: one compare says so.
   if (!n || n[0] != 'c' || n[1] != 'u') return kEntryNone;
   static const struct {
