@@ -161,7 +161,7 @@ class SnapshotMeta:
     algo: str = CHECKSUM_ALGO
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["tensors"] = [t.to_json() for t in self.tensors]
         out["names"] = list(self.names)
         return out

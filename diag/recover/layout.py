@@ -21,8 +21,14 @@ except ImportError:     # a torch without DTensor: nothing is sharded
     DTensor = ()
 
 
+_NAMES: dict = {}
+
+
 def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
 
 
 def dtype_of(name: str) -> torch.dtype:

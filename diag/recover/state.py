@@ -72,10 +72,22 @@ def apply(adapter: Adapter, name: str, saved: list[tuple[tuple, object]], dtenso
                 value = have
             elif path in dtensors:
                 value = _as_dtensor(adapter, path, value, name, where)
-            else:
-                value = value.clone()
+            else:   # a copy: ``value`` is a view of a mapping that goes away after restore
+                device = _param_device(adapter, path, value)
+                value = value.to(device, copy=True) if device is not None else value.clone()
         out.append((path, value))
     adapter.load_state_dict(layout.build(out))
+
+
+def _param_device(adapter: Adapter, path: tuple, value: torch.Tensor):
+    """Where an optimizer keeps a state tensor shaped like its parameter
+    (exp_avg ...): straight there, not through a host copy. Scalars such as
+    Adam's ``step`` stay where they were saved (on the host unless capturable)."""
+    params = adapter.flat_params()
+    if len(path) < 3 or path[0] != "state" or not isinstance(path[1], int) or path[1] >= len(params):
+        return None
+    p = layout.local(params[path[1]])[0]
+    return p.device if value.dim() and tuple(value.shape) == tuple(p.shape) else None
 
 
 def _as_dtensor(adapter: Adapter, path: tuple, value: torch.Tensor, name: str, where: str):
