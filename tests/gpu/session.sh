@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x1fw|x1tracer|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh x1|x1fw|x1tracer|x1recover|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -19,6 +19,8 @@
 # x2timeline: the merged timeline of 5 GPT-2-small DDP steps (timeline_gpt2.json, docs/timeline.md).
 # x1fw: Lightning, HF Trainer, FSDP2 and pipelining on one GPU under the launcher
 # (tests/gpu/test_frameworks_gpu.py), then the per-call bench.
+# x1recover: snapshots on one GPU (tests/gpu/test_recover_gpu.py), then
+# bench/ckpt_snapshot.py on GPT-2 small (batch 8 and 16 x 1024; docs/recovery.md).
 # x1tracer: the tracer's per-call benches, this tree against .carry/old (an older
 # tree from `git archive`), alternating (tests/gpu/scripts/tracer_before_after.sh).
 # deps: the generated gRPC stubs, the collector and the agent import under the
@@ -48,6 +50,9 @@ case $label in
   x1fw) run frameworks_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_frameworks_gpu.py
       run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x1tracer) run tracer_before_after 560 bash tests/gpu/scripts/tracer_before_after.sh .carry/old $R ;;
+  x1recover) run recover_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_gpu.py
+      run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --persist-dir /tmp/ckpt-persist --out $R/ckpt_snapshot.json
+      run ckpt_snapshot_b16 240 python3 bench/ckpt_snapshot.py --cuda --batch 16 --out $R/ckpt_snapshot_b16.json ;;
   x2) run hook_nccl_2gpu 220 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_step 170 python3 bench/hook_step_overhead.py --rounds 8 --steps 20 --out $R/hook_step.json
       run netcheck 170 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
