@@ -49,23 +49,22 @@ def test_driver_launches_counted_and_one_all_reduce_series(hook_built, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "xpu-diag hook" not in out.stderr  # it never had to switch itself off
     result = json.load(open(tmp_path / "rank0.json"))
-    kernels = result["kernels"]   # the 20 most launched, by name
-    print(json.dumps({"triton": result["triton"], "kernels": dict(sorted(
-        kernels.items(), key=lambda kv: -kv[1])[:20])}, indent=1))
+    print(json.dumps({k: result.get(k) for k in ("launches", "triton", "kernels")}, indent=1))
     assert result["region"] and not result["disabled"]
-    # The loop launches nothing through the runtime: before driver launches
-    # were counted, the whole run read a handful (issue 20: 4 after 30 s).
-    nccl = sum(n for name, n in kernels.items() if "nccl" in name.lower())
-    assert nccl >= steps, kernels                      # NCCL's kernels, by name
-    assert result["kernel_launches"] - nccl >= steps, kernels   # cuBLAS's GEMM kernels, the rest
+    n = result["launches"]
+    # Each phase launches nothing through the runtime: before driver launches
+    # were counted, these deltas read 0 (issue 20: 4 launches after 30 s).
+    assert n["gemm"] - n["start"] >= steps           # cuBLAS's GEMM kernels
+    assert n["all_to_all"] - n["gemm"] >= steps      # NCCL's p2p kernel (send/recv to itself)
     if result["triton"]["launches"]:
-        assert result["triton"]["ok"] and kernels.get("xpu_diag_add_one", 0) >= result["triton"]["launches"]
+        t = result["triton"]
+        assert t["ok"] and t["counted"] >= t["launches"], t
+        assert result["kernels"].get("xpu_diag_add_one", 0) >= t["launches"], result["kernels"]
     text = open(tmp_path / "metrics.txt").read()
-    [(launches_labels, launches)] = _series(text, "xpu_diag_kernel_launches_total")
-    assert launches >= 2 * steps, launches
-    # One series for the all-reduce: the hook's, under the default group (0).
+    # One series for the all-reduce: the hook's, under the default group (0),
+    # and no busbw for it: one rank.
     calls = [(c["op"], c["comm"], v) for c, v in _series(text, "xpu_diag_op_calls_total")
              if c["op"] in ("all_reduce", "ncclAllReduce")]
     assert len(calls) == 1 and calls[0][:2] == ("ncclAllReduce", "0" * 16), calls
     assert calls[0][2] >= steps, calls
-    assert _series(text, "xpu_diag_op_busbw_bytes_per_second") == []   # one rank: undefined
+    assert _series(text, "xpu_diag_op_busbw_bytes_per_second") == [], text   # nor for send/recv

@@ -1,26 +1,56 @@
-"""One rank on one GPU: STEPS rounds of a bf16 GEMM into a preallocated
-output (cuBLAS kernels only) and a 1-rank NCCL all-reduce (NCCL kernels only),
-then TRITON_STEPS launches of a small Triton kernel if Triton can compile one.
-Writes OUT_DIR/rank0.json (this rank's hook records, kernel counts by name)
-and OUT_DIR/metrics.txt (the agent's /metrics at METRICS_URL once it shows
-every all-reduce)."""
-import json, os, sys, time, urllib.request
+"""One rank on one GPU under the hook, in phases, each followed by the agent's
+launch counter (METRICS_URL) once it settles: STEPS bf16 GEMMs into a
+preallocated output (cuBLAS kernels only), STEPS 1-rank all_to_all_single
+(NCCL send/recv to itself: NCCL's p2p kernel), STEPS 1-rank all-reduces (an
+in-place sum on one rank launches nothing in NCCL: the series check), and
+TRITON_STEPS launches of a small Triton kernel where Triton compiles one.
+Writes OUT_DIR/rank0.json (launches per phase, this rank's kernels by name)
+and OUT_DIR/metrics.txt (the last scrape)."""
+import json, os, re, sys, time, urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 import torch
 import torch.distributed as dist
 from tests.gpu.hook_regions import own_region, peek, summarize
 
 out_dir, steps = sys.argv[1], int(os.environ.get("STEPS", "200"))
+scrape = {"text": ""}
+
+
+def settled_launches() -> float:
+    """The agent's launch total once it stops moving (counts go out every 0.5 s)."""
+    torch.cuda.synchronize()
+    last, since, deadline = None, time.monotonic(), time.monotonic() + 30
+    while time.monotonic() < deadline:
+        scrape["text"] = urllib.request.urlopen(os.environ["METRICS_URL"], timeout=5).read().decode()
+        found = re.findall(r"^xpu_diag_kernel_launches_total\{[^}]*\} (\S+)$", scrape["text"], re.M)
+        value = float(found[0]) if found else -1.0
+        if value != last:
+            last, since = value, time.monotonic()
+        elif time.monotonic() - since > 1.6:
+            return value
+        time.sleep(0.3)
+    return last if last is not None else -1.0
+
+
 torch.cuda.set_device(0)
 dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 c = torch.empty_like(a)
 grad = torch.ones(16 * 2**20 // 4, device="cuda")   # 16 MiB of float32
-torch.cuda.synchronize()
+send, recv = torch.ones(2**20, device="cuda"), torch.empty(2**20, device="cuda")
+dist.all_reduce(grad)                     # first: ties the NCCL communicator to the group
+dist.all_to_all_single(recv, send)
+torch.matmul(a, a, out=c)
+launches = {"start": settled_launches()}
 for _ in range(steps):
     torch.matmul(a, a, out=c)
+launches["gemm"] = settled_launches()
+for _ in range(steps):
+    dist.all_to_all_single(recv, send)
+launches["all_to_all"] = settled_launches()
+for _ in range(steps):
     dist.all_reduce(grad)
-torch.cuda.synchronize()
+launches["all_reduce"] = settled_launches()
 triton = {"launches": 0}
 try:
     import triton as tr
@@ -31,28 +61,21 @@ try:
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1, mask=i < n)
     x = torch.zeros(4096, device="cuda")
+    xpu_diag_add_one[(4,)](x, x.numel(), BLOCK=1024)   # compiled here, outside the count
+    before = settled_launches()
     n_triton = int(os.environ.get("TRITON_STEPS", "100"))
     for _ in range(n_triton):
         xpu_diag_add_one[(4,)](x, x.numel(), BLOCK=1024)
-    torch.cuda.synchronize()
-    triton = {"launches": n_triton, "ok": bool((x == n_triton).all())}
+    triton = {"launches": n_triton, "ok": bool((x == n_triton + 1).all()),
+              "counted": settled_launches() - before}
 except Exception as exc:   # no Triton, or no compiler for its launcher: said, not judged
     triton = {"launches": 0, "skipped": repr(exc)[:300]}
-time.sleep(1.5)   # the hook's counts go out every 500 ms
-result = {"region": own_region(), "steps": steps, "triton": triton}
+result = {"region": own_region(), "steps": steps, "launches": launches, "triton": triton}
 if result["region"]:
     header, records = peek(result["region"])
     result.update(summarize(records), disabled=bool(header.flags & 1))
-deadline, text = time.monotonic() + 60, ""
-while time.monotonic() < deadline:   # the agent's window: every all-reduce read
-    text = urllib.request.urlopen(os.environ["METRICS_URL"], timeout=5).read().decode()
-    if f'op="ncclAllReduce"' in text and any(
-            l.startswith("xpu_diag_op_calls_total{") and 'op="ncclAllReduce"' in l
-            and float(l.split()[-1]) >= steps for l in text.splitlines()):
-        break
-    time.sleep(0.5)
 with open(os.path.join(out_dir, "metrics.txt"), "w") as f:
-    f.write(text)
+    f.write(scrape["text"])
 with open(os.path.join(out_dir, "rank0.json"), "w") as f:
     json.dump(result, f, indent=1, default=list)
 dist.destroy_process_group()
