@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x1fw|x1tracer|x1recover|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh x1|x1drv|x1fw|x1tracer|x1recover|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -17,6 +17,8 @@
 # x2diverge: GPT-2 DDP with a skipped loss all_reduce (divergence named), the
 # hook's 2-GPU tests, and the per-call bench (the fingerprint args' cost).
 # x2timeline: the merged timeline of 5 GPT-2-small DDP steps (timeline_gpt2.json, docs/timeline.md).
+# x1drv: issue 20 item 4: driver launches (cuBLAS, NCCL, Triton) counted and a
+# 1-rank all-reduce one series without busbw, then the per-call bench (its driver mode).
 # x1fw: Lightning, HF Trainer, FSDP2 and pipelining on one GPU under the launcher
 # (tests/gpu/test_frameworks_gpu.py), then the per-call bench.
 # x1recover: snapshots on one GPU (tests/gpu/test_recover_gpu.py), then
@@ -47,6 +49,8 @@ run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" 
 case $label in
   x1) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
       run hook_launch_bench 200 python3 bench/hook_launch_bench.py ;;
+  x1drv) run hook_driver 300 python3 -m pytest -q -s -p no:cacheprovider "tests/gpu/test_hook_single_gpu.py::test_driver_launches_counted_and_one_all_reduce_series"
+      run hook_launch_bench 200 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x1fw) run frameworks_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_frameworks_gpu.py
       run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x1tracer) run tracer_before_after 560 bash tests/gpu/scripts/tracer_before_after.sh .carry/old $R ;;
