@@ -11,8 +11,6 @@
 // interposer (and of this hook's own resolve.cc) start after this library.
 #include <dlfcn.h>
 
-#include <atomic>
-
 #include "driver_wrap.h"
 #include "resolve.h"
 
@@ -45,10 +43,16 @@ XT_UNINSTRUMENTED void* find_real_dlsym() {
   return nullptr;
 }
 
+// Where the entry jumps if glibc's dlsym cannot be found (not seen on any
+// glibc: its base version is there on every one): lookups fail, the process
+// does not jump to address 0.
+XT_UNINSTRUMENTED void* dlsym_unavailable(void*, const char*) { return nullptr; }
+
 XT_UNINSTRUMENTED DlsymFn get_real_dlsym() {
   void* p = __atomic_load_n(&xt_real_dlsym_ptr, __ATOMIC_ACQUIRE);
   if (!p) {
     p = find_real_dlsym();
+    if (!p) p = reinterpret_cast<void*>(&dlsym_unavailable);
     __atomic_store_n(&xt_real_dlsym_ptr, p, __ATOMIC_RELEASE);  // same value in every racer
   }
   return reinterpret_cast<DlsymFn>(p);
@@ -58,9 +62,8 @@ XT_UNINSTRUMENTED DlsymFn get_real_dlsym() {
 
 void* real_dlsym(void* handle, const char* name) {
 #ifdef XT_DLSYM_HOOKED
-  DlsymFn real = get_real_dlsym();
   // Called from this library, RTLD_NEXT means after it: what resolve.cc wants.
-  return real ? real(handle, name) : nullptr;
+  return get_real_dlsym()(handle, name);
 #else
   return dlsym(handle, name);
 #endif
@@ -74,7 +77,7 @@ XT_UNINSTRUMENTED void* xt_dlsym_pick(void* handle, const char* name) {
   xt::DlsymFn real = xt::get_real_dlsym();
   xt::DriverEntry kind = xt::entry_by_symbol(name);
   // RTLD_NEXT depends on the caller's place in the search order: not ours to answer.
-  if (kind == xt::kEntryNone || handle == RTLD_NEXT || !real) return nullptr;
+  if (kind == xt::kEntryNone || handle == RTLD_NEXT) return nullptr;
   void* p = real(handle, name);
   return p ? xt::wrap_entry(kind, p) : nullptr;  // not found: the real call sets dlerror
 }
