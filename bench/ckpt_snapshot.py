@@ -154,6 +154,32 @@ def timed_restore(args, device, store_dir, persist_dir, model, opt):
     return result, took, same
 
 
+def step_figures(args, nparams, node, ck, base, snap, ratios) -> dict:
+    snap_steps = args.pairs * args.block
+    size = store.newest_committed(node, 0).meta.data_bytes
+    figures = {
+        "device": torch.cuda.get_device_name(0) if args.cuda else "cpu",
+        "torch": torch.__version__, "model": "gpt2-tiny" if args.tiny else "gpt2-small",
+        "params": nparams, "batch": args.batch, "seq": args.seq, "every": args.every,
+        "on_busy": args.on_busy, "pairs": args.pairs, "block": args.block,
+        "step_s_without": statistics.median(base), "step_s_with": statistics.median(snap),
+        "overhead_pct_median_pair": 100 * (statistics.median(ratios) - 1),
+        "overhead_pct_min_pair": 100 * (min(ratios) - 1),
+        "overhead_pct_max_pair": 100 * (max(ratios) - 1),
+        "snapshots_started": ck.stats["saved"], "snapshots_committed": ck.stats["committed"],
+        "snapshot_steps": snap_steps // args.every,
+        "skipped": ck.stats["skipped_busy"] + ck.stats["skipped_slot"],
+        "save_call_ms_per_step": 1e3 * ck.stats["save_call_s"] / snap_steps,
+        "busy_wait_ms_per_step": 1e3 * ck.stats["busy_wait_s"] / snap_steps,
+        "prehook_wait_ms_per_step": 1e3 * ck.stats["prehook_wait_s"] / snap_steps,
+        "background_copy_ms_per_snapshot": 1e3 * ck.stats["copy_s"] / max(1, ck.stats["committed"]),
+        "background_commit_ms_per_snapshot": 1e3 * ck.stats["commit_s"] / max(1, ck.stats["committed"]),
+        "state_bytes_per_rank": size, "store_host_bytes_per_rank": store_bytes(node),
+        "process_rss_bytes": rss_bytes(),
+    }
+    return figures
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     device = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
@@ -180,28 +206,7 @@ def main(argv=None) -> int:
             got = {id(c): trainer.block(args.block, c, progress) for c in order}
             a, b = got[id(None)], got[id(ck)]
             base.append(a), snap.append(b), ratios.append(b / a)
-        snap_steps = args.pairs * args.block
-        size = store.newest_committed(node, 0).meta.data_bytes
-        figures = {
-            "device": torch.cuda.get_device_name(0) if args.cuda else "cpu",
-            "torch": torch.__version__, "model": "gpt2-tiny" if args.tiny else "gpt2-small",
-            "params": nparams, "batch": args.batch, "seq": args.seq, "every": args.every,
-            "on_busy": args.on_busy, "pairs": args.pairs, "block": args.block,
-            "step_s_without": statistics.median(base), "step_s_with": statistics.median(snap),
-            "overhead_pct_median_pair": 100 * (statistics.median(ratios) - 1),
-            "overhead_pct_min_pair": 100 * (min(ratios) - 1),
-            "overhead_pct_max_pair": 100 * (max(ratios) - 1),
-            "snapshots_started": ck.stats["saved"], "snapshots_committed": ck.stats["committed"],
-            "snapshot_steps": snap_steps // args.every,
-            "skipped": ck.stats["skipped_busy"] + ck.stats["skipped_slot"],
-            "save_call_ms_per_step": 1e3 * ck.stats["save_call_s"] / snap_steps,
-            "busy_wait_ms_per_step": 1e3 * ck.stats["busy_wait_s"] / snap_steps,
-            "prehook_wait_ms_per_step": 1e3 * ck.stats["prehook_wait_s"] / snap_steps,
-            "background_copy_ms_per_snapshot": 1e3 * ck.stats["copy_s"] / max(1, ck.stats["committed"]),
-            "background_commit_ms_per_snapshot": 1e3 * ck.stats["commit_s"] / max(1, ck.stats["committed"]),
-            "state_bytes_per_rank": size, "store_host_bytes_per_rank": store_bytes(node),
-            "process_rss_bytes": rss_bytes(),
-        }
+        figures = step_figures(args, nparams, node, ck, base, snap, ratios)
         result, took, same = timed_restore(args, device, node, None, model, opt)
         figures.update(restore_memory_s=took, restore_memory_bitwise=same, restore_step=result.step)
         if args.persist:

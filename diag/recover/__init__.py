@@ -11,9 +11,12 @@ from __future__ import annotations
 
 def __getattr__(name):
     # torch is imported only by a worker that asks for the Checkpointer.
-    if name in ("Checkpointer", "RNGState"):
-        from diag.recover import snapshot
-        return getattr(snapshot, name)
+    if name == "Checkpointer":
+        from diag.recover.snapshot import Checkpointer
+        return Checkpointer
+    if name == "RNGState":
+        from diag.recover.state import RNGState
+        return RNGState
     raise AttributeError(name)
 
 

@@ -21,45 +21,18 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import random
 import sys
 import threading
 import time
 
 import torch
 
-from diag.recover import api, layout, store
-from diag.recover import checksum
+from diag.recover import api, checksum, layout, store
 from diag.recover.restore import restore as _restore
 from diag.recover.state import Adapter, dist_info, has_dtensor
 
 _PREHOOK_TIMEOUT_S = 120.0
 _BUSY_TIMEOUT_S = 60.0
-
-
-class RNGState:
-    """The RNGs a data pipeline and dropout draw from (Python, torch CPU,
-    CUDA, NumPy where installed), as a Stateful for ``register_local``."""
-
-    def state_dict(self) -> dict:
-        out = {"python": random.getstate(), "torch": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            out["cuda"] = torch.cuda.get_rng_state_all()
-        try:
-            import numpy as np
-            out["numpy"] = np.random.get_state()
-        except ImportError:
-            pass
-        return out
-
-    def load_state_dict(self, state: dict) -> None:
-        random.setstate(state["python"])
-        torch.set_rng_state(state["torch"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
-        if "numpy" in state:
-            import numpy as np
-            np.random.set_state(state["numpy"])
 
 
 def _copy_all(dsts: list, srcs: list, non_blocking: bool) -> None:

@@ -4,6 +4,7 @@ state_dict out, and the process group facts it needs."""
 from __future__ import annotations
 
 import os
+import random
 
 import torch
 
@@ -34,6 +35,31 @@ class Adapter:
     def flat_params(self) -> list:
         """An optimizer's parameters in its state_dict's numbering."""
         return [p for group in getattr(self.obj, "param_groups", ()) for p in group["params"]]
+
+
+class RNGState:
+    """The RNGs a data pipeline and dropout draw from (Python, torch CPU,
+    CUDA, NumPy where installed), as a Stateful for ``register_local``."""
+
+    def state_dict(self) -> dict:
+        out = {"python": random.getstate(), "torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            out["cuda"] = torch.cuda.get_rng_state_all()
+        try:
+            import numpy as np
+            out["numpy"] = np.random.get_state()
+        except ImportError:
+            pass
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        random.setstate(state["python"])
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+        if "numpy" in state:
+            import numpy as np
+            np.random.set_state(state["numpy"])
 
 
 def has_dtensor(tree) -> bool:

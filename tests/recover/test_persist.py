@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from diag.recover import api, persist, store
+from diag.recover import api, persist
 from diag.recover.persist import persist_newest
 from tests.recover import helpers, jobs
 from tests.waiting import poll_until
@@ -27,6 +27,7 @@ def _job(tmp_path, mb, steps, node=None, **env):
     return node, out
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_persist_writes_stock_dcp_once_and_keeps_two(tmp_path):
     node, _ = _job(tmp_path, 1, 3)
     disk = str(tmp_path / "disk")
