@@ -69,14 +69,20 @@ def split(tree: dict) -> tuple[list[tuple[tuple, torch.Tensor, bool]], list[tupl
     return tensors, objects
 
 
-def place(tensors: list[tuple[tuple, torch.Tensor, bool]]) -> tuple[tuple[api.TensorEntry, ...], int]:
+def place(tensors: list[tuple[tuple, torch.Tensor, bool]],
+          aliases: tuple[int, ...] | None = None) -> tuple[tuple[api.TensorEntry, ...], int]:
     """Assign each tensor its aligned offset; returns the entries and the
-    region's size (a multiple of api.ALIGN)."""
+    region's size (a multiple of api.ALIGN). ``aliases[k]`` is the index of
+    the first tensor that is the same memory as tensor k (tied weights): it
+    gets that one's offset, and its bytes are stored once."""
     entries, offset = [], 0
-    for path, t, is_d in tensors:
+    for k, (path, t, is_d) in enumerate(tensors):
         nbytes = t.numel() * t.element_size()
-        entries.append(api.TensorEntry(path, dtype_name(t.dtype), tuple(t.shape), offset, nbytes, is_d))
-        offset += -(-nbytes // api.ALIGN) * api.ALIGN
+        a = aliases[k] if aliases is not None else k
+        at = entries[a].offset if a != k else offset
+        entries.append(api.TensorEntry(path, dtype_name(t.dtype), tuple(t.shape), at, nbytes, is_d))
+        if a == k:
+            offset += -(-nbytes // api.ALIGN) * api.ALIGN
     return tuple(entries), offset
 
 

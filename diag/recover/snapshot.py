@@ -58,6 +58,8 @@ class _Job:
         self.done_event = None               # CUDA event after the last copy
         self.copied = threading.Event()      # host: every byte is in the slot (or given up)
         self.abandoned = False               # the pre-hook gave up waiting: never commit
+        self.names: tuple[str, ...] = ()     # the registered names this snapshot holds
+        self.aliases: tuple[int, ...] = tuple(range(len(entries)))   # tied tensors (layout.place)
 
 
 class Checkpointer:
@@ -171,20 +173,24 @@ class Checkpointer:
             t, o = layout.split({name: adapter.state_dict()})
             tensors += t
             objects += o
-        pairs, any_cuda = [], False
-        for path, t, is_d in tensors:
+        pairs, aliases, first, any_cuda = [], [], {}, False
+        for i, (path, t, is_d) in enumerate(tensors):
             if t.device.type == "cuda":
                 any_cuda = True
-            if t.data_ptr() not in guarded or not t.is_contiguous():
+            # tied weights (GPT-2's lm_head is its wte): stored and copied once
+            same = (t.device, t.data_ptr(), t.dtype, t.shape, t.stride()) if t.numel() else i
+            aliases.append(first.setdefault(same, i))
+            if aliases[-1] == i and (t.data_ptr() not in guarded or not t.is_contiguous()):
                 t = t.detach().clone(memory_format=torch.contiguous_format)   # not ours to wait for
             pairs.append((path, t, is_d))
-        entries, nbytes = self._place(pairs)
+        aliases = tuple(aliases)
+        entries, nbytes = self._place(pairs, aliases)
         ready = None
         if any_cuda:
             ready = torch.cuda.Event()
             ready.record()
         job = _Job(step, [t for _, t, _ in pairs], entries, nbytes, layout.dump_objects(objects), ready)
-        job.names = tuple(sorted(names))
+        job.names, job.aliases = tuple(sorted(names)), aliases
         self._start_thread()
         with self._cond:
             self._inflight = self._pending = job
@@ -214,12 +220,12 @@ class Checkpointer:
         keep_shared = not self.replicated or rank == self.holder
         return (sorted(self.shared) if keep_shared else []) + sorted(self.local)
 
-    def _place(self, pairs) -> tuple[tuple, int]:
+    def _place(self, pairs, aliases) -> tuple[tuple, int]:
         """layout.place, remembered: the layout of a training job's state is
         the same step after step, and building ~600 entries costs ~1 ms."""
-        key = tuple((path, t.dtype, t.shape, is_d) for path, t, is_d in pairs)
+        key = (tuple((path, t.dtype, t.shape, is_d) for path, t, is_d in pairs), aliases)
         if self._plan is None or self._plan[0] != key:
-            self._plan = (key, *layout.place(pairs))
+            self._plan = (key, *layout.place(pairs, aliases))
         return self._plan[1], self._plan[2]
 
     def _guarded_ptrs(self) -> set[int]:
@@ -357,12 +363,16 @@ class Checkpointer:
     def _copy(self, job: _Job, slot: int, dsts: list, buf) -> list[int]:
         """Copy every tensor into the slot; returns each one's word sum
         (checksum.py), taken on the device from the source where it lives there."""
-        srcs, view = job.pairs, memoryview(buf).cast("B") if buf is not None else None
+        view = memoryview(buf).cast("B") if buf is not None else None
+        own = [k for k, a in enumerate(job.aliases) if a == k]     # tied tensors: the first one only
+        srcs, dsts = [job.pairs[k] for k in own], [dsts[k] for k in own]
         if job.ready_event is None:
             _copy_all(dsts, srcs, non_blocking=False)
             job.issued.set()
             job.copied.set()
-            return [checksum.word_sum(view[e.offset:e.offset + e.nbytes]) for e in job.entries]
+            sums = {k: checksum.word_sum(view[job.entries[k].offset:job.entries[k].offset + job.entries[k].nbytes])
+                    for k in own}
+            return [sums[a] for a in job.aliases]
         self._pin(slot)
         if self._stream is None:
             self._stream = torch.cuda.Stream()
@@ -372,7 +382,7 @@ class Checkpointer:
             self._stream.wait_event(job.ready_event)
             # CPU sources are copied at once, before the pre-hook lets the optimizer go
             _copy_all(dsts, srcs, non_blocking=True)
-            for k, src in enumerate(srcs):
+            for k, src in zip(own, srcs):
                 whole = (src.numel() * src.element_size()) // 8 * 8
                 if src.is_cuda and whole and src.storage_offset() * src.element_size() % 8 == 0:
                     parts.append(src.reshape(-1).view(torch.uint8)[:whole].view(torch.int64).sum())
@@ -388,12 +398,15 @@ class Checkpointer:
         done.synchronize()
         job.copied.set()
         del parts
-        sums = [None] * len(job.entries)
+        sums = {}
         for (k, whole), value in zip(on_device, host.tolist() if host is not None else ()):
             e = job.entries[k]
-            sums[k] = value + checksum.tail_sum(view[e.offset + whole:e.offset + e.nbytes])
-        return [s if s is not None else checksum.word_sum(view[e.offset:e.offset + e.nbytes])
-                for s, e in zip(sums, job.entries)]
+            sums[k] = (value + checksum.tail_sum(view[e.offset + whole:e.offset + e.nbytes])) & checksum.MASK
+        for k in own:
+            if k not in sums:
+                e = job.entries[k]
+                sums[k] = checksum.word_sum(view[e.offset:e.offset + e.nbytes])
+        return [sums[a] for a in job.aliases]
 
     def _pin(self, slot: int) -> None:
         """Register the slot's whole mapping with CUDA once: D2H into it is

@@ -102,7 +102,12 @@ def apply(adapter: Adapter, name: str, saved: list[tuple[tuple, object]], dtenso
                 device = _param_device(adapter, path, value)
                 value = value.to(device, copy=True) if device is not None else value.clone()
         out.append((path, value))
-    adapter.load_state_dict(layout.build(out))
+    try:
+        adapter.load_state_dict(layout.build(out))
+    except (RuntimeError, KeyError, ValueError, TypeError) as exc:   # the module's own words, first line
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise api.RestoreMismatch(f"{where}: {name} does not load into this job's {type(adapter.obj).__name__} "
+                                  f"({why[:200]}); restore with the same model, or remove {where}") from None
 
 
 def _param_device(adapter: Adapter, path: tuple, value: torch.Tensor):

@@ -1,0 +1,92 @@
+"""The Checkpointer in one process: tied weights stored once, a store that
+cannot work switches itself off with one line, a model that does not fit is
+one line; the persist schedule and result (pure)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from diag.recover import Checkpointer, RNGState, api, store
+
+
+def _tied():
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    return model, torch.optim.Adam(model.parameters(), lr=0.1)
+
+
+def _train(model, opt, ck, steps):
+    for step in range(steps):
+        x = torch.arange(8) + step
+        model["head"](model["emb"](x)).logsumexp(-1).sum().backward()
+        opt.step(), opt.zero_grad()
+        ck.save(step + 1)
+    assert ck.wait(30)
+
+
+def test_tied_weights_are_stored_once_and_stay_tied(tmp_path):
+    model, opt = _tied()
+    ck = Checkpointer(str(tmp_path), None)
+    ck.register(model=model, optim=opt)
+    _train(model, opt, ck, 3)
+    meta = store.newest_committed(str(tmp_path), 0).meta
+    emb, head = (next(e for e in meta.tensors if e.path == ("model", key)) for key in ("emb.weight", "head.weight"))
+    assert emb.offset == head.offset and meta.data_bytes < 4 * 50 * 16 * 4   # weight + 2 Adam moments, once
+    model2, opt2 = _tied()
+    ck2 = Checkpointer(str(tmp_path), None)
+    ck2.register(model=model2, optim=opt2)
+    assert ck2.restore() == 3
+    assert model2["head"].weight is model2["emb"].weight and torch.equal(model2["emb"].weight, model["emb"].weight)
+
+
+def test_a_store_that_cannot_work_says_one_line_and_training_goes_on(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    log = io.StringIO()
+    model, opt = _tied()
+    ck = Checkpointer(str(blocked), None, log=log)
+    ck.register(model=model, optim=opt)
+    ck.register_local(rng=RNGState())
+    _train(model, opt, ck, 4)                       # no exception reaches the loop
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 1 and "snapshots are off" in lines[0] and str(blocked) in lines[0], lines
+    assert not ck.enabled and ck.save(5) is False
+
+
+def test_a_model_that_does_not_fit_is_one_line(tmp_path, capsys):
+    model, opt = _tied()
+    ck = Checkpointer(str(tmp_path), None)
+    ck.register(model=model, optim=opt)
+    _train(model, opt, ck, 2)
+    other = torch.nn.ModuleDict({"emb": torch.nn.Embedding(50, 16)})
+    ck2 = Checkpointer(str(tmp_path), None)
+    ck2.register(model=other, optim=torch.optim.Adam(other.parameters()))
+    with pytest.raises(SystemExit) as exit_:
+        ck2.restore()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1
+    assert "model does not load into this job's ModuleDict" in err[0] and "remove" in err[0]
+
+
+def test_persist_schedule_by_steps_and_by_time():
+    by_steps = api.PersistSchedule(every_steps=10)
+    assert by_steps.due(5, None, 0.0, 0.0) and not by_steps.due(15, 10, 99.0, 0.0) and by_steps.due(20, 10, 0, 0)
+    assert not by_steps.due(10, 10, 0, 0) and not by_steps.due(None, None, 0, 0)
+    by_time = api.PersistSchedule(every_s=60.0)
+    assert not by_time.due(7, 3, 59.0, 0.0) and by_time.due(7, 3, 60.0, 0.0) and not by_time.due(3, 3, 999, 0)
+    assert not api.PersistSchedule().due(7, 3, 1e9, 0.0)       # last words only
+    with pytest.raises(ValueError, match="--ckpt-persist-every"):
+        api.PersistSchedule(every_steps=0)
+
+
+def test_persist_result_newest_common_step():
+    r = api.PersistResult((api.RankPersist(0, 5, "written", steps=(5, 4)),
+                           api.RankPersist(1, 4, "present", steps=(4, 3))))
+    assert r.ok and r.newest_step == 4
+    failed = api.PersistResult((api.RankPersist(0, 5, "failed", reason="no room", steps=(3,)),))
+    assert not failed.ok and failed.newest_step == 3 and "rank 0: failed step 5 (no room)" == failed.summary()
