@@ -35,15 +35,22 @@ _PREHOOK_TIMEOUT_S = 120.0
 _BUSY_TIMEOUT_S = 60.0
 
 
+_FOREACH_OK = True
+
+
 def _copy_all(dsts: list, srcs: list, non_blocking: bool) -> None:
     """One call for every copy: the loop runs in C++ with the GIL released
     once, not ~600 times against the training thread's Python."""
     if not dsts:
         return
+    global _FOREACH_OK
     foreach = getattr(torch, "_foreach_copy_", None)
-    if foreach is not None:
-        foreach(dsts, srcs, non_blocking=non_blocking)
-        return
+    if foreach is not None and _FOREACH_OK:
+        try:
+            foreach(dsts, srcs, non_blocking=non_blocking)
+            return
+        except (RuntimeError, TypeError):   # a torch that refuses mixed devices: one by one from now on
+            _FOREACH_OK = False
     for dst, src in zip(dsts, srcs):
         dst.copy_(src, non_blocking=non_blocking)
 
@@ -115,6 +122,7 @@ class Checkpointer:
         self._hooked: set[int] = set()
         self._rank, self._world = None, None
         self._plan = None     # (key, entries, nbytes) of the last layout
+        self._device = 0      # the CUDA device of the training thread's stream
         self._rendered = None  # (entries, their JSON)
         self._guard = None    # (key, guarded data_ptrs)
         if self.enabled and self.store_dir is None:
@@ -189,6 +197,7 @@ class Checkpointer:
         if any_cuda:
             ready = torch.cuda.Event()
             ready.record()
+            self._device = torch.cuda.current_device()   # the copy thread's must be the same
         job = _Job(step, [t for _, t, _ in pairs], entries, nbytes, layout.dump_objects(objects), ready)
         job.names, job.aliases = tuple(sorted(names)), aliases
         self._start_thread()
@@ -373,6 +382,9 @@ class Checkpointer:
             sums = {k: checksum.word_sum(view[job.entries[k].offset:job.entries[k].offset + job.entries[k].nbytes])
                     for k in own}
             return [sums[a] for a in job.aliases]
+        # A new thread's current device is 0: on cuda:3 the side stream, the
+        # events and the copies' streams must be cuda:3's.
+        torch.cuda.set_device(self._device)
         self._pin(slot)
         if self._stream is None:
             self._stream = torch.cuda.Stream()
