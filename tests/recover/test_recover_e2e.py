@@ -164,7 +164,7 @@ def test_a_node_killed_whole_recovers_from_the_persisted_copy(reference, launche
     def node(rank, restarts="1"):
         conf = f"is_host={int(rank == 0)},keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=1"
         args = recover_args(tmp_path, "twonode", "none", nproc=2, rdzv="c10d", extra=[
-            "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "--nnodes", "2", "--node-rank", str(rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
             "--rdzv-conf", conf, "--ckpt-dir", str(ckpt)])
         args[args.index("--max-restarts") + 1] = restarts
         return launches(args, env=env)
