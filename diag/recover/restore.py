@@ -110,8 +110,9 @@ def _apply_all(ck, rank, world, meta, data, objects, where) -> None:
         shared = _broadcast_shared(ck, rank, meta, data, objects)
         _apply(ck, ck.shared, shared[0], shared[1], where if rank == ck.holder else
                f"{where} (rank {ck.holder}'s replica)")
-    else:
-        _apply(ck, {**ck.shared, **ck.local}, pairs, dtensors, where)
+    else:   # the names this rank stored (check_fits: the ones it keeps)
+        adapters = {n: a for n, a in {**ck.shared, **ck.local}.items() if n in meta.names}
+        _apply(ck, adapters, pairs, dtensors, where)
 
 
 def _apply(ck, adapters: dict, pairs, dtensors, where) -> None:

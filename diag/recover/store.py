@@ -154,16 +154,19 @@ def reading(ref: api.SlotRef, verify: bool = True):
         try:
             with open(os.path.join(ref.path, api.OBJECTS_FILE), "rb") as f:
                 objects = f.read()
-            fd = os.open(data_name, os.O_RDONLY)
+            # a rank that keeps no tensors (DDP, not the holder, nothing local) has no data file
+            fd = os.open(data_name, os.O_RDONLY) if meta.data_bytes else None
         except OSError as exc:
-            raise api.CorruptSnapshot(f"{ref.path}: {exc.strerror}; the snapshot is skipped") from None
-        try:
-            if os.fstat(fd).st_size < meta.data_bytes:
-                raise api.CorruptSnapshot(f"{data_name}: shorter than its meta says; the snapshot is skipped")
-            data = (mmap.mmap(fd, meta.data_bytes, access=mmap.ACCESS_COPY) if meta.data_bytes
-                    else bytearray())
-        finally:
-            os.close(fd)
+            raise api.CorruptSnapshot(f"{ref.path}: {exc.filename and os.path.basename(exc.filename)}: "
+                                      f"{exc.strerror}; the snapshot is skipped") from None
+        data = bytearray()
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_size < meta.data_bytes:
+                    raise api.CorruptSnapshot(f"{data_name}: shorter than its meta says; the snapshot is skipped")
+                data = mmap.mmap(fd, meta.data_bytes, access=mmap.ACCESS_COPY)
+            finally:
+                os.close(fd)
         if verify:
             check_bytes(ref.path, meta, data, objects)
         # Not closed here: torch.frombuffer views keep a reference to the

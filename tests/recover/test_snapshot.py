@@ -90,3 +90,19 @@ def test_persist_result_newest_common_step():
     assert r.ok and r.newest_step == 4
     failed = api.PersistResult((api.RankPersist(0, 5, "failed", reason="no room", steps=(3,)),))
     assert not failed.ok and failed.newest_step == 3 and "rank 0: failed step 5 (no room)" == failed.summary()
+
+
+def test_a_rank_that_keeps_no_tensors_commits_and_restores_its_step(tmp_path):
+    """DDP's ranks other than the holder, with nothing registered of their own:
+    their snapshot is only the step, and it must still count in the agreement."""
+    model, opt = _tied()
+    ck = Checkpointer(str(tmp_path), None, replicated=True, holder=1)    # this process is rank 0
+    ck.register(model=model, optim=opt)
+    _train(model, opt, ck, 2)
+    ref = store.newest_committed(str(tmp_path), 0)
+    assert ref.meta.step == 2 and ref.meta.data_bytes == 0 and ref.meta.names == ()
+    with store.reading(ref, verify=True) as (data, objects):
+        assert len(data) == 0
+    ck2 = Checkpointer(str(tmp_path), None, replicated=True, holder=1)
+    ck2.register(model=_tied()[0])
+    assert ck2.restore() == 2
