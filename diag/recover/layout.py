@@ -99,6 +99,20 @@ def views(buf, entries: tuple[api.TensorEntry, ...]) -> list[torch.Tensor]:
     return out
 
 
+def word_sum(t: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+    """checksum.word_sum of a contiguous tensor's bytes, computed where the
+    tensor lives (one reduction kernel on a GPU): (a 0-dim int64 tensor, the
+    bytes it covers: a multiple of 8), the rest (< 8 bytes) left to the caller;
+    (None, 0) where its bytes cannot be read as 64-bit words in place."""
+    nbytes = t.numel() * t.element_size()
+    whole = nbytes // 8 * 8
+    if not whole or t.storage_offset() * t.element_size() % 8:
+        return None, 0
+    flat = t.view(-1)
+    words = flat.view(torch.int64) if whole == nbytes else flat.view(torch.uint8)[:whole].view(torch.int64)
+    return words.sum(), whole   # int64 wraps modulo 2**64, as the host's uint64 sum
+
+
 def dump_objects(objects: list[tuple[tuple, Any]]) -> bytes:
     return pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
 

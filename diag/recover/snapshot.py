@@ -372,7 +372,7 @@ class Checkpointer:
     def _copy(self, job: _Job, slot: int, dsts: list, buf) -> list[int]:
         """Copy every tensor into the slot; returns each one's word sum
         (checksum.py), taken on the device from the source where it lives there."""
-        view = memoryview(buf).cast("B") if buf is not None else None
+        view = memoryview(buf).cast("B") if buf is not None else memoryview(b"")
         own = [k for k, a in enumerate(job.aliases) if a == k]     # tied tensors: the first one only
         srcs, dsts = [job.pairs[k] for k in own], [dsts[k] for k in own]
         if job.ready_event is None:
@@ -395,10 +395,11 @@ class Checkpointer:
             # CPU sources are copied at once, before the pre-hook lets the optimizer go
             _copy_all(dsts, srcs, non_blocking=True)
             for k, src in zip(own, srcs):
-                whole = (src.numel() * src.element_size()) // 8 * 8
-                if src.is_cuda and whole and src.storage_offset() * src.element_size() % 8 == 0:
-                    parts.append(src.reshape(-1).view(torch.uint8)[:whole].view(torch.int64).sum())
-                    on_device.append((k, whole))
+                if src.is_cuda:
+                    part, whole = layout.word_sum(src)
+                    if part is not None:      # else summed on the host from the slot
+                        parts.append(part)
+                        on_device.append((k, whole))
             host = None
             if parts:
                 host = torch.empty(len(parts), dtype=torch.int64, pin_memory=True)

@@ -106,3 +106,20 @@ def test_a_rank_that_keeps_no_tensors_commits_and_restores_its_step(tmp_path):
     ck2 = Checkpointer(str(tmp_path), None, replicated=True, holder=1)
     ck2.register(model=_tied()[0])
     assert ck2.restore() == 2
+
+
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (7, 5)), (torch.bfloat16, (3, 3)), (torch.int64, (4,)),
+                                         (torch.float16, (1,)), (torch.uint8, (13,)), (torch.float32, ())])
+def test_the_device_word_sum_is_the_host_checksum(dtype, shape):
+    """The sums a GPU takes (layout.word_sum, the same torch ops) agree with
+    what every reader recomputes from the bytes (checksum.word_sum, numpy)."""
+    from diag.recover import checksum, layout
+    g = torch.Generator().manual_seed(7)
+    t = torch.randint(-2**62, 2**62, (max(1, torch.Size(shape).numel()),), generator=g).to(dtype).reshape(shape)
+    t = t.contiguous()
+    raw = t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    part, whole = layout.word_sum(t)
+    if part is None:                       # fewer than 8 bytes: the copy thread sums them on the host
+        assert len(raw) < 8
+        return
+    assert (int(part) + checksum.tail_sum(raw[whole:])) & checksum.MASK == checksum.word_sum(raw)
