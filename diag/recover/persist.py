@@ -95,8 +95,8 @@ def _persist_slot(ref: api.SlotRef, persist_dir: str, rank: int,
         return api.RankPersist(rank, ref.meta.step, "present", target)
     t0 = time.monotonic()
     try:
-        with store.reading(ref) as (data, objects):
-            write_copy(target, ref.meta, data, objects)
+        data, objects = store.copy_out(ref)      # the slot is free again before the disk write
+        write_copy(target, ref.meta, data, objects)
     except store.SlotBusy:
         return None       # the worker is overwriting it: the other slot is the newest
     except api.CorruptSnapshot as exc:

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from diag.recover import api, persist
+from diag.recover import api, persist, store
 from diag.recover.persist import persist_newest
 from tests.recover import helpers, jobs
 from tests.waiting import poll_until
@@ -145,3 +145,24 @@ def test_corrupt_manifest_is_one_line_naming_it(tmp_path):
     code, out, err = helpers.big_run(1, 1, str(tmp_path / "empty"), disk)
     line = _one_line(err)
     assert code == 2 and f"{manifest}: not a manifest; remove {os.path.dirname(manifest)}" in line
+
+
+def test_persisting_while_the_worker_snapshots_every_step(tmp_path):
+    """The agent's periodic persist against a live writer: the flock keeps
+    them apart, every persist succeeds, and every copy it wrote restores."""
+    node = str(tmp_path / "node")
+    os.makedirs(node)
+    disk = str(tmp_path / "disk")
+    proc = helpers.big(16, 0, node)
+    try:
+        assert poll_until(lambda: len(store.committed(store.rank_dir(node, 0))) == 2, timeout=60)
+        results = [persist_newest(node, disk) for _ in range(15)]
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert all(r.ok for r in results), [r.summary() for r in results if not r.ok]
+    assert len({r.ranks[0].step for r in results}) > 1, "the worker moved on while we persisted"
+    assert "Traceback" not in err
+    code, out, err = _restore_from_disk(tmp_path, disk, 16)
+    newest = persist.copies(disk, 0)[0][0]
+    assert code == 0 and out.splitlines()[0] == f"restored {newest} ok", err
