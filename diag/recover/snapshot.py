@@ -467,8 +467,11 @@ class Checkpointer:
             self.replicated = not any(has_dtensor(a.state_dict()) for a in self.shared.values())
         try:
             result = _restore(self, rank, world)
-        except api.RecoverError as exc:
-            self._log.write(f"xpu-diag recover: rank {rank}: {exc}\n")
+        except (api.RecoverError, OSError) as exc:
+            line = str(exc) if isinstance(exc, api.RecoverError) else (
+                f"{exc.filename or self.persist_dir}: {exc.strerror or exc} while restoring; make it readable, "
+                f"or point {api.ENV_PERSIST_DIR} elsewhere")
+            self._log.write(f"xpu-diag recover: rank {rank}: {line}\n")
             self._log.flush()
             raise SystemExit(2) from None
         if result.step is not None:

@@ -123,3 +123,22 @@ def test_the_device_word_sum_is_the_host_checksum(dtype, shape):
         assert len(raw) < 8
         return
     assert (int(part) + checksum.tail_sum(raw[whole:])) & checksum.MASK == checksum.word_sum(raw)
+
+
+def test_an_unreadable_persisted_copy_is_one_line(tmp_path, capsys):
+    from diag.recover.persist import persist_newest
+    model, opt = _tied()
+    ck = Checkpointer(str(tmp_path / "node"), None)
+    ck.register(model=model, optim=opt)
+    _train(model, opt, ck, 1)
+    disk = tmp_path / "disk"
+    assert persist_newest(str(tmp_path / "node"), str(disk)).ok
+    manifest = next(disk.glob("step-*/rank-00000/manifest.json"))
+    manifest.unlink()
+    manifest.mkdir()                       # reading it fails with an OSError of its own (EISDIR)
+    ck2 = Checkpointer(str(tmp_path / "empty"), str(disk))
+    ck2.register(model=_tied()[0])
+    with pytest.raises(SystemExit):
+        ck2.restore()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(manifest) in err[0], err
