@@ -5,6 +5,8 @@ the persisted copy."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from diag.recover import store
@@ -57,3 +59,21 @@ def test_node_lost_restores_from_disk(tmp_path, reference, mode):
     assert steps == [persisted.newest_step] * 2
     assert "from disk" in again.stderr and "from memory" not in again.stderr
     assert jobs.bitwise_equal(jobs.params(tmp_path / "b"), reference[mode])
+
+
+def test_one_rank_from_memory_the_other_from_disk(tmp_path, reference):
+    """Two nodes in one: rank 1's node is lost (its store gone), rank 0's kept
+    its memory; they agree on one step and each reads it from where it has it."""
+    node = store.create_store_dir("t", 0, base=str(tmp_path))
+    persist = str(tmp_path / "persist")
+    crashed = jobs.run(tmp_path / "a", "ddp", STEPS, node, persist, die=(DIE_AT, "wait"))
+    assert crashed.returncode != 0
+    assert persist_newest(node, persist).ok
+    shutil.rmtree(store.rank_dir(node, 1))
+    again = jobs.run(tmp_path / "b", "ddp", STEPS, node, persist)
+    assert again.returncode == 0, again.stderr[-3000:]
+    step = jobs.restored(tmp_path / "b")[0]
+    assert jobs.restored(tmp_path / "b") == [step, step] and DIE_AT - 1 <= step <= DIE_AT
+    assert f"rank 0: restored step {step} from memory" in again.stderr
+    assert f"rank 1: restored step {step} from disk" in again.stderr
+    assert jobs.bitwise_equal(jobs.params(tmp_path / "b"), reference["ddp"])
