@@ -55,7 +55,7 @@ case $label in
       run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x1tracer) run tracer_before_after 560 bash tests/gpu/scripts/tracer_before_after.sh .carry/old $R ;;
   x1recover) run recover_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_gpu.py
-      run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --persist-dir /tmp/ckpt-persist --out $R/ckpt_snapshot.json
+      run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --out $R/ckpt_snapshot.json
       run ckpt_snapshot_b16 240 python3 bench/ckpt_snapshot.py --cuda --batch 16 --out $R/ckpt_snapshot_b16.json ;;
   x2) run hook_nccl_2gpu 220 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_step 170 python3 bench/hook_step_overhead.py --rounds 8 --steps 20 --out $R/hook_step.json
