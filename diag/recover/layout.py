@@ -58,14 +58,26 @@ def local(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 
 def split(tree: dict) -> tuple[list[tuple[tuple, torch.Tensor, bool]], list[tuple[tuple, Any]]]:
-    """Tensor leaves (path, local tensor, was-DTensor) and object leaves."""
+    """Tensor leaves (path, local tensor, was-DTensor) and object leaves, in
+    :func:`leaves`' order. Iterative: it runs on the training thread at every
+    save, over ~2000 leaves for GPT-2 with Adam."""
     tensors, objects = [], []
-    for path, leaf in leaves(tree):
-        if isinstance(leaf, torch.Tensor):
-            t, is_d = local(leaf)
-            tensors.append((path, t, is_d))
+    stack = [((), tree)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict) and (node or not path):
+            items = list(node.items())
+            for key, _ in items:
+                if type(key) not in (str, int):
+                    raise TypeError(f"state dict key {key!r} at {path} is not a str or int")
+            stack.extend((path + (key,), value) for key, value in reversed(items))
+        elif isinstance(node, torch.Tensor):
+            if DTensor and isinstance(node, DTensor):
+                tensors.append((path, node.to_local(), True))
+            else:
+                tensors.append((path, node, False))
         else:
-            objects.append((path, leaf))
+            objects.append((path, node))
     return tensors, objects
 
 

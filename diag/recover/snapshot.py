@@ -183,7 +183,7 @@ class Checkpointer:
             objects += o
         pairs, aliases, first, any_cuda = [], [], {}, False
         for i, (path, t, is_d) in enumerate(tensors):
-            if t.device.type == "cuda":
+            if t.is_cuda:
                 any_cuda = True
             # tied weights (GPT-2's lm_head is its wte): stored and copied once
             same = (t.device, t.data_ptr(), t.dtype, t.shape, t.stride()) if t.numel() else i
