@@ -29,6 +29,10 @@ import time
 from diag.pb import collector_pb2 as pb
 
 TICK_S = 0.2
+# Copies kept per rank on disk. More than two: nodes persist on their own
+# ticks, so after a node loss the survivors' newest copies may be a step or
+# two ahead of the lost node's, and restore needs a step that every rank has.
+PERSIST_KEEP = 3
 
 
 class Recovery:
@@ -129,7 +133,7 @@ class Recovery:
         the step every rank that keeps a snapshot now has on disk or None)."""
         from diag.recover import persist
         began = time.monotonic()
-        result = persist.persist_newest(self.store_dir, self.persist_dir)
+        result = persist.persist_newest(self.store_dir, self.persist_dir, keep=PERSIST_KEEP)
         took = time.monotonic() - began
         self._last_time = time.monotonic()
         on_disk = [r.step for r in result.ranks if r.outcome in ("written", "present")]
