@@ -99,7 +99,7 @@ class Recovery:
                 break
             self._last_words(event_id)
         exited = self._watch_workers()
-        if exited and self.on:
+        if exited and self.on and self.newest_step() is not None:   # a job without snapshots: nothing to say
             self.persist(f"last words: rank(s) {', '.join(map(str, exited))} exited")
         elif self.on and self.schedule.due(self.newest_step(), self.last_step, now, self._last_time):
             self.persist("periodic")

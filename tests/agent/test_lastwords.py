@@ -109,3 +109,16 @@ def test_a_plain_kill_starts_no_restart_clock(tmp_path):
     rec = Recovery(FakeAgent(), config(tmp_path))
     rec.on_kill(pb.KillWorkers(reason="hang ev: --hang-action kill"))
     assert rec._restart is None
+
+
+def test_a_worker_exit_in_a_job_without_snapshots_writes_and_says_nothing(tmp_path):
+    from diag.agent.state import RankState
+    path = store.create_store_dir("j", 0, base=str(tmp_path))   # the launcher makes it for every job
+    agent = FakeAgent()
+    rec = Recovery(agent, config(tmp_path, store_dir=path))
+    agent.state.ranks[0] = RankState(0, 0, 1, pid=4242, started_ns=1, last_activity_ns=1)
+    rec.tick(time.monotonic())
+    agent.state.ranks[0].alive = False     # the worker exited
+    rec.tick(time.monotonic())
+    assert agent.lines == [] and not os.path.exists(tmp_path / "ckpt")
+    assert rec._restart is not None and "rank(s) 0 exited" in rec._restart["what"]   # timed if a restart follows
