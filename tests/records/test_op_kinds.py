@@ -32,12 +32,12 @@ def test_kind_numbers_agree_across_proto_records_hook_and_collector():
 
 
 def test_p2p_ops_are_the_p2p_lane_in_hook_and_tracer():
-    table = dict(re.findall(r'\{"(nccl\w+)", kKind(\w+)\}', _read("kernel_hook/core.cc")))
+    table = dict(re.findall(r'\{"(nccl\w+)", kKind(\w+)\}', _read("kernel_hook/op_table.cc")))
     assert set(table) == set(NCCL_TO_TORCH)
     for nccl, kind in table.items():
         torch_kind = OPS[NCCL_TO_TORCH[nccl]][0]
         assert getattr(fmt, "KIND_" + kind.upper()) == torch_kind, nccl
     assert {n for n, (k, _) in OPS.items() if k == fmt.KIND_P2P} == {"send", "recv", "isend", "irecv"}
-    # comm_table.cc keeps one counter per lane; core.cc picks it by the op's kind.
+    # comm_table.cc keeps one counter per lane; op_queue.cc picks it by the op's kind.
     assert "seq, p2p_seq" in _read("kernel_hook/comm_table.cc")
-    assert "comm_next_seq(d->comm, op_kind(d->op) == kKindP2P)" in _read("kernel_hook/core.cc")
+    assert "comm_next_seq(d->comm, op_kind(d->op) == kKindP2P)" in _read("kernel_hook/op_queue.cc")
