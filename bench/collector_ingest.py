@@ -55,6 +55,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mib(pid: int) -> float:
+    """The collector's resident memory (VmRSS), MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
+
+
 def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, str, dict]:
     addr_file = os.path.join(workdir, "addr")
     cmd = [sys.executable, "-m", "diag.collector", "--listen", "127.0.0.1:0", "--job-id", "bench",
@@ -193,9 +199,10 @@ async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
     load.stall_since = time.monotonic()
     await asyncio.sleep(args.seconds - max(0.0, stall_at))
     t1, sent1, cpu1 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
+    rss = rss_mib(proc.pid)
     load.stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1)
+    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss)
 
 
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
@@ -239,6 +246,7 @@ def main(argv=None) -> int:
     print(f"  collector CPU       {m['cpu']:.1f} s in {m['wall']:.1f} s = {cpu_share:.2f} cores "
           f"({100 * cpu_share / cores:.0f}% of this {cores}-core machine); "
           f"{1e6 * m['cpu'] / max(1, m['reports']):.0f} us CPU per report")
+    print(f"  collector memory    {m['rss']:.0f} MiB resident (VmRSS) at the end of the window")
     for what, at in (("HANG line", seen.get("hang_at")), ("DumpStacks at agent", load.dump_at)):
         late = "never" if at is None or due is None else f"{at - due:+.2f} s after the stall crossed the timeout"
         print(f"  detection latency   {what:20s} {late}")
