@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import re
 import secrets
@@ -45,6 +46,8 @@ def parse_args(argv):
     p.add_argument("--hang-timeout", type=float, default=5.0, help="collector --hang-timeout for the latency probe")
     p.add_argument("--fingerprints", action="store_true",
                    help="every rank sends a 64-op fingerprint window (the reports of a job-wide stall)")
+    p.add_argument("--drivers", type=int, default=1,
+                   help="driver processes, each serving a slice of the agents (12,500 agents need several)")
     return p.parse_args(argv)
 
 
@@ -205,6 +208,90 @@ async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
     return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss)
 
 
+class Drivers:
+    """--drivers N: the agents split over N processes; the same view as a Load
+    (sent, connected, errors, stall_since, dump_at, stop) from shared counters."""
+
+    def __init__(self, address: str, token: str, args):
+        ctx = multiprocessing.get_context("spawn")   # no gRPC state crosses a fork
+        n = args.drivers
+        self._sent, self._conn, self._err = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
+        self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
+        self._first = ctx.Queue()
+        cuts = [args.agents * i // n for i in range(n + 1)]
+        shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first)
+        self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
+                                  daemon=True) for i in range(n)]
+        self.stop = self._stop
+        self._errors: list[str] = []
+
+    sent = property(lambda self: sum(self._sent[:]))
+    connected = property(lambda self: sum(self._conn[:]))
+    dump_at = property(lambda self: self._dump.value or None)
+
+    @property
+    def errors(self) -> list[str]:
+        while not self._first.empty():
+            self._errors.append(self._first.get())
+        return self._errors if self._errors or not sum(self._err[:]) else [f"{sum(self._err[:])} errors"]
+
+    @property
+    def stall_since(self):
+        return self._stall.value or None
+
+    @stall_since.setter
+    def stall_since(self, value: float) -> None:
+        self._stall.value = value
+
+
+def driver_main(address, token, args, index, lo, hi, shared) -> None:
+    global FINGERPRINTS, PERF
+    PERF, FINGERPRINTS = (None if args.no_perf else PERF), args.fingerprints
+    asyncio.run(_drive_slice(Load(address, token, args), index, lo, hi, shared))
+
+
+async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
+    sent, conn, err, stall, dump, stop, first = shared
+    args = load.args
+    tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(lo, hi)]
+
+    def publish():
+        sent[index], conn[index], err[index] = load.sent, load.connected, len(load.errors)
+        if load.dump_at is not None and not dump.value:
+            dump.value = load.dump_at
+        if load.errors and err[index] == 1:
+            first.put(load.errors[0])
+
+    while not stop.is_set():
+        if stall.value and load.stall_since is None:
+            load.stall_since = stall.value
+        publish()
+        await asyncio.sleep(0.05)
+    load.stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    publish()
+
+
+async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) -> dict:
+    for p in load.procs:
+        p.start()
+    deadline = time.monotonic() + 120 + args.agents / 200
+    while load.connected < args.agents and not load.errors and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(2 * args.interval)
+    t0, sent0, cpu0 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
+    stall_at = args.seconds / 2 - args.hang_timeout
+    await asyncio.sleep(max(0.0, stall_at))
+    load.stall_since = time.monotonic()
+    await asyncio.sleep(args.seconds - max(0.0, stall_at))
+    t1, sent1, cpu1 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
+    rss = rss_mib(proc.pid)
+    load.stop.set()
+    for p in load.procs:
+        await asyncio.to_thread(p.join, 90)
+    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss)
+
+
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
     """Reports/s the collector itself counted over its stats lines read inside [t0, t1]
     (its own clock measures the intervals, so pipe delays do not matter)."""
@@ -224,8 +311,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="collector-bench-") as workdir:
         proc, address, seen = start_collector(workdir, token, args)
         try:
-            load = Load(address, token, args)
-            m = asyncio.run(drive(load, proc, seen, args))
+            if args.drivers > 1:
+                load = Drivers(address, token, args)
+                m = asyncio.run(drive_many(load, proc, seen, args))
+            else:
+                load = Load(address, token, args)
+                m = asyncio.run(drive(load, proc, seen, args))
         finally:
             proc.terminate()
             proc.wait(60)
