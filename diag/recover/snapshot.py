@@ -33,6 +33,35 @@ from diag.recover.state import Adapter, dist_info, has_dtensor
 
 _PREHOOK_TIMEOUT_S = 120.0
 _BUSY_TIMEOUT_S = 60.0
+_HOST_REGISTER_PORTABLE = 1     # cudaHostRegisterPortable: pinned for every context of the process
+
+
+def _cuda_error_name(code: int) -> str:
+    try:
+        return str(torch.cuda.cudart().cudaGetErrorString(code))
+    except Exception:     # a binding that takes no int: the code alone names it
+        return "see cudaError_t"
+
+
+def _clear_cuda_error() -> bool:
+    """Read away the thread's CUDA "last error" that a failed cudart call
+    (cudaHostRegister) leaves behind. Not cleared, torch's next kernel-launch
+    check (cudaGetLastError) reports it as its own failure: on the H100 the
+    snapshot thread's first checksum kernel then raised "invalid argument".
+    True when a launch succeeds afterwards."""
+    get = getattr(torch.cuda.cudart(), "cudaGetLastError", None)
+    if get is not None:
+        try:
+            get()
+        except Exception:
+            pass
+    for _ in range(3):
+        try:   # a launch: torch's check after it reads (and so clears) a stale error, raising it once
+            torch.empty(1, dtype=torch.uint8, device=torch.cuda.current_device()).fill_(0)
+            return True
+        except Exception:
+            continue
+    return False
 
 
 _FOREACH_OK = True
@@ -108,7 +137,8 @@ class Checkpointer:
         self.local: dict[str, Adapter] = {}
         self.stats = {"saved": 0, "committed": 0, "skipped_busy": 0, "skipped_slot": 0,
                       "last_step": None, "copy_s": 0.0, "commit_s": 0.0, "busy_wait_s": 0.0,
-                      "prehook_wait_s": 0.0, "save_call_s": 0.0}
+                      "prehook_wait_s": 0.0, "save_call_s": 0.0,
+                      "d2h_s": 0.0, "d2h_bytes": 0, "d2h_timed": 0}
         self.enabled = os.environ.get(api.ENV_DISABLE, "") in ("", "0")
         self._writer: store.SlotWriter | None = None
         self._pending: _Job | None = None          # the job the next optimizer step must wait for
@@ -119,6 +149,7 @@ class Checkpointer:
         self._pinned: dict[int, tuple[int, int]] = {}  # slot -> (ptr, size) registered
         self._views: dict[int, tuple[tuple, list]] = {}
         self._said_off = False
+        self._said_pin = False
         self._hooked: set[int] = set()
         self._rank, self._world = None, None
         self._plan = None     # (key, entries, nbytes) of the last layout
@@ -169,10 +200,9 @@ class Checkpointer:
 
     def _save(self, step: int) -> bool:
         rank, _ = self._dist()
-        with self._cond:
-            if self._inflight is not None and not self._wait_previous():
-                self.stats["skipped_busy"] += 1
-                return False
+        if self.on_busy == "skip" and self._inflight is not None:
+            self.stats["skipped_busy"] += 1
+            return False
         names = self._names_kept(rank)
         guarded = self._guarded_ptrs()
         tensors, objects = [], []
@@ -202,6 +232,13 @@ class Checkpointer:
         job.names, job.aliases = tuple(sorted(names)), aliases
         self._start_thread()
         with self._cond:
+            # The wait comes last: everything above (~5 ms of state_dict and
+            # clones on GPT-2) is done while the previous copy still runs, so
+            # the training thread goes back to launching the next step at once
+            # when it commits, before the GPU runs out of queued work.
+            if self._inflight is not None and not self._wait_previous():
+                self.stats["skipped_busy"] += 1
+                return False
             self._inflight = self._pending = job
             self._cond.notify_all()
         self.stats["saved"] += 1
@@ -385,15 +422,19 @@ class Checkpointer:
         # A new thread's current device is 0: on cuda:3 the side stream, the
         # events and the copies' streams must be cuda:3's.
         torch.cuda.set_device(self._device)
-        self._pin(slot)
+        pinned = self._pin(slot)
         if self._stream is None:
             self._stream = torch.cuda.Stream()
         on_device: list[tuple[int, int]] = []     # (entry index, bytes summed on the device)
         parts = []
+        timing = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         with torch.cuda.stream(self._stream):
             self._stream.wait_event(job.ready_event)
-            # CPU sources are copied at once, before the pre-hook lets the optimizer go
-            _copy_all(dsts, srcs, non_blocking=True)
+            timing[0].record(self._stream)
+            # CPU sources are copied at once, before the pre-hook lets the optimizer go.
+            # Into unregistered (pageable) pages a copy is synchronous: it returns when done.
+            _copy_all(dsts, srcs, non_blocking=pinned)
+            timing[1].record(self._stream)
             for k, src in zip(own, srcs):
                 if src.is_cuda:
                     part, whole = layout.word_sum(src)
@@ -411,6 +452,7 @@ class Checkpointer:
         done.synchronize()
         job.copied.set()
         del parts
+        self._time_d2h(timing, sum(job.entries[k].nbytes for k, src in zip(own, srcs) if src.is_cuda))
         sums = {}
         for (k, whole), value in zip(on_device, host.tolist() if host is not None else ()):
             e = job.entries[k]
@@ -421,24 +463,54 @@ class Checkpointer:
                 sums[k] = checksum.word_sum(view[e.offset:e.offset + e.nbytes])
         return [sums[a] for a in job.aliases]
 
-    def _pin(self, slot: int) -> None:
-        """Register the slot's whole mapping with CUDA once: D2H into it is
-        then DMA, asynchronous, at full bandwidth. Unpinned still works (slower)."""
-        buf = self._writer.mapping(slot)
-        if buf is None or slot in self._pinned:
+    def _time_d2h(self, timing, nbytes: int) -> None:
+        """The device-to-host copy's own time (CUDA events on the copy
+        stream), for the bench's bandwidth figure; the host-side copy_s also
+        holds the wait for the training step to reach save()."""
+        try:
+            self.stats["d2h_s"] += timing[0].elapsed_time(timing[1]) / 1e3
+        except Exception:    # not measurable (never fatal)
             return
-        ptr = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
-        err = torch.cuda.cudart().cudaHostRegister(ptr, len(buf), 0)
-        if int(getattr(err, "value", err)) == 0:
-            self._pinned[slot] = (ptr, len(buf))
-        else:
-            self._say(f"cudaHostRegister of {len(buf) >> 20} MiB failed ({err}); copies are synchronous")
+        self.stats["d2h_bytes"] += nbytes
+        self.stats["d2h_timed"] += 1
+
+    def _pin(self, slot: int) -> bool:
+        """Register the slot's whole mapping with CUDA once: D2H into it is
+        then DMA, asynchronous, at full bandwidth. True if it is registered.
+        Where it cannot be (a store on a disk-backed file system: Linux
+        refuses long-term pins of such pages; the H100 run's pytest tmp_path),
+        copies go through pageable memory: synchronous, slower, still correct."""
+        buf = self._writer.mapping(slot)
+        if buf is None:
+            return False
+        if slot not in self._pinned:
             self._pinned[slot] = (0, 0)
+            ptr = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+            try:
+                err = torch.cuda.cudart().cudaHostRegister(ptr, len(buf), _HOST_REGISTER_PORTABLE)
+                code = int(getattr(err, "value", err))
+            except Exception as exc:     # a binding that refuses: unpinned
+                code, err = -1, exc
+            if code == 0:
+                self._pinned[slot] = (ptr, len(buf))
+            else:
+                if not _clear_cuda_error():
+                    raise RuntimeError(f"CUDA stays in error after cudaHostRegister failed (error {code})")
+                if self._said_pin:
+                    return False
+                self._said_pin = True
+                self._say(f"cudaHostRegister of {len(buf) >> 20} MiB of the store {self.store_dir} failed "
+                          f"(cudaError {code}: {_cuda_error_name(code) if code > 0 else err}); copies into it "
+                          f"are synchronous and the optimizer step waits for them. Put the store on tmpfs "
+                          f"(/dev/shm; xpu_timer_launch does) for asynchronous copies")
+        return self._pinned[slot][0] != 0
 
     def _unpin(self, slot: int) -> None:
         ptr, _ = self._pinned.pop(slot, (0, 0))
         if ptr:
-            torch.cuda.cudart().cudaHostUnregister(ptr)
+            err = torch.cuda.cudart().cudaHostUnregister(ptr)
+            if int(getattr(err, "value", err)) != 0:
+                _clear_cuda_error()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no snapshot is in flight; True if none is."""
