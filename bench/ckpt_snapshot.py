@@ -9,8 +9,11 @@ with --persist from disk), the state's size and the host memory it takes.
 The issue's goals: step time +1 % or less with a snapshot every step; restore
 under 5 s. A block's time runs from a synchronised compute stream to the next;
 the last snapshot of a block finishes outside it (its copy overlaps the first
-step of the next block at most). The restore is checked bitwise against the
-live model and optimizer.
+step of the next block at most). ``--every 1,2`` (the default) times both in one
+run. The restore is checked bitwise against a host copy of the model and optimizer
+taken at the snapshot's own step (one last snapshot step after the timed blocks:
+the live model may have trained past the newest snapshot, as after an even number
+of pairs it had on the H100), naming the first tensors that differ.
 """
 
 from __future__ import annotations
@@ -41,12 +44,18 @@ def parse_args(argv):
     p.add_argument("--block", type=int, default=None, help="steps per timed block (20 on GPU, 4 tiny)")
     p.add_argument("--pairs", type=int, default=None, help="block pairs (8 on GPU, 3 tiny)")
     p.add_argument("--warmup", type=int, default=5, help="steps of each kind before timing")
-    p.add_argument("--every", type=int, default=1, help="snapshot every N steps")
+    p.add_argument("--every", default="1,2", help="snapshot every N steps; a comma list times each (1,2)")
     p.add_argument("--on-busy", choices=("wait", "skip"), default="wait")
     p.add_argument("--persist", action="store_true", help="also persist to disk and restore from there")
     p.add_argument("--persist-dir", default=None, help="where --persist writes (default: a temp dir)")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     args = p.parse_args(argv)
+    try:
+        args.every = [int(x) for x in str(args.every).split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--every {args.every!r}: give whole numbers, e.g. 1 or 1,2")
+    if not args.every or min(args.every) < 1:
+        p.error(f"--every {args.every!r}: give whole numbers of 1 or more, e.g. 1 or 1,2")
     if args.cuda and not torch.cuda.is_available():
         p.error("--cuda: torch sees no CUDA device")
     big = not args.tiny
@@ -125,18 +134,38 @@ def rss_bytes() -> int:
     return 0
 
 
-def same_state(a_model, a_opt, b_model, b_opt) -> bool:
-    for x, y in zip(a_model.state_dict().values(), b_model.state_dict().values()):
-        if not torch.equal(x, y):
-            return False
-    for p, q in zip(a_model.parameters(), b_model.parameters()):
-        sa, sb = a_opt.state[p], b_opt.state[q]
-        if sa.keys() != sb.keys() or any(not torch.equal(sa[k].cpu(), sb[k].cpu()) for k in sa):
-            return False
-    return True
+def host_state(model, opt) -> dict:
+    """Every tensor of the model and the optimizer, copied to the host, by name
+    (optimizer state as optim.<parameter name>.<key>)."""
+    out = {f"model.{k}": v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    for name, p in model.named_parameters():
+        for key, v in opt.state[p].items():
+            out[f"optim.{name}.{key}"] = v.detach().cpu().clone() if isinstance(v, torch.Tensor) else v
+    return out
 
 
-def timed_restore(args, device, store_dir, persist_dir, model, opt):
+def differences(truth: dict, got: dict) -> list[str]:
+    """What differs, one short line per name: missing, dtype/shape, max abs diff."""
+    out = [f"{k}: missing after restore" for k in truth if k not in got]
+    out += [f"{k}: not in the saved state" for k in got if k not in truth]
+    for k, a in truth.items():
+        if k not in got:
+            continue
+        b = got[k]
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            if not (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)) and a == b:
+                continue
+            out.append(f"{k}: {b!r} instead of {a!r}")
+        elif a.dtype != b.dtype or a.shape != b.shape:
+            out.append(f"{k}: {b.dtype} {tuple(b.shape)} instead of {a.dtype} {tuple(a.shape)}")
+        elif not torch.equal(a, b):
+            diff = (a.double() - b.double()).abs()
+            out.append(f"{k}: {int((a != b).sum())} of {a.numel()} elements differ, max abs diff "
+                       f"{diff.max().item():.3g}")
+    return out
+
+
+def timed_restore(args, device, store_dir, persist_dir, truth):
     model2, opt2, _ = build(args, device)
     progress = {"step": -1}
     ck = Checkpointer(store_dir, persist_dir, log=open(os.devnull, "w"))
@@ -149,35 +178,81 @@ def timed_restore(args, device, store_dir, persist_dir, model, opt):
     if device.type == "cuda":
         torch.cuda.synchronize()
     took = time.perf_counter() - t0
-    same = same_state(model, opt, model2, opt2)
+    diff = differences(truth, host_state(model2, opt2))
     del model2, opt2
-    return result, took, same
+    return result, took, diff
 
 
-def step_figures(args, nparams, node, ck, base, snap, ratios) -> dict:
+def step_figures(args, every, nparams, node, ck, base, snap, ratios) -> dict:
     snap_steps = args.pairs * args.block
+    d2h_s, timed = ck.stats["d2h_s"], ck.stats["d2h_timed"]
     size = store.newest_committed(node, 0).meta.data_bytes
     figures = {
         "device": torch.cuda.get_device_name(0) if args.cuda else "cpu",
         "torch": torch.__version__, "model": "gpt2-tiny" if args.tiny else "gpt2-small",
-        "params": nparams, "batch": args.batch, "seq": args.seq, "every": args.every,
+        "params": nparams, "batch": args.batch, "seq": args.seq, "every": every,
         "on_busy": args.on_busy, "pairs": args.pairs, "block": args.block,
         "step_s_without": statistics.median(base), "step_s_with": statistics.median(snap),
         "overhead_pct_median_pair": 100 * (statistics.median(ratios) - 1),
         "overhead_pct_min_pair": 100 * (min(ratios) - 1),
         "overhead_pct_max_pair": 100 * (max(ratios) - 1),
         "snapshots_started": ck.stats["saved"], "snapshots_committed": ck.stats["committed"],
-        "snapshot_steps": snap_steps // args.every,
+        "snapshot_steps": snap_steps // every,
         "skipped": ck.stats["skipped_busy"] + ck.stats["skipped_slot"],
         "save_call_ms_per_step": 1e3 * ck.stats["save_call_s"] / snap_steps,
         "busy_wait_ms_per_step": 1e3 * ck.stats["busy_wait_s"] / snap_steps,
         "prehook_wait_ms_per_step": 1e3 * ck.stats["prehook_wait_s"] / snap_steps,
         "background_copy_ms_per_snapshot": 1e3 * ck.stats["copy_s"] / max(1, ck.stats["committed"]),
         "background_commit_ms_per_snapshot": 1e3 * ck.stats["commit_s"] / max(1, ck.stats["committed"]),
+        "d2h_ms_per_snapshot": 1e3 * d2h_s / timed if timed else None,
+        "d2h_gb_per_s": ck.stats["d2h_bytes"] / d2h_s / 1e9 if timed and d2h_s > 0 else None,
         "state_bytes_per_rank": size, "store_host_bytes_per_rank": store_bytes(node),
         "process_rss_bytes": rss_bytes(),
     }
     return figures
+
+
+def timed_blocks(args, trainer, ck, progress) -> tuple[list, list, list]:
+    """Paired blocks, AB BA ...: (step times without, with, ratios)."""
+    trainer.block(args.warmup, None, progress)
+    trainer.block(args.warmup, ck, progress)
+    for key in ck.stats:
+        if isinstance(ck.stats[key], (int, float)) and key != "last_step":
+            ck.stats[key] = type(ck.stats[key])(0)
+    base, snap, ratios = [], [], []
+    for i in range(args.pairs):
+        order = (None, ck) if i % 2 == 0 else (ck, None)
+        got = {id(c): trainer.block(args.block, c, progress) for c in order}
+        a, b = got[id(None)], got[id(ck)]
+        base.append(a), snap.append(b), ratios.append(b / a)
+    return base, snap, ratios
+
+
+def check_restores(args, device, node, persist_dir, trainer, ck, progress) -> dict:
+    """One more step with a snapshot, a host copy of the state at that step,
+    then restore into a fresh model (from memory, and with --persist from
+    disk) and compare with that copy."""
+    ck.every = 1
+    trainer.block(1, ck, progress)
+    step = trainer.step
+    truth = host_state(trainer.model, trainer.opt)
+    out = {"checked_step": step}
+    result, took, diff = timed_restore(args, device, node, None, truth)
+    out.update(restore_memory_s=took, restore_memory_bitwise=not diff and result.step == step,
+               restore_step=result.step, restore_memory_differences=diff[:10])
+    if args.persist:
+        t0 = time.perf_counter()
+        persisted = persist_newest(node, persist_dir)
+        out.update(persist_s=time.perf_counter() - t0, persist=persisted.summary())
+        empty = store.create_store_dir("bench-empty", 0)
+        try:
+            result, took, diff = timed_restore(args, device, empty, persist_dir, truth)
+        finally:
+            store.remove_store_dir(empty)
+        out.update(restore_disk_s=took, restore_disk_bitwise=not diff and result.step == step,
+                   restore_disk_step=result.step, restore_disk_source=result.source,
+                   restore_disk_differences=diff[:10])
+    return out
 
 
 def main(argv=None) -> int:
@@ -191,35 +266,19 @@ def main(argv=None) -> int:
     persist_dir = args.persist_dir or (tempfile.mkdtemp(prefix="ckpt-bench-") if args.persist else None)
     try:
         progress = {"step": 0}
-        ck = Checkpointer(node, None, every=args.every, on_busy=args.on_busy)
+        ck = Checkpointer(node, None, every=args.every[0], on_busy=args.on_busy)
         ck.register(model=model, optim=opt)
         ck.register_local(progress=progress)
         trainer = Trainer(args, device, model, opt, config)
-        trainer.block(args.warmup, None, progress)
-        trainer.block(args.warmup, ck, progress)
-        for key in ck.stats:
-            if isinstance(ck.stats[key], (int, float)) and key != "last_step":
-                ck.stats[key] = type(ck.stats[key])(0)
-        base, snap, ratios = [], [], []
-        for i in range(args.pairs):
-            order = (None, ck) if i % 2 == 0 else (ck, None)
-            got = {id(c): trainer.block(args.block, c, progress) for c in order}
-            a, b = got[id(None)], got[id(ck)]
-            base.append(a), snap.append(b), ratios.append(b / a)
-        figures = step_figures(args, nparams, node, ck, base, snap, ratios)
-        result, took, same = timed_restore(args, device, node, None, model, opt)
-        figures.update(restore_memory_s=took, restore_memory_bitwise=same, restore_step=result.step)
-        if args.persist:
-            t0 = time.perf_counter()
-            persisted = persist_newest(node, persist_dir)
-            figures.update(persist_s=time.perf_counter() - t0, persist=persisted.summary())
-            empty = store.create_store_dir("bench-empty", 0)
-            try:
-                result, took, same = timed_restore(args, device, empty, persist_dir, model, opt)
-            finally:
-                store.remove_store_dir(empty)
-            figures.update(restore_disk_s=took, restore_disk_bitwise=same, restore_disk_source=result.source)
-        report(figures)
+        runs = []
+        for every in args.every:    # one Checkpointer: its pinned slots serve every run
+            ck.every = every
+            base, snap, ratios = timed_blocks(args, trainer, ck, progress)
+            runs.append(step_figures(args, every, nparams, node, ck, base, snap, ratios))
+            report_steps(runs[-1])
+        figures = {**runs[0], "runs": runs}
+        figures.update(check_restores(args, device, node, persist_dir, trainer, ck, progress))
+        report_restores(figures)
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(figures, f, indent=1)
@@ -231,7 +290,7 @@ def main(argv=None) -> int:
             shutil.rmtree(persist_dir, ignore_errors=True)
 
 
-def report(f: dict) -> None:
+def report_steps(f: dict) -> None:
     mib = 1 << 20
     print(f"{f['model']} ({f['params'] / 1e6:.1f} M params) on {f['device']}, torch {f['torch']}, "
           f"batch {f['batch']} x {f['seq']} tokens, snapshot every {f['every']} step(s), on_busy={f['on_busy']}")
@@ -243,16 +302,27 @@ def report(f: dict) -> None:
           f"per step: save() {f['save_call_ms_per_step']:.2f} ms on the training thread (of which waiting "
           f"for the previous snapshot {f['busy_wait_ms_per_step']:.2f} ms), optimizer pre-hook "
           f"{f['prehook_wait_ms_per_step']:.2f} ms")
-    print(f"background per snapshot: copy {f['background_copy_ms_per_snapshot']:.1f} ms, checksum+commit "
-          f"{f['background_commit_ms_per_snapshot']:.1f} ms")
+    d2h = (f"; the device-to-host copy itself {f['d2h_ms_per_snapshot']:.1f} ms = {f['d2h_gb_per_s']:.1f} GB/s "
+           f"(CUDA events on the copy stream)" if f.get("d2h_gb_per_s") else "")
+    print(f"background per snapshot: save() to copied {f['background_copy_ms_per_snapshot']:.1f} ms (waits for the "
+          f"GPU to reach the step), checksum+commit {f['background_commit_ms_per_snapshot']:.1f} ms{d2h}")
     print(f"state: {f['state_bytes_per_rank'] / mib:.1f} MiB per rank; the store holds "
           f"{f['store_host_bytes_per_rank'] / mib:.1f} MiB of host memory per rank (two slots, the pinned "
           f"copy target itself); process RSS {f['process_rss_bytes'] / mib:.0f} MiB")
-    print(f"restore from memory: {f['restore_memory_s']:.2f} s, step {f['restore_step']}, bitwise "
-          f"{'equal' if f['restore_memory_bitwise'] else 'DIFFERENT'}  [goal: under 5 s]")
+
+
+def report_restores(f: dict) -> None:
+    print(f"restore from memory: {f['restore_memory_s']:.2f} s, step {f['restore_step']} (saved at "
+          f"{f['checked_step']}), bitwise {'equal' if f['restore_memory_bitwise'] else 'DIFFERENT'}  "
+          f"[goal: under 5 s]")
+    for line in f["restore_memory_differences"]:
+        print(f"  differs: {line}")
     if "persist_s" in f:
         print(f"persist (both slots, DCP): {f['persist_s']:.2f} s ({f['persist']}); restore from disk: "
-              f"{f['restore_disk_s']:.2f} s, bitwise {'equal' if f['restore_disk_bitwise'] else 'DIFFERENT'}")
+              f"{f['restore_disk_s']:.2f} s, step {f['restore_disk_step']}, bitwise "
+              f"{'equal' if f['restore_disk_bitwise'] else 'DIFFERENT'}")
+        for line in f["restore_disk_differences"]:
+            print(f"  differs: {line}")
 
 
 if __name__ == "__main__":
