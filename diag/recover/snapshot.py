@@ -36,10 +36,12 @@ _BUSY_TIMEOUT_S = 60.0
 _HOST_REGISTER_PORTABLE = 1     # cudaHostRegisterPortable: pinned for every context of the process
 
 
-def _cuda_error_name(code: int) -> str:
+def _cuda_error_name(err) -> str:
+    """cudaGetErrorString of a cudart result (torch's enum names only
+    success: any other prints as "cudaError.???")."""
     try:
-        return str(torch.cuda.cudart().cudaGetErrorString(code))
-    except Exception:     # a binding that takes no int: the code alone names it
+        return str(torch.cuda.cudart().cudaGetErrorString(err))
+    except Exception:     # not callable with it: the int code alone names it
         return "see cudaError_t"
 
 
@@ -500,7 +502,7 @@ class Checkpointer:
                     return False
                 self._said_pin = True
                 self._say(f"cudaHostRegister of {len(buf) >> 20} MiB of the store {self.store_dir} failed "
-                          f"(cudaError {code}: {_cuda_error_name(code) if code > 0 else err}); copies into it "
+                          f"(cudaError {code}: {_cuda_error_name(err) if code > 0 else err}); copies into it "
                           f"are synchronous and the optimizer step waits for them. Put the store on tmpfs "
                           f"(/dev/shm; xpu_timer_launch does) for asynchronous copies")
         return self._pinned[slot][0] != 0

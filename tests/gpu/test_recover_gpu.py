@@ -88,7 +88,7 @@ def test_a_failed_registration_leaves_no_error_for_the_next_launch():
         assert snapshot_mod._clear_cuda_error()
         torch.ones(1, device="cuda").add_(1)                         # would raise with the error left behind
         torch.cuda.synchronize()
-        print(f"\nsecond cudaHostRegister: error {code} ({snapshot_mod._cuda_error_name(code)}); cleared")
+        print(f"\nsecond cudaHostRegister: error {code} ({snapshot_mod._cuda_error_name(err)}); cleared")
     finally:
         rt.cudaHostUnregister(ptr)
         snapshot_mod._clear_cuda_error()
