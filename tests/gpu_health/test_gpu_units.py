@@ -223,3 +223,20 @@ def test_the_recorder_writes_what_the_replay_reads(tmp_path):
     step = doc["timeline"][0]["answers"]
     assert step["xidEvents[]"]["value"] == [{"xid": 79, "gpu_uuid": "GPU-f3a9c5d1-6b7e-48f0-a1b2-c3d4e5f60718"}]
     assert step["nvmlDeviceGetClockInfo[2, 1]"]["error"] == 15
+
+
+def test_a_real_h100_recording_under_load_reads_as_its_power_cap():
+    """fixtures/nvml_h100x1_recorded.json was recorded by `python -m diag.gpu.record`
+    on the session's H100 under a bf16 GEMM load (docs/gpu-runs/h100x1/gpu/): NVML
+    answered clocks-event reason 0x4 (SW power cap) at 697 W of 700, SM 1,320 of
+    1,980 MHz. The replay must read exactly that and the verdict clause name it."""
+    nvml = ReplayNvml(os.path.join(os.path.dirname(__file__), "fixtures", "nvml_h100x1_recorded.json"))
+    s = sample.read(nvml, 0, 100.0)
+    assert (s.throttle_reasons, s.sm_clock_mhz, s.sm_clock_max_mhz, s.power_w, s.power_limit_w) == (4, 1320, 1980, 697.3, 700.0)
+    assert (s.pcie_gen, s.pcie_width, s.ecc_uncorrected, s.nvlink_errors) == (5, 16, 0, None)   # no NVLink on this VM
+    window = GpuWindow(60)
+    window.add_sample(0, s)
+    health = window.health(sample.identity_of(nvml, 0), 100.0)
+    assert health.identity.pci_bus_id == "0000:00:06.0" and health.identity.uuid.startswith("GPU-6393d877")
+    assert causes.throttle_clause(health, [health]) == \
+        f"throttled: SW power cap since {causes.when(100.0)}, SM 1,320 MHz of 1,980 max"
