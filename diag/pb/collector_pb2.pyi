@@ -347,7 +347,7 @@ class PerfView(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[PerfRankView, _Mapping]]] = ...) -> None: ...
 
 class NodeReport(_message.Message):
-    __slots__ = ("job_id", "node_rank", "hostname", "agent_pid", "report_seq", "ranks", "local_world_size")
+    __slots__ = ("job_id", "node_rank", "hostname", "agent_pid", "report_seq", "ranks", "local_world_size", "sent_mono_ns")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
@@ -355,6 +355,7 @@ class NodeReport(_message.Message):
     REPORT_SEQ_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     LOCAL_WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SENT_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     node_rank: int
     hostname: str
@@ -362,19 +363,30 @@ class NodeReport(_message.Message):
     report_seq: int
     ranks: _containers.RepeatedCompositeFieldContainer[RankProgress]
     local_world_size: int
-    def __init__(self, job_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., report_seq: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., local_world_size: _Optional[int] = ...) -> None: ...
+    sent_mono_ns: int
+    def __init__(self, job_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., report_seq: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., local_world_size: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline", "persist_last_words")
+    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline", "persist_last_words", "report_pace")
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     KILL_WORKERS_FIELD_NUMBER: _ClassVar[int]
     COLLECT_TIMELINE_FIELD_NUMBER: _ClassVar[int]
     PERSIST_LAST_WORDS_FIELD_NUMBER: _ClassVar[int]
+    REPORT_PACE_FIELD_NUMBER: _ClassVar[int]
     dump_stacks: DumpStacks
     kill_workers: KillWorkers
     collect_timeline: CollectTimeline
     persist_last_words: PersistLastWords
-    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ..., persist_last_words: _Optional[_Union[PersistLastWords, _Mapping]] = ...) -> None: ...
+    report_pace: ReportPace
+    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ..., persist_last_words: _Optional[_Union[PersistLastWords, _Mapping]] = ..., report_pace: _Optional[_Union[ReportPace, _Mapping]] = ...) -> None: ...
+
+class ReportPace(_message.Message):
+    __slots__ = ("interval_ms", "perf_every")
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    PERF_EVERY_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    perf_every: int
+    def __init__(self, interval_ms: _Optional[int] = ..., perf_every: _Optional[int] = ...) -> None: ...
 
 class DumpStacks(_message.Message):
     __slots__ = ("event_id", "ranks")
