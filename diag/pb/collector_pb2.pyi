@@ -119,7 +119,7 @@ class CommProgress(_message.Message):
     def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ...) -> None: ...
 
 class RankProgress(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class RankProgress(_message.Message):
     LAST_OP_FIELD_NUMBER: _ClassVar[int]
     PERF_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     world_size: int
@@ -146,7 +147,42 @@ class RankProgress(_message.Message):
     last_op: str
     perf: PerfRank
     gpu: GpuHealth
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ...) -> None: ...
+    links: _containers.RepeatedCompositeFieldContainer[LinkChannel]
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ...) -> None: ...
+
+class LinkChannel(_message.Message):
+    __slots__ = ("comm_hash", "comm_rank", "comm_size", "channel", "kind", "peer", "ops", "ops_done", "nsteps", "posted", "moved", "done", "steps_total", "last_state", "idle_ns")
+    COMM_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMM_RANK_FIELD_NUMBER: _ClassVar[int]
+    COMM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    OPS_DONE_FIELD_NUMBER: _ClassVar[int]
+    NSTEPS_FIELD_NUMBER: _ClassVar[int]
+    POSTED_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_STATE_FIELD_NUMBER: _ClassVar[int]
+    IDLE_NS_FIELD_NUMBER: _ClassVar[int]
+    comm_hash: int
+    comm_rank: int
+    comm_size: int
+    channel: int
+    kind: int
+    peer: int
+    ops: int
+    ops_done: int
+    nsteps: int
+    posted: int
+    moved: int
+    done: int
+    steps_total: int
+    last_state: int
+    idle_ns: int
+    def __init__(self, comm_hash: _Optional[int] = ..., comm_rank: _Optional[int] = ..., comm_size: _Optional[int] = ..., channel: _Optional[int] = ..., kind: _Optional[int] = ..., peer: _Optional[int] = ..., ops: _Optional[int] = ..., ops_done: _Optional[int] = ..., nsteps: _Optional[int] = ..., posted: _Optional[int] = ..., moved: _Optional[int] = ..., done: _Optional[int] = ..., steps_total: _Optional[int] = ..., last_state: _Optional[int] = ..., idle_ns: _Optional[int] = ...) -> None: ...
 
 class GpuIdentity(_message.Message):
     __slots__ = ("pci_bus_id", "uuid", "index", "cuda_device", "name")
