@@ -8,11 +8,11 @@
 #include <cstring>
 
 #include "fake_api.h"
+#include "fake_nccl_profiler.h"
 #include "static_driver.h"
 
-struct ncclComm {
-  int nranks, rank;
-};
+// nranks and rank, and what the profiler plugin driver keeps (fake_nccl_profiler.cc).
+struct ncclComm : FakeProfComm {};
 
 namespace {
 struct Deferred {
@@ -48,10 +48,18 @@ void launch(cudaStream_t stream, const char* api) {
   kernel(stream, api);
 }
 
-ncclComm_t make_comm(int nranks, int rank) {
+// NCCL's commHash is equal on every member: here FNV-1a over the unique id.
+uint64_t hash_id(const ncclUniqueId& id) {
+  uint64_t h = 1469598103934665603ull;
+  for (char b : id.internal) h = (h ^ uint8_t(b)) * 1099511628211ull;
+  return h;
+}
+
+ncclComm_t make_comm(int nranks, int rank, uint64_t hash = 0) {
   ncclComm* c = new ncclComm;
   c->nranks = nranks;
   c->rank = rank;
+  fake_prof_init(c, hash ? hash : uint64_t(uintptr_t(c)), 1);
   return c;
 }
 }  // namespace
@@ -70,7 +78,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   memcpy(&first8, id.internal, 8);
   NOTE("ncclCommInitRank", FAKE_U(comm), FAKE_U(nranks), first8, FAKE_U(rank));
   if (note_result) return note_result;
-  *comm = make_comm(nranks, rank);
+  *comm = make_comm(nranks, rank, hash_id(id));
   return ncclSuccess;
 }
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
@@ -80,7 +88,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   NOTE("ncclCommInitRankConfig", FAKE_U(comm), FAKE_U(nranks), first8, FAKE_U(rank),
        FAKE_U(config));
   if (note_result) return note_result;
-  *comm = make_comm(nranks, rank);
+  *comm = make_comm(nranks, rank, hash_id(id));
   return ncclSuccess;
 }
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int myrank, int nid,
@@ -109,6 +117,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   NOTE("ncclCommDestroy", FAKE_U(comm));
   if (note_result) return note_result;
+  fake_prof_finalize(comm);
   delete comm;
   return ncclSuccess;
 }
@@ -146,6 +155,7 @@ ncclResult_t ncclGroupEnd(void) {
 
 #define COLL_TAIL(api)                 \
   if (note_result) return note_result; \
+  fake_prof_collective(comm);          \
   launch(stream, api);                 \
   return ncclSuccess
 
