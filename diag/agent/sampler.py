@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from diag.agent import procs
+from diag.agent.links import LinkTables
 from diag.agent.state import NodeState
 from diag.records import reader
 
@@ -27,6 +28,8 @@ class Sampler:
         self._readers: dict[str, reader.RegionReader] = {}
         self._refused: set[str] = set()
         self.busiest = 0.0   # fraction of a ring drained by the last pass
+        # The NCCL profiler plugin's tables (docs/link.md), same pid rules as the regions.
+        self.links = LinkTables(shm_dir, state, root_pid, log, is_alive, is_descendant)
 
     def sample(self) -> float:
         """One pass: new regions, new records, exited workers; returns the
@@ -46,6 +49,10 @@ class Sampler:
             self._adopt(path, rdr)
         for path, rdr in list(self._readers.items()):
             self._drain(path, rdr)
+        try:
+            self.links.sample()
+        except Exception as exc:   # an extra: the progress path it shares this loop with goes on
+            self.log(f"link tables: {exc!r}")
         return self.busiest
 
     def _adopt(self, path: str, rdr: reader.RegionReader) -> None:
@@ -100,6 +107,7 @@ class Sampler:
             self.log(f"timeline switched off: {method} failed: {exc!r}", every=0)
 
     def close(self) -> None:
+        self.links.close()
         for rdr in self._readers.values():
             rdr.close()
         self._readers.clear()

@@ -51,6 +51,7 @@ class RankState:
     dropped: dict = dataclasses.field(default_factory=dict)     # region -> cumulative drops
     devices: dict = dataclasses.field(default_factory=dict)     # CUDA ordinal -> its DEVICE record (docs/gpu.md)
     alive: bool = True
+    links: object = None   # () -> [pb.LinkChannel]: the NCCL plugin's table (diag/agent/links.py)
 
 
 class NodeState:
@@ -239,6 +240,8 @@ class NodeState:
             msg.stats.add(name=name, kind=kind, count=n, total_ns=total, max_ns=mx,
                           bytes=nbytes, flops=flops)
         msg.comms.extend(state.comms.progress(with_fingerprints=stuck))
+        if stuck and state.links is not None:   # docs/link.md: only while an op is stuck
+            msg.links.extend(state.links())
         return msg
 
 

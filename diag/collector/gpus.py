@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from diag import faultlist
+from diag.collector import links
 from diag.collector.state import Snapshot
 from diag.common import dumpnames
 from diag.common.ranks import fold
@@ -139,13 +140,19 @@ def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultl
             entries.append(faultlist.FaultEntry(host or f"node{node}", f"{health.identity.phrase()}: "
                                                 f"{fatal[-1].phrase()} during a HANG", host, node))
     doc["gpu_events"] = events
+    # Both ends of a stuck NCCL link (docs/link.md) join the same fault list.
+    link_entries, link_records = links.fault_entries(doc, snap)
+    if link_entries and not entries:
+        clauses.append(f"node(s) {', '.join(dict.fromkeys(e.node for e in link_entries))} on the fault list "
+                       + os.path.join(path, dumpnames.FAULTS_JSON))
     if clauses:
         doc["verdict"] = _insert(doc["verdict"], "; ".join(clauses)
                                  + ("; node(s) on the fault list " + os.path.join(path, dumpnames.FAULTS_JSON)
                                     if entries else ""))
-    if entries:
-        write_faults(path, entries, events)
-    return entries
+    if entries or link_entries:
+        write_faults(path, entries + link_entries, events, link_records)
+    links.ask_ras(doc, path)
+    return entries + link_entries
 
 
 def _insert(line: str, clause: str) -> str:
@@ -154,12 +161,15 @@ def _insert(line: str, clause: str) -> str:
     return f"{head}; {clause}{sep}{tail}" if sep else f"{line}; {clause}"
 
 
-def write_faults(path: str, entries: list[faultlist.FaultEntry], events: list[dict]) -> None:
-    """faults.json in the fault-list format; every GPU event is a record."""
-    records = [{"node": e.node, "gpu": ev["gpu"]["pci_bus_id"], "link": None, "metric": ev["kind"],
-                "value": ev["code"], "unit": "", "verdict": "fail" if ev["fatal"] else "info",
-                "reason": ev["text"], "rule": "gpu-" + ev["kind"]}
-               for e in faultlist.merge_entries(entries) for ev in events if ev["node_rank"] == e.node_rank]
+def write_faults(path: str, entries: list[faultlist.FaultEntry], events: list[dict],
+                 extra_records: list[dict] | None = None) -> None:
+    """faults.json in the fault-list format; every GPU event is a record (and
+    ``extra_records``: the stuck links' evidence)."""
+    records = list(extra_records or [])
+    records += [{"node": e.node, "gpu": ev["gpu"]["pci_bus_id"], "link": None, "metric": ev["kind"],
+                 "value": ev["code"], "unit": "", "verdict": "fail" if ev["fatal"] else "info",
+                 "reason": ev["text"], "rule": "gpu-" + ev["kind"]}
+                for e in faultlist.merge_entries(entries) for ev in events if ev["node_rank"] == e.node_rank]
     try:
         faultlist.write(os.path.join(path, dumpnames.FAULTS_JSON), entries, records, tool=TOOL)
     except OSError as exc:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from diag.collector import links
 from diag.collector.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
 from diag.collector.rules import NOT_IN_ANY, comm_lane, in_flight_age
 from diag.collector.state import Snapshot
 from diag.common.ranks import fold
+from diag.link import analysis as link_analysis
 
 HANG_JSON_VERSION = 1
 MAX_GROUPS_IN_LINE = 3
@@ -78,8 +80,9 @@ def _explain(findings: Findings) -> list[str]:
     return clauses
 
 
-def hang_line(findings: Findings, event_dir: str) -> str:
-    """The one verdict line; starts with ``HANG: ``."""
+def hang_line(findings: Findings, event_dir: str, link: str = "") -> str:
+    """The one verdict line; starts with ``HANG: ``. ``link``: the stuck-link
+    clause (docs/link.md), after "every reporting rank waits"."""
     groups = _group_phrases(findings)
     if len(groups) > MAX_GROUPS_IN_LINE:
         groups = groups[:MAX_GROUPS_IN_LINE] + [f"{len(groups) - MAX_GROUPS_IN_LINE} more hung ops in hang.json"]
@@ -87,6 +90,8 @@ def hang_line(findings: Findings, event_dir: str) -> str:
     if not findings.culprits:
         clauses.append("no rank is behind: every reporting rank waits" if not findings.mismatches
                        else "no rank is behind")
+    if link:
+        clauses.append(link)
     return f"HANG: {'; '.join(clauses)}; stacks in {event_dir.rstrip('/')}/"
 
 
@@ -127,6 +132,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
     # Seq columns refer to the group of the largest hung collective (the one the culprits are behind on).
     first = next((g.op for g in findings.hung if g.op.is_comm_op), None)
     comm_id, lane = (first.comm_id, first.kind) if first else (0, KIND_COLLECTIVE)
+    link = links.find(findings, snap)   # empty unless every member waits at one seq and sent link data
     return {
         "version": HANG_JSON_VERSION,
         "job_id": job_id,
@@ -135,7 +141,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "reason": "hung_op",   # or "idle" (diag/collector/idle.py)
         "timeout_s": timeout_s,
         "world_size": findings.world_size,
-        "verdict": hang_line(findings, event_dir),
+        "verdict": hang_line(findings, event_dir, link_analysis.clause(link)),
         "hung_ranks": findings.hung_ranks,
         "hung_ops": [_hung_op(g, findings) for g in findings.hung],
         "culprits": findings.culprits,
@@ -147,6 +153,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "mismatch": mismatch_section(findings.mismatches),
         "silent_ranks": findings.silent_ranks,
         "missing_ranks": list(findings.missing_ranks),
+        "link": link_analysis.document(link) if link else None,
         "ranks": [_rank_row(r, e, snap, hostnames, comm_id, lane) for r, e in sorted(snap.ranks.items())
                   if r < findings.world_size],
     }

@@ -32,6 +32,8 @@ ENV_SHM_DIR = envnames.SHM_DIR
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 HOOK_LIB = os.path.join(os.path.dirname(os.path.abspath(diag.__file__)), "lib",
                         "libxpu_timer_hook.so")
+# The NCCL profiler plugin (docs/link.md): NCCL loads it from NCCL_PROFILER_PLUGIN.
+PROFILER_LIB = os.path.join(os.path.dirname(HOOK_LIB), "libxpu_nccl_profiler.so")
 
 
 def say(message: str) -> None:
@@ -193,10 +195,29 @@ def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict
            "PYTHONPATH": os.pathsep.join(filter(None, [BOOTSTRAP_DIR, env.get("PYTHONPATH")]))}
     if not config.no_hook and os.path.exists(HOOK_LIB):
         out["LD_PRELOAD"] = " ".join(filter(None, [HOOK_LIB, env.get("LD_PRELOAD")]))
+    if not config.no_hook:
+        out.update(profiler_env(env))
     out.update(options.env_for(options.TO_WORKERS, config))
     if config.unbuffered:
         out["PYTHONUNBUFFERED"] = "1"
     return out
+
+
+_said_profiler = False
+
+
+def profiler_env(env) -> dict:
+    """NCCL_PROFILER_PLUGIN -> our plugin, unless the user set one: theirs is
+    kept (NCCL loads one plugin) and that is said once."""
+    global _said_profiler
+    own = env.get("NCCL_PROFILER_PLUGIN")
+    if own:
+        if not _said_profiler and own != PROFILER_LIB:
+            _said_profiler = True
+            say(f"NCCL_PROFILER_PLUGIN={own} is set: keeping it, so NCCL loads that plugin and not "
+                "xpu-diag's; a hang where every rank waits will not name the link (docs/link.md)")
+        return {}
+    return {"NCCL_PROFILER_PLUGIN": PROFILER_LIB} if os.path.exists(PROFILER_LIB) else {}
 
 
 def agent_config(config: Config, address, token, shm_dir, tool_env, recovery=None) -> AgentConfig:

@@ -1,0 +1,157 @@
+"""Which link stopped, from every member's NCCL step counters (docs/link.md).
+
+Pure: the collector calls :func:`analyse` on a HANG where every member of the
+group waits in the same collective at the same seq, with each hung rank's
+LinkEntry list and its node's name.
+
+For each receive that waits (an op started, not all its steps arrived), the
+matching send of the peer (same communicator and channel, the receiver as its
+peer, the same op count) tells a broken link from a starved one:
+- broken: the sender moved more steps than the receiver got, or it waits on
+  the network or on the peer (SendWait, SendPeerWait) with a step posted that
+  the receiver never got;
+- starved: the sender itself waits for its GPU (SendGPUWait) and moved what
+  the receiver got: it has nothing to send because its own input stopped
+  upstream. Not named: the broken link is upstream of it on the ring.
+No matching send, or the two sides in different ops: no claim.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Mapping
+
+from diag.common.ranks import fold
+from diag.link.api import (KIND_KERNEL, KIND_RECV, KIND_SEND, STATE_KERNEL_CH_STOP, STATE_SEND_PEER_WAIT,
+                           STATE_SEND_WAIT, KernelStall, LinkEntry, LinkFinding, StuckLink)
+
+MAX_LINKS_IN_LINE = 2
+
+
+def analyse(per_rank: Mapping[int, Iterable[LinkEntry]], nodes: Mapping[int, str],
+            node_ranks: Mapping[int, int] | None = None) -> LinkFinding:
+    """``per_rank``: global rank -> its entries; ``nodes``: global rank -> node name."""
+    node_ranks = node_ranks or {}
+    by_comm: dict[int, dict[int, list[LinkEntry]]] = defaultdict(lambda: defaultdict(list))
+    for rank, entries in per_rank.items():
+        for e in entries:
+            by_comm[e.comm_hash][rank].append(e)
+    links: list[StuckLink] = []
+    kernels: list[KernelStall] = []
+    for comm_hash, members in sorted(by_comm.items()):
+        found = _links(comm_hash, members, nodes, node_ranks)
+        links.extend(found)
+        if not found:
+            kernels.extend(_kernels(comm_hash, members))
+    return LinkFinding(tuple(links), tuple(kernels))
+
+
+def _global_ranks(members: Mapping[int, list[LinkEntry]]) -> dict[int, int]:
+    """comm rank -> global rank, from each member's own entries."""
+    out = {}
+    for rank, entries in members.items():
+        for e in entries:
+            out.setdefault(e.comm_rank, rank)
+    return out
+
+
+def _broken(send: LinkEntry, recv: LinkEntry) -> bool:
+    if not send.in_flight or send.ops != recv.ops:
+        return False
+    if send.moved > recv.moved:
+        return True
+    return send.last_state in (STATE_SEND_WAIT, STATE_SEND_PEER_WAIT) and send.posted > recv.moved
+
+
+def _links(comm_hash: int, members: Mapping[int, list[LinkEntry]], nodes, node_ranks) -> list[StuckLink]:
+    to_global = _global_ranks(members)
+    sends = {(rank, e.channel, e.peer): e for rank, entries in members.items() for e in entries if e.kind == KIND_SEND}
+    stuck: dict[tuple[int, int], list[tuple[int, LinkEntry, LinkEntry]]] = defaultdict(list)
+    for dst, entries in members.items():
+        for recv in entries:
+            if recv.kind != KIND_RECV or not recv.waiting or recv.peer not in to_global:
+                continue
+            src = to_global[recv.peer]
+            send = sends.get((src, recv.channel, recv.comm_rank))
+            if send is not None and _broken(send, recv):
+                stuck[(src, dst)].append((recv.channel, send, recv))
+    if not stuck:
+        return []
+    stuck_channels = {ch for found in stuck.values() for ch, _, _ in found}
+    waiting = sorted({e.channel for entries in members.values() for e in entries
+                      if e.kind in (KIND_SEND, KIND_RECV) and e.waiting and e.channel not in stuck_channels})
+    out = []
+    for (src, dst), found in sorted(stuck.items()):
+        found.sort(key=lambda f: f[0])
+        _, send, recv = found[0]
+        out.append(StuckLink(comm_hash, src, dst, nodes.get(src, "?"), nodes.get(dst, "?"),
+                             tuple(ch for ch, _, _ in found), min(r.moved for _, _, r in found),
+                             send.state_name, recv.state_name, send.moved, not waiting, tuple(waiting),
+                             node_ranks.get(src), node_ranks.get(dst)))
+    return out
+
+
+def _kernels(comm_hash: int, members: Mapping[int, list[LinkEntry]]) -> list[KernelStall]:
+    """Channels whose kernel started and never stopped on some ranks while the
+    other channels' kernels of the same op count stopped."""
+    open_by_channel: dict[int, list[int]] = defaultdict(list)
+    others_stopped = True
+    for rank, entries in members.items():
+        ks = [e for e in entries if e.kind == KIND_KERNEL]
+        running = [e for e in ks if e.in_flight and e.last_state != STATE_KERNEL_CH_STOP]
+        if not running or len(running) == len(ks):
+            if running:
+                others_stopped = False
+            continue
+        for e in running:
+            open_by_channel[e.channel].append(rank)
+    return [KernelStall(comm_hash, ch, tuple(sorted(ranks)), others_stopped)
+            for ch, ranks in sorted(open_by_channel.items())]
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fold(ranks)}"
+
+
+def _channels(channels) -> str:
+    return f"channel {channels[0]}" if len(channels) == 1 else f"channels {fold(channels)}"
+
+
+def link_phrase(link: StuckLink) -> str:
+    """``link rank 3 -> rank 4 (node a -> node b), channel 5, stuck at step 12; every other channel advanced``"""
+    text = (f"link rank {link.src_rank} -> rank {link.dst_rank} (node {link.src_node} -> node {link.dst_node}), "
+            f"{_channels(link.channels)}, stuck at step {link.step}")
+    if link.others_advanced:
+        return text + "; every other channel advanced"
+    return text + f"; {_channels(link.waiting_channels)} wait too"
+
+
+def clause(finding: LinkFinding) -> str:
+    """The HANG line's clause ("" when nothing is claimed)."""
+    if finding.links:
+        parts = [link_phrase(link) for link in finding.links[:MAX_LINKS_IN_LINE]]
+        if len(finding.links) > MAX_LINKS_IN_LINE:
+            parts.append(f"{len(finding.links) - MAX_LINKS_IN_LINE} more stuck links in hang.json")
+        return "; ".join(parts)
+    parts = []
+    for k in finding.kernels[:MAX_LINKS_IN_LINE]:
+        tail = "; every other channel's kernel stopped" if k.others_stopped else ""
+        parts.append(f"channel {k.channel}'s kernel never stopped on {_ranks(k.ranks)}{tail}")
+    return "; ".join(parts)
+
+
+def document(finding: LinkFinding) -> dict:
+    """hang.json's ``link`` section (docs/link.md)."""
+    return {
+        "summary": clause(finding),
+        "links": [{"comm_hash": f"{link.comm_hash:016x}", "src_rank": link.src_rank, "dst_rank": link.dst_rank,
+                   "src_node": link.src_node, "dst_node": link.dst_node, "channels": list(link.channels),
+                   "stuck_step": link.step, "sender_moved": link.sender_moved,
+                   "sender_state": link.sender_state, "receiver_state": link.receiver_state,
+                   "others_advanced": link.others_advanced, "waiting_channels": list(link.waiting_channels)}
+                  for link in finding.links],
+        "kernels": [{"comm_hash": f"{k.comm_hash:016x}", "channel": k.channel, "ranks": list(k.ranks),
+                     "others_stopped": k.others_stopped} for k in finding.kernels],
+        "fault_nodes": list(finding.nodes),
+    }
