@@ -77,17 +77,18 @@ def _links(comm_hash: int, members: Mapping[int, list[LinkEntry]], nodes, node_r
                 stuck[(src, dst)].append((recv.channel, send, recv))
     if not stuck:
         return []
-    stuck_channels = {ch for found in stuck.values() for ch, _, _ in found}
-    waiting = sorted({e.channel for entries in members.values() for e in entries
-                      if e.kind in (KIND_SEND, KIND_RECV) and e.waiting and e.channel not in stuck_channels})
+    # Channels where anything waits; a link's own channels starve downstream of it.
+    waiting_any = {e.channel for entries in members.values() for e in entries
+                   if e.kind in (KIND_SEND, KIND_RECV) and e.waiting}
     out = []
     for (src, dst), found in sorted(stuck.items()):
         found.sort(key=lambda f: f[0])
         _, send, recv = found[0]
-        out.append(StuckLink(comm_hash, src, dst, nodes.get(src, "?"), nodes.get(dst, "?"),
-                             tuple(ch for ch, _, _ in found), min(r.moved for _, _, r in found),
-                             send.state_name, recv.state_name, send.moved, not waiting, tuple(waiting),
-                             node_ranks.get(src), node_ranks.get(dst)))
+        channels = tuple(ch for ch, _, _ in found)
+        waiting = tuple(sorted(waiting_any - set(channels)))
+        out.append(StuckLink(comm_hash, src, dst, nodes.get(src, "?"), nodes.get(dst, "?"), channels,
+                             min(r.moved for _, _, r in found), send.state_name, recv.state_name, send.moved,
+                             not waiting, waiting, node_ranks.get(src), node_ranks.get(dst)))
     return out
 
 

@@ -60,6 +60,7 @@ ncclComm_t make_comm(int nranks, int rank, uint64_t hash = 0) {
   c->nranks = nranks;
   c->rank = rank;
   fake_prof_init(c, hash ? hash : uint64_t(uintptr_t(c)), 1);
+  fake_ras_comm(nranks, rank);
   return c;
 }
 }  // namespace
@@ -156,6 +157,7 @@ ncclResult_t ncclGroupEnd(void) {
 #define COLL_TAIL(api)                 \
   if (note_result) return note_result; \
   fake_prof_collective(comm);          \
+  fake_ras_collective();               \
   launch(stream, api);                 \
   return ncclSuccess
 

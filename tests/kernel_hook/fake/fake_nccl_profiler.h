@@ -10,3 +10,6 @@ struct FakeProfComm {
 void fake_prof_init(FakeProfComm* c, uint64_t comm_hash, int nnodes);
 void fake_prof_collective(FakeProfComm* c);
 void fake_prof_finalize(FakeProfComm* c);
+// The fake RAS listener (fake_nccl_ras.cc).
+void fake_ras_comm(int nranks, int rank);
+void fake_ras_collective();
