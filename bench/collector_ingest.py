@@ -1,15 +1,26 @@
 """Collector ingest benchmark: N simulated agents against a real collector.
 
 The collector runs as its own process (``python -m diag.collector``) on
-loopback; this process drives N agents (8 ranks each, one NodeReport a second,
-phases staggered) over N separate gRPC connections from one asyncio loop.
-It prints the sustained node-reports/s (sent, and ingested by the collector),
-the collector's CPU share read from /proc/<pid>/stat, and, while the load
-runs, the hang-detection latency: one agent reports a rank stalled in
-all_reduce and we time the HANG line and the DumpStacks command against the
-moment the stall crossed the timeout.
+loopback; this process (or --drivers N processes) drives N agents (8 ranks
+each, one NodeReport a second, phases staggered), each its own Connect stream,
+from asyncio loops with pre-serialised reports. It prints the sustained
+node-reports/s (sent, and ingested by the collector), the collector's CPU
+share read from /proc/<pid>/stat, its memory, how far behind it ran and any
+OVERLOAD lines, and, while the load runs, the hang-detection latency: one
+agent reports a rank stalled in all_reduce and we time the HANG line and the
+DumpStacks command against the moment the stall crossed the timeout.
+
+The simulated agents act as agents of this release do: each report carries
+``sent_mono_ns`` (--old-agents: not), and they obey ReportPace (report less
+often, the perf window with one report in N).
+
+File descriptors: the collector holds one socket per connection. The bench
+raises the soft limit to the hard one (in the collector too), and when the
+hard limit is too low for one connection per agent it puts several agents'
+streams on one connection (``--streams-per-connection``, chosen and printed).
 
     .venv/bin/python bench/collector_ingest.py --agents 2000 --seconds 20
+    .venv/bin/python bench/collector_ingest.py --agents 2000 --collector-tree /tmp/old   # another release's collector
 """
 
 from __future__ import annotations
@@ -18,7 +29,9 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import math
 import re
+import resource
 import secrets
 import subprocess
 import sys
@@ -34,7 +47,8 @@ from diag.pb import collector_pb2 as pb
 RANKS_PER_AGENT = 8
 TARGET_REPORTS_PER_S = 2000.0
 TOKEN_KEY = "x-xpu-diag-token"
-STATS_LINE = re.compile(r"ingest: (\d+) reports total, [0-9.]+/s over the last ([0-9.]+) s")
+STATS_LINE = re.compile(r"ingest: (\d+) reports total, [0-9.]+/s over the last ([0-9.]+) s(?:.*; ([0-9.]+) s behind)?")
+FDS_SPARE = 256   # beyond the sockets: files, pipes, gRPC's own
 
 
 def parse_args(argv):
@@ -48,7 +62,44 @@ def parse_args(argv):
                    help="every rank sends a 64-op fingerprint window (the reports of a job-wide stall)")
     p.add_argument("--drivers", type=int, default=1,
                    help="driver processes, each serving a slice of the agents (12,500 agents need several)")
+    p.add_argument("--streams-per-connection", type=int, default=0,
+                   help="agents' streams sharing one connection (0: one each, unless the file limit forbids)")
+    p.add_argument("--verbose", action="store_true", help="print the collector's last lines")
+    p.add_argument("--old-agents", action="store_true",
+                   help="agents that send no sent_mono_ns and ignore ReportPace (the previous release's)")
+    p.add_argument("--collector-tree", default=None,
+                   help="run the collector from this source tree (e.g. an older release unpacked with git archive)")
     return p.parse_args(argv)
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft file limit to the hard one; returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def plan_fds(args) -> str:
+    """Pick streams per connection and drivers so that the collector (one
+    socket per connection) and each driver stay inside the file limit."""
+    limit = raise_fd_limit()
+    room = max(64, limit - FDS_SPARE)
+    if args.streams_per_connection <= 0:
+        args.streams_per_connection = max(1, math.ceil(args.agents / room))
+    connections = math.ceil(args.agents / args.streams_per_connection)
+    if connections > room:
+        raise SystemExit(f"{connections} connections need {connections + FDS_SPARE} file descriptors in the "
+                         f"collector, the limit is {limit}; use --streams-per-connection "
+                         f"{math.ceil(args.agents / room)}")
+    args.drivers = max(args.drivers, math.ceil(connections / room))
+    return (f"file limit {limit}: {connections} connections ({args.streams_per_connection} agent stream(s) each), "
+            f"{connections + FDS_SPARE} fds needed in the collector, about "
+            f"{math.ceil(connections / args.drivers) + FDS_SPARE} in each of {args.drivers} driver(s)")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -70,7 +121,11 @@ def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, s
            "--timeline-path", os.path.join(workdir, "tl"), "--address-file", addr_file,
            "--hang-timeout", f"{args.hang_timeout}s", "--silent-after", "30s",
            "--max-agents", str(args.agents + 16), "--stats-interval", "1s"]
-    proc = subprocess.Popen(cmd, env={**os.environ, envnames.JOB_TOKEN: token}, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, envnames.JOB_TOKEN: token}
+    if args.collector_tree:
+        env["PYTHONPATH"] = os.path.abspath(args.collector_tree)
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=raise_fd_limit,
+                            cwd=os.path.abspath(args.collector_tree) if args.collector_tree else None)
     seen: dict = {"lines": []}
 
     seen["stats"] = []  # (time read, reports so far, seconds since its previous line), the collector's own count
@@ -79,9 +134,12 @@ def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, s
         for line in proc.stderr:
             if line.startswith("HANG: ") and "hang_at" not in seen:
                 seen["hang_at"] = time.monotonic()
+            if line.startswith("OVERLOAD"):
+                seen.setdefault("overload", []).append((time.monotonic(), line.rstrip()))
             match = STATS_LINE.search(line)
             if match:
-                seen["stats"].append((time.monotonic(), int(match.group(1)), float(match.group(2))))
+                seen["stats"].append((time.monotonic(), int(match.group(1)), float(match.group(2)),
+                                      float(match.group(3) or 0)))
             seen["lines"].append(line.rstrip())
 
     threading.Thread(target=read_stderr, daemon=True).start()
@@ -114,7 +172,7 @@ PERF = perf_window()
 FINGERPRINTS = False   # --fingerprints: every rank carries a 64-op window (what a job-wide stall sends)
 
 
-def make_report(node: int, world: int, stall_since: float | None, now: float) -> pb.NodeReport:
+def make_report(node: int, world: int, stall_since: float | None, now: float, perf: bool = True) -> pb.NodeReport:
     ranks = []
     for local in range(RANKS_PER_AGENT):
         rank = node * RANKS_PER_AGENT + local
@@ -123,7 +181,7 @@ def make_report(node: int, world: int, stall_since: float | None, now: float) ->
         r.comms.add(comm_id=0, last_started_seq=100, last_completed_seq=100, comm_size=world,
                     lane=pb.OP_KIND_COLLECTIVE, group_name="default")
         r.stats.add(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, count=10, total_ns=5_000_000, max_ns=900_000)
-        if PERF is not None:
+        if PERF is not None and perf:
             r.perf.CopyFrom(PERF)
         if FINGERPRINTS:
             r.comms[0].recent.first_seq = 37
@@ -137,6 +195,17 @@ def make_report(node: int, world: int, stall_since: float | None, now: float) ->
                          ranks=ranks, local_world_size=RANKS_PER_AGENT)
 
 
+def stamped(payload: bytes) -> bytes:
+    """``payload`` with NodeReport.sent_mono_ns (field 8, varint) appended: a
+    serialised message followed by a field is that message with the field set."""
+    n, out = time.monotonic_ns(), bytearray(b"\x40")
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return payload + bytes(out)
+
+
 class Load:
     def __init__(self, address: str, token: str, args):
         self.address, self.args = address, args
@@ -147,27 +216,50 @@ class Load:
         self.errors: list[str] = []
         self.stall_since: float | None = None    # agent 0 reports a stall from then on
         self.dump_at: float | None = None
+        self.paced = 0                           # ReportPace commands obeyed
+        self.probe_write_s = 0.0                 # longest write of agent 0
         self.stop = asyncio.Event()
+        self._channels: dict[int, grpc.aio.Channel] = {}
+
+    def channel(self, node: int):
+        """Agents node // K share one connection (K = --streams-per-connection)."""
+        key = node // max(1, self.args.streams_per_connection)
+        if key not in self._channels:
+            self._channels[key] = grpc.aio.insecure_channel(self.address,
+                                                            options=[("grpc.use_local_subchannel_pool", 1)])
+        return self._channels[key]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._channels.values()), return_exceptions=True)
 
     async def agent(self, node: int, phase: float) -> None:
-        channel = grpc.aio.insecure_channel(self.address, options=[("grpc.use_local_subchannel_pool", 1)])
         # Pre-serialized reports (bytes pass through a None serializer): the
         # load generator must not be the bottleneck on a 2-core machine.
-        connect = channel.stream_stream("/diag.pb.Collector/Connect", request_serializer=None,
-                                        response_deserializer=pb.Command.FromString)
+        connect = self.channel(node).stream_stream("/diag.pb.Collector/Connect", request_serializer=None,
+                                                   response_deserializer=pb.Command.FromString)
         call = connect(metadata=self.metadata)
-        reader = asyncio.ensure_future(self.read(call, node))
-        payload = make_report(node, self.world, None, 0.0).SerializeToString()
+        pace = {"interval": self.args.interval, "perf_every": 1}
+        reader = asyncio.ensure_future(self.read(call, node, pace))
+        full = make_report(node, self.world, None, 0.0).SerializeToString()
+        bare = make_report(node, self.world, None, 0.0, perf=False).SerializeToString()
         try:
             await asyncio.sleep(phase)
+            await call.initial_metadata()   # the collector sends headers once it serves the stream
             self.connected += 1
-            next_at = time.monotonic()
+            next_at, n = time.monotonic(), 0
             while not self.stop.is_set():
+                with_perf = n % pace["perf_every"] == 0
+                payload = full if with_perf else bare
                 if node == 0 and self.stall_since is not None:
-                    payload = make_report(0, self.world, self.stall_since, time.monotonic()).SerializeToString()
-                await call.write(payload)
+                    payload = make_report(0, self.world, self.stall_since, time.monotonic(),
+                                          perf=with_perf).SerializeToString()
+                began = time.monotonic()
+                await call.write(payload if self.args.old_agents else stamped(payload))
+                if node == 0:   # the prober: how long its writes wait (a blocked stream shows here)
+                    self.probe_write_s = max(self.probe_write_s, time.monotonic() - began)
                 self.sent += 1
-                next_at += self.args.interval
+                n += 1
+                next_at = max(next_at + pace["interval"], time.monotonic() - pace["interval"])
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             await call.done_writing()
             # The collector ends the stream once it has read every report.
@@ -179,13 +271,18 @@ class Load:
             call.cancel()
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-            await channel.close()
 
-    async def read(self, call, node: int) -> None:
+    async def read(self, call, node: int, pace: dict) -> None:
         try:
             async for command in call:
-                if command.WhichOneof("command") == "dump_stacks" and node == 0 and self.dump_at is None:
+                which = command.WhichOneof("command")
+                if which == "dump_stacks" and node == 0 and self.dump_at is None:
                     self.dump_at = time.monotonic()
+                elif which == "report_pace" and not self.args.old_agents:   # as diag/agent/connection.py
+                    p = command.report_pace
+                    pace["interval"] = min(max(self.args.interval, p.interval_ms / 1000), 10.0)
+                    pace["perf_every"] = min(max(1, p.perf_every), 60)
+                    self.paced += 1
         except grpc.RpcError as exc:
             if not self.stop.is_set():
                 self.errors.append(f"agent {node} (commands): {exc.code().name} {exc.details()}")
@@ -193,8 +290,10 @@ class Load:
 
 async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
     tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(args.agents)]
-    while load.connected < args.agents and not load.errors:
+    began, deadline = time.monotonic(), time.monotonic() + 120 + args.agents / 200
+    while load.connected < args.agents and not load.errors and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
+    connect_s = time.monotonic() - began
     await asyncio.sleep(2 * args.interval)  # let every agent settle into its phase
     t0, sent0, cpu0 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
     stall_at = args.seconds / 2 - args.hang_timeout
@@ -205,7 +304,9 @@ async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
     rss = rss_mib(proc.pid)
     load.stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss)
+    await load.close()
+    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
+                connected=load.connected)
 
 
 class Drivers:
@@ -216,10 +317,11 @@ class Drivers:
         ctx = multiprocessing.get_context("spawn")   # no gRPC state crosses a fork
         n = args.drivers
         self._sent, self._conn, self._err = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
+        self._paced = ctx.Array("q", n)
         self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
         self._first = ctx.Queue()
         cuts = [args.agents * i // n for i in range(n + 1)]
-        shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first)
+        shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced)
         self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
                                   daemon=True) for i in range(n)]
         self.stop = self._stop
@@ -227,6 +329,7 @@ class Drivers:
 
     sent = property(lambda self: sum(self._sent[:]))
     connected = property(lambda self: sum(self._conn[:]))
+    paced = property(lambda self: sum(self._paced[:]))
     dump_at = property(lambda self: self._dump.value or None)
 
     @property
@@ -251,12 +354,12 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
-    sent, conn, err, stall, dump, stop, first = shared
+    sent, conn, err, stall, dump, stop, first, paced = shared
     args = load.args
     tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(lo, hi)]
 
     def publish():
-        sent[index], conn[index], err[index] = load.sent, load.connected, len(load.errors)
+        sent[index], conn[index], err[index], paced[index] = load.sent, load.connected, len(load.errors), load.paced
         if load.dump_at is not None and not dump.value:
             dump.value = load.dump_at
         if load.errors and err[index] == 1:
@@ -269,15 +372,17 @@ async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None
         await asyncio.sleep(0.05)
     load.stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
+    await load.close()
     publish()
 
 
 async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) -> dict:
     for p in load.procs:
         p.start()
-    deadline = time.monotonic() + 120 + args.agents / 200
+    began, deadline = time.monotonic(), time.monotonic() + 120 + args.agents / 200
     while load.connected < args.agents and not load.errors and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
+    connect_s = time.monotonic() - began
     await asyncio.sleep(2 * args.interval)
     t0, sent0, cpu0 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
     stall_at = args.seconds / 2 - args.hang_timeout
@@ -289,13 +394,14 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
     load.stop.set()
     for p in load.procs:
         await asyncio.to_thread(p.join, 90)
-    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss)
+    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
+                connected=load.connected)
 
 
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
     """Reports/s the collector itself counted over its stats lines read inside [t0, t1]
     (its own clock measures the intervals, so pipe delays do not matter)."""
-    inside = [(n, dt) for t, n, dt in stats if t0 <= t <= t1]
+    inside = [(n, dt) for t, n, dt, _ in stats if t0 <= t <= t1]
     if len(inside) < 2:
         return None
     return (inside[-1][0] - inside[0][0]) / sum(dt for _, dt in inside[1:])
@@ -304,6 +410,7 @@ def ingested_rate(stats, t0: float, t1: float) -> float | None:
 def main(argv=None) -> int:
     global FINGERPRINTS, PERF
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    fds = plan_fds(args)
     if args.no_perf:
         PERF = None
     FINGERPRINTS = args.fingerprints
@@ -327,7 +434,11 @@ def main(argv=None) -> int:
     cpu_share = m["cpu"] / m["wall"]
     due = load.stall_since + args.hang_timeout if load.stall_since else None
     print(f"collector ingest: {args.agents} agents x {RANKS_PER_AGENT} ranks at {1 / args.interval:g} Hz, "
-          f"{m['wall']:.1f} s window, {cores} cores")
+          f"{m['wall']:.1f} s window, {cores} cores" + (f"; collector from {args.collector_tree}"
+                                                        if args.collector_tree else ""))
+    print(f"  {fds}")
+    print(f"  connected           {m['connected']} of {args.agents} agents' streams served within "
+          f"{m['connect_s']:.1f} s of the first")
     got = ingested_rate(seen["stats"], m["t0"], m["t1"]) or 0.0
     print(f"  sent by the agents  {rate:8.0f} node-reports/s")
     print(f"  ingested, sustained {got:8.0f} node-reports/s  ({got * RANKS_PER_AGENT:.0f} ranks/s; "
@@ -338,15 +449,25 @@ def main(argv=None) -> int:
           f"({100 * cpu_share / cores:.0f}% of this {cores}-core machine); "
           f"{1e6 * m['cpu'] / max(1, m['reports']):.0f} us CPU per report")
     print(f"  collector memory    {m['rss']:.0f} MiB resident (VmRSS) at the end of the window")
+    behind = [b for t, _, _, b in seen["stats"] if m["t0"] <= t <= m["t1"]]
+    if behind:
+        print(f"  behind (its own)    {max(behind):.2f} s at most, {sorted(behind)[len(behind) // 2]:.2f} s median "
+              f"(report age at ingest, or event-loop delay)")
+    overload = seen.get("overload", [])
+    print(f"  overload            {len(overload)} OVERLOAD line(s), {load.paced} ReportPace command(s) obeyed"
+          + "".join(f"\n    {line[:160]}" for _, line in overload))
     for what, at in (("HANG line", seen.get("hang_at")), ("DumpStacks at agent", load.dump_at)):
         late = "never" if at is None or due is None else f"{at - due:+.2f} s after the stall crossed the timeout"
         print(f"  detection latency   {what:20s} {late}")
+    if isinstance(load, Load):
+        print(f"  agent 0's longest write {load.probe_write_s:.2f} s")
     if load.errors:
         print(f"  {len(load.errors)} agent errors, first: {load.errors[0]}")
-    for line in [l for l in seen["lines"] if "agent connected" not in l][-8:] if load.errors else []:
+    for line in [l for l in seen["lines"] if "agent connected" not in l][-8:] if load.errors or args.verbose else []:
         print(f"  collector: {line}")
-    expected = args.agents / args.interval
-    ok = got >= 0.95 * expected and ingested == load.sent and load.dump_at is not None and not load.errors
+    hang_at = seen.get("hang_at")
+    on_time = hang_at is not None and due is not None and hang_at - due <= 2.0
+    ok = m["connected"] == args.agents and got >= 0.95 * rate and ingested == load.sent and load.dump_at is not None and not load.errors and on_time
     return 0 if ok else 1
 
 if __name__ == "__main__":

@@ -154,15 +154,17 @@ class Agent:
         """The rank's diag.gpu.api.GpuHealth, or None when it named no GPU."""
         return self.gpus.health_for(self.device_claims().get(rank))
 
-    def build_report(self) -> pb.NodeReport:
+    def build_report(self, with_perf: bool = True) -> pb.NodeReport:
         with self.lock:
-            ranks = self.state.report()
+            ranks = self.state.report(with_perf)
         self._add_gpus(ranks)
         self._report_seq += 1
         cfg = self.config
+        # sent_mono_ns: the collector learns our clock's offset and so how long
+        # the report waited on the way (its lag, and in-flight ages from now).
         return pb.NodeReport(job_id=cfg.job_id, node_rank=cfg.node_rank, hostname=cfg.hostname,
                              agent_pid=os.getpid(), report_seq=self._report_seq, ranks=ranks,
-                             local_world_size=cfg.local_world_size)
+                             local_world_size=cfg.local_world_size, sent_mono_ns=time.monotonic_ns())
 
     def _add_gpus(self, ranks) -> None:
         """Each rank's GPU identity and health into its RankProgress / TimelineRank."""

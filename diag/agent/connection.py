@@ -2,8 +2,15 @@
 
 One bidirectional stream: reports go out about every report_interval, commands
 come back. When the collector is away the stream fails fast and is retried
-with capped exponential backoff; reports are built from the newest state at
-send time, so nothing queues up while disconnected.
+with capped exponential backoff. Reports are built from the newest state when
+gRPC asks for the next one, which is only once the previous one was sent: an
+agent whose stream is blocked (a collector that is behind stops reading, flow
+control stops us) holds no queue of stale reports, only the one being sent.
+
+A collector that falls behind sends ReportPace (docs/collector.md, Scale):
+report every ``interval_ms`` and the perf window with one report in
+``perf_every``, within bounds (never faster than our own interval, never
+slower than MAX_PACE_S); an empty one, or a new stream, is our own pace again.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from diag.pb import collector_pb2_grpc as pb_grpc
 
 TOKEN_KEY = "x-xpu-diag-token"
 HEALTHY_AFTER = 10.0   # a stream that lived this long resets the backoff
+MAX_PACE_S = 10.0      # the slowest report interval a collector may ask for
+MAX_PERF_EVERY = 60
 
 
 class Connection:
@@ -29,6 +38,8 @@ class Connection:
         self._stub = pb_grpc.CollectorStub(self._channel)
         self._call = None
         self._call_lock = threading.Lock()
+        self.interval = config.report_interval   # as paced by the collector
+        self.perf_every = 1
 
     def run(self) -> None:
         """Connection thread body: stream, and on failure back off and retry."""
@@ -53,25 +64,48 @@ class Connection:
         call = self._stub.Connect(self._reports(ended), metadata=self._metadata)
         with self._call_lock:
             self._call = call
+        self.pace(None)   # a new stream starts at our own pace
         try:
             for command in call:
-                self.agent.submit(command)
+                if command.WhichOneof("command") == "report_pace":
+                    self.pace(command.report_pace)
+                else:
+                    self.agent.submit(command)
         finally:
             ended.set()
             with self._call_lock:
                 self._call = None
 
+    def pace(self, pace) -> None:
+        """Apply a ReportPace (None or empty: our own pace), within bounds."""
+        own = self.config.report_interval
+        interval = min(max(own, (pace.interval_ms if pace else 0) / 1000), max(own, MAX_PACE_S))
+        every = min(max(1, pace.perf_every if pace else 1), MAX_PERF_EVERY)
+        if (interval, every) == (self.interval, self.perf_every):
+            return
+        if pace is not None:
+            self.agent.log(f"the collector is behind: reporting every {interval:g} s, the perf window "
+                           f"every {every} report(s)" if interval > own or every > 1
+                           else "the collector caught up: reporting at our own pace", every=0)
+        self.interval, self.perf_every = interval, every
+
     def _reports(self, ended: threading.Event):
         stop = self.agent.stopping
+        n = 0
         while not stop.is_set() and not ended.is_set():
             try:
-                report = self.agent.build_report()
+                report = self.agent.build_report(with_perf=n % self.perf_every == 0)
             except Exception as exc:  # never end the stream over one report
                 self.agent.log(f"building a report failed: {exc!r}")
                 report = None
             if report is not None:
+                n += 1
                 yield report
-            stop.wait(self.config.report_interval)
+            sent_at = time.monotonic()
+            while not ended.is_set():   # a new pace counts from this report, within 0.2 s
+                left = sent_at + self.interval - time.monotonic()
+                if left <= 0 or stop.wait(min(left, 0.2)):
+                    break
         if stop.is_set() and not ended.is_set():
             # A last report on the way out, so the collector sees the workers'
             # final state (exited: alive=false) rather than a silent agent.

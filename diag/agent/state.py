@@ -202,14 +202,16 @@ class NodeState:
         state = self.ranks.get(rank)
         return state.pid if state is not None and state.alive else None
 
-    def report(self) -> list[pb.RankProgress]:
-        """RankProgress for every rank; per-op stats are deltas since the last call."""
+    def report(self, with_perf: bool = True) -> list[pb.RankProgress]:
+        """RankProgress for every rank; per-op stats are deltas since the last
+        call. ``with_perf=False`` leaves the perf windows out (a collector that
+        is behind asks for them less often: the window moves slowly)."""
         now = self.clock()
         out = []
         for rank in sorted(self.ranks):
             out.append(self._rank_progress(self.ranks[rank], now))
             self.ranks[rank].stats = {}
-            window = self.perf_message(rank, totals=False)
+            window = self.perf_message(rank, totals=False) if with_perf else None
             if window is not None:
                 # the hook's communicators under their process group's id, as in CommProgress
                 comms = self.ranks[rank].comms

@@ -18,9 +18,9 @@ from diag.common import envnames
 TOKEN_METADATA_KEY = "x-xpu-diag-token"
 
 
-def _refuse(request_or_iterator, context):
-    context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                  f"missing or wrong job token: send metadata {TOKEN_METADATA_KEY} = ${envnames.JOB_TOKEN}")
+async def _refuse(request_or_iterator, context):
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                        f"missing or wrong job token: send metadata {TOKEN_METADATA_KEY} = ${envnames.JOB_TOKEN}")
 
 
 def _refusing_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
@@ -34,19 +34,20 @@ def _refusing_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHa
     return grpc.unary_stream_rpc_method_handler(_refuse)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Aborts with UNAUTHENTICATED unless the metadata carries the token."""
+class TokenInterceptor(grpc.aio.ServerInterceptor):
+    """Aborts with UNAUTHENTICATED unless the metadata carries the token
+    (a ``grpc.aio`` interceptor: the collector serves from one event loop)."""
 
     def __init__(self, token: str) -> None:
         if not token:
             raise ValueError("the job token must not be empty")
         self._token = token.encode()
 
-    def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(self, continuation, handler_call_details):
         for key, value in handler_call_details.invocation_metadata or ():
             if key == TOKEN_METADATA_KEY:
                 given = value.encode() if isinstance(value, str) else value
                 if hmac.compare_digest(given, self._token):
-                    return continuation(handler_call_details)
+                    return await continuation(handler_call_details)
                 break
-        return _refusing_handler(continuation(handler_call_details))
+        return _refusing_handler(await continuation(handler_call_details))

@@ -65,6 +65,10 @@ class IdleDetector:
     def __init__(self) -> None:
         self._event: dict[int, tuple[int, float]] | None = None   # rank -> (pid, last activity)
 
+    @property
+    def armed(self) -> bool:
+        return self._event is None
+
     def update(self, stall: IdleStall | None, snap: Snapshot) -> bool:
         """True when ``stall`` is a new event to declare."""
         if self._event is not None and self._over(snap):

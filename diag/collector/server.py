@@ -1,15 +1,19 @@
 """``create_server`` / ``serve`` / ``main`` of the collector.
 
-``create_server`` builds everything (state, rules, event store, gRPC server
-with the token interceptor and the grpc.health.v1 service) and binds; the
-caller starts it. Tests bind 127.0.0.1:0 and read the port back.
+``create_server`` builds everything (state, rules, event store, a ``grpc.aio``
+server with the token interceptor and the grpc.health.v1 service) and binds;
+the caller starts it. The aio server runs on an event loop in a thread of its
+own, so the API stays synchronous (``start``, ``stop(grace).wait()``) for the
+launcher and the tests. Tests bind 127.0.0.1:0 and read the port back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -23,6 +27,7 @@ from diag.collector import access
 from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
+from diag.collector.pace import Pacer
 from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState
 from diag.collector.watchdog import Watchdog
@@ -31,53 +36,110 @@ from diag.timeline.gather import TimelineGatherer
 
 log = logging.getLogger("diag.collector")
 SERVICE_NAME = "diag.pb.Collector"
-# Threads beyond one per agent stream, for uploads and health checks, so a
-# full house of agents can never starve the dump path.
-SPARE_THREADS = 32
+# Calls beyond one per agent stream, for uploads and health checks, so a full
+# house of agents can never starve the dump path.
+SPARE_CALLS = 64
+# Threads for the work that must not run on the loop (dump files, timelines, the perf view).
+BLOCKING_THREADS = 8
+FDS_SPARE = 256   # file descriptors beyond one per agent: event files, pipes, gRPC's own
 
 
-class CollectorServer(grpc.Server):
-    """A grpc.Server whose start/stop also run the watchdog.
+def _server_options(config: Config, calls: int) -> list[tuple[str, int]]:
+    return [("grpc.max_receive_message_length", config.max_dump_bytes + (1 << 20)),
+            ("grpc.so_reuseport", 0),
+            # When every agent of a big job connects at once, grpc core's default
+            # of 1000 pending calls would cancel the rest. Allow one per agent.
+            ("grpc.server.max_pending_requests", calls),
+            ("grpc.server.max_pending_requests_hard_limit", 2 * calls),
+            # Ping agents so a vanished host frees its stream, and let agents keep
+            # their connection alive with pings of their own.
+            ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.http2.max_ping_strikes", 0),
+            # Bandwidth-delay probing pings every stream's peer as data arrives:
+            # measured ~70 us of collector CPU per report (docs/collector.md,
+            # Scale), for windows that 5 KB reports never fill.
+            ("grpc.http2.bdp_probe", 0)]
 
-    ``state``, ``events``, ``watchdog`` and ``registry`` are exposed for tests
-    and the launcher's logs; everything else is plain grpc.Server.
+
+class CollectorServer:
+    """The collector: a ``grpc.aio`` server on its own event loop thread, the
+    watchdog thread and the pacer (overload, pace.py) on the loop.
+
+    ``state``, ``events``, ``watchdog``, ``registry`` and ``pacer`` are
+    exposed for tests and the launcher's logs. ``start()``, ``stop(grace)``
+    (returns a threading.Event set once stopped) and
+    ``wait_for_termination()`` are what grpc.Server's are.
     """
 
-    def __init__(self, inner: grpc.Server, config: Config, state: JobState, registry: SessionRegistry,
-                 events: EventStore, watchdog: Watchdog, health_servicer: health.HealthServicer) -> None:
-        self._inner = inner
+    def __init__(self, config: Config, state: JobState, registry: SessionRegistry, events: EventStore,
+                 watchdog: Watchdog, pool: concurrent.futures.ThreadPoolExecutor) -> None:
         self.config = config
         self.state = state
         self.registry = registry
         self.events = events
         self.watchdog = watchdog
         self.timelines = watchdog.timelines
-        self._health = health_servicer
+        self.pacer = watchdog.pacer
+        self._pool = pool
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="collector-loop", daemon=True)
+        self._thread.start()
+        self._stopped = threading.Event()
+        self._stopping = False
+        self._inner, self._health = self._call(self._build())
+        registry.loop = self._loop
 
-    def add_generic_rpc_handlers(self, generic_rpc_handlers):
-        return self._inner.add_generic_rpc_handlers(generic_rpc_handlers)
+    def _call(self, coro, timeout: float | None = 30.0):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def add_registered_method_handlers(self, service_name, method_handlers):
-        return self._inner.add_registered_method_handlers(service_name, method_handlers)
+    async def _build(self):
+        calls = self.config.max_agents + SPARE_CALLS
+        inner = grpc.aio.server(migration_thread_pool=self._pool, interceptors=[TokenInterceptor(self.config.token)],
+                                maximum_concurrent_rpcs=calls, options=_server_options(self.config, calls))
+        self.servicer = CollectorServicer(self.config, self.state, self.registry, self.events, self.timelines,
+                                          self._pool)
+        pb_grpc.add_CollectorServicer_to_server(self.servicer, inner)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, inner)
+        for name in ("", SERVICE_NAME):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return inner, health_servicer
 
-    def add_insecure_port(self, address):
-        return self._inner.add_insecure_port(address)
+    def add_insecure_port(self, address: str) -> int:
+        async def add():
+            return self._inner.add_insecure_port(address)
+        return self._call(add())
 
-    def add_secure_port(self, address, server_credentials):
-        return self._inner.add_secure_port(address, server_credentials)
-
-    def start(self):
-        self._inner.start()
+    def start(self) -> None:
+        self._call(self._inner.start())
+        self.pacer.start(self._loop)
         self.watchdog.start()
 
-    def stop(self, grace):
-        self._health.enter_graceful_shutdown()
-        event = self._inner.stop(grace)
+    def stop(self, grace: float | None) -> threading.Event:
+        """Stop serving (in-flight calls get ``grace`` seconds), then the
+        watchdog (pending hang.json rewrites flushed) and the loop."""
+        if self._stopping:
+            return self._stopped
+        self._stopping = True
+        try:
+            self._call(self._health.enter_graceful_shutdown(), 10)
+            self._call(self._inner.stop(grace), (grace or 0) + 30)
+        except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+            log.warning("stopping the gRPC server: %r", exc)
+        self.pacer.stop()
         self.watchdog.stop()
-        return event
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._loop.is_running():
+            self._loop.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._stopped.set()
+        return self._stopped
 
-    def wait_for_termination(self, timeout=None):
-        return self._inner.wait_for_termination(timeout)
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """True once stopped, False at ``timeout``."""
+        return self._stopped.wait(timeout)
 
 
 def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, int]:
@@ -90,37 +152,16 @@ def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, in
     state, registry, events = JobState(), SessionRegistry(config.max_agents), EventStore(config)
     timelines = TimelineGatherer(config.job_id, registry)
     watchdog = Watchdog(config, state, registry, events, timelines=timelines)
-    rpc_limit = config.max_agents + SPARE_THREADS
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=rpc_limit, thread_name_prefix="collector-rpc")
-    inner = grpc.server(pool, interceptors=[TokenInterceptor(config.token)], maximum_concurrent_rpcs=rpc_limit,
-                        options=[("grpc.max_receive_message_length", config.max_dump_bytes + (1 << 20)),
-                                 ("grpc.so_reuseport", 0),
-                                 # When every agent of a big job connects at once, the one Python thread
-                                 # that accepts calls falls behind; grpc core's default of 1000 pending
-                                 # calls would cancel the rest. Allow one per agent.
-                                 ("grpc.server.max_pending_requests", rpc_limit),
-                                 ("grpc.server.max_pending_requests_hard_limit", 2 * rpc_limit),
-                                 # Ping agents so a vanished host frees its stream thread, and let
-                                 # agents keep their connection alive with pings of their own.
-                                 ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
-                                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-                                 ("grpc.http2.max_ping_strikes", 0),
-                                 # Bandwidth-delay probing pings every stream's peer as data arrives:
-                                 # measured ~70 us of collector CPU per report (docs/collector.md,
-                                 # Scale), for windows that 5 KB reports never fill.
-                                 ("grpc.http2.bdp_probe", 0)])
-    pb_grpc.add_CollectorServicer_to_server(CollectorServicer(config, state, registry, events, timelines), inner)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, inner)
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=BLOCKING_THREADS, thread_name_prefix="collector-io")
+    server = CollectorServer(config, state, registry, events, watchdog, pool)
     try:
-        port = inner.add_insecure_port(listen_addr)
+        port = server.add_insecure_port(listen_addr)
     except RuntimeError:
         port = 0
     if not port:
+        server.stop(0)
         raise ConfigError(f"--listen: cannot bind {listen_addr!r} (address in use or not local); pick another HOST:PORT")
-    return CollectorServer(inner, config, state, registry, events, watchdog, health_servicer), port
+    return server, port
 
 
 def bound_address(listen_addr: str, port: int) -> str:
@@ -128,8 +169,27 @@ def bound_address(listen_addr: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+def raise_file_limit(max_agents: int) -> None:
+    """One socket per agent: raise the soft file limit toward the hard one so
+    that --max-agents fit; say once if they cannot."""
+    want = max_agents + FDS_SPARE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < want:
+        log.warning("the file limit (%d) holds about %d agents' connections, fewer than --max-agents %d: "
+                    "raise the hard limit (ulimit -Hn) to %d or more", soft, max(0, soft - FDS_SPARE),
+                    max_agents, want)
+
+
 def serve(config: Config, stop: threading.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code."""
+    raise_file_limit(config.max_agents)
     server, port = create_server(config.listen, config)
     server.start()
     address = bound_address(config.listen, port)
@@ -154,7 +214,8 @@ def serve(config: Config, stop: threading.Event | None = None) -> int:
             os.unlink(access_file)
         except OSError:
             pass
-    log.info("stopped (%d node reports ingested)", server.state.reports)
+    log.info("stopped (%d node reports ingested; streams: %s)", server.state.reports,
+             ", ".join(f"{n} {how}" for how, n in sorted(server.servicer.streams.items())) or "none")
     return 0
 
 

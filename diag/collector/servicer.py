@@ -1,13 +1,17 @@
-"""The Collector gRPC service: agents' Connect streams and stack uploads.
+"""The Collector gRPC service (``grpc.aio``): agents' Connect streams and uploads.
 
-Each Connect stream is served by one pool thread, which reads a report,
-ingests it, then sends any commands queued for that agent. So a command
-reaches an agent at its next report, within one report interval (about 1 s),
-and a thousand agents cost a thousand threads, not two thousand.
+All streams are served by one asyncio event loop, with no thread per stream
+(issue 21: a thread per stream topped out near 2,500 agents). A stream's
+handler reads and ingests reports; a small writer task per stream pushes the
+commands queued for its agent as soon as they are queued (``broadcast`` may be
+called from any thread: it wakes the writers through the loop). Work that may
+block (writing dump files, waiting for timelines, copying the perf view of a
+big job) runs in a thread pool, never on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import threading
@@ -17,7 +21,7 @@ import grpc
 
 from diag.collector.config import Config
 from diag.collector.events import EventStore, UploadError
-from diag.collector.state import JobState, ReportError
+from diag.collector.state import AgentClock, JobState, ReportError
 from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
 
@@ -26,13 +30,16 @@ QUIET_ABOVE_AGENTS = 32
 
 
 class AgentSession:
-    """One connected agent; ``commands`` is drained by its stream's thread."""
+    """One connected agent. ``commands`` is what is queued for it; the
+    stream's writer drains it when woken (``wake``, set on the loop)."""
 
     def __init__(self, node_rank: int, hostname: str, agent_pid: int) -> None:
         self.node_rank = node_rank
         self.hostname = hostname
         self.agent_pid = agent_pid
         self.commands: collections.deque[pb.Command] = collections.deque()
+        self.clock = AgentClock()
+        self.wake: asyncio.Event | None = None   # set by the stream's handler, on the loop
 
 
 class SessionRegistry:
@@ -42,6 +49,8 @@ class SessionRegistry:
         self._sessions: dict[int, AgentSession] = {}
         self._lock = threading.Lock()
         self._max = max_agents
+        self.loop: asyncio.AbstractEventLoop | None = None   # the server's loop, once serving
+        self.pace: pb.Command | None = None   # the ReportPace in force (pace.py), sent to newcomers too
 
     def add(self, session: AgentSession) -> bool:
         with self._lock:
@@ -56,11 +65,18 @@ class SessionRegistry:
                 del self._sessions[session.node_rank]
 
     def broadcast(self, command: pb.Command) -> int:
-        """Queue ``command`` for every connected agent; returns how many."""
+        """Queue ``command`` for every connected agent and wake their writers
+        (one hop onto the loop for all of them); returns how many."""
         with self._lock:
             sessions = list(self._sessions.values())
         for s in sessions:
             s.commands.append(command)
+        loop = self.loop
+        if loop is not None and sessions and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(_wake_all, sessions)
+            except RuntimeError:   # the loop closed meanwhile: the server is stopping
+                pass
         return len(sessions)
 
     def node_ranks(self) -> list[int]:
@@ -71,42 +87,76 @@ class SessionRegistry:
         return len(self._sessions)
 
 
+def _wake_all(sessions) -> None:
+    for s in sessions:
+        if s.wake is not None:
+            s.wake.set()
+
+
 class CollectorServicer(pb_grpc.CollectorServicer):
     def __init__(self, config: Config, state: JobState, registry: SessionRegistry, events: EventStore,
-                 timelines=None) -> None:
+                 timelines=None, pool=None) -> None:
         self._config = config
         self._state = state
         self._registry = registry
         self._events = events
         self._timelines = timelines   # diag.timeline.gather.TimelineGatherer
+        self._pool = pool             # concurrent.futures executor for blocking work (None: the loop's default)
+        self.streams: collections.Counter = collections.Counter()   # how Connect streams ended (logs, bench)
 
-    def Connect(self, request_iterator, context):
-        context.send_initial_metadata(())
-        session = None
+    async def _blocking(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def Connect(self, request_iterator, context):
+        await context.send_initial_metadata(())
+        session, writer, how = None, None, "cancelled"
         try:
-            for report in request_iterator:
+            async for report in request_iterator:
+                now = time.monotonic()
                 if session is None:
-                    session = self._open(report, context)
+                    session = await self._open(report, context)
+                    writer = asyncio.ensure_future(self._push(session, context))
                 try:
-                    self._state.ingest(report, time.monotonic())
+                    self._state.ingest(report, now, session.clock)
                 except ReportError as exc:
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad NodeReport: {exc}")
-                while session.commands:
-                    yield session.commands.popleft()
-        except grpc.RpcError:
-            pass  # the agent went away; unless it comes back, its ranks turn silent
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad NodeReport: {exc}")
+            how = "ended"
+        except Exception as exc:
+            how = type(exc).__name__
+            raise
         finally:
+            self.streams[how] += 1
+            if writer is not None:
+                writer.cancel()
             if session is not None:
                 self._close(session)
 
-    def _open(self, report: pb.NodeReport, context) -> AgentSession:
+    async def _push(self, session: AgentSession, context) -> None:
+        """The stream's writer: commands go out as soon as they are queued,
+        in order (a KillWorkers never overtakes the DumpStacks before it)."""
+        try:
+            while True:
+                while session.commands:
+                    await context.write(session.commands.popleft())
+                await session.wake.wait()
+                session.wake.clear()
+        except asyncio.CancelledError:
+            raise
+        except Exception:   # the stream ended under the write: the handler cleans up
+            return
+
+    async def _open(self, report: pb.NodeReport, context) -> AgentSession:
         if report.job_id and report.job_id not in (self._config.job_id, self._config.safe_job_id):
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"report for job {report.job_id[:64]!r}, but this collector serves job {self._config.job_id!r}")
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"report for job {report.job_id[:64]!r}, but this collector serves job "
+                                f"{self._config.job_id!r}")
         session = AgentSession(report.node_rank, report.hostname, report.agent_pid)
+        session.wake = asyncio.Event()
         if not self._registry.add(session):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"collector already serves {self._config.max_agents} agents (--max-agents)")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"collector already serves {self._config.max_agents} agents (--max-agents)")
+        if self._registry.pace is not None:   # the collector is behind: this agent paces too
+            session.commands.append(self._registry.pace)
         log.log(self._level(), "agent connected: node %d (%s, pid %d)", report.node_rank, report.hostname,
                 report.agent_pid)
         return session
@@ -121,57 +171,60 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         """One line per agent for small jobs; a 2,000-node job would drown its log."""
         return logging.INFO if len(self._registry) <= QUIET_ABOVE_AGENTS else logging.DEBUG
 
-    def GetPerfView(self, request, context):
-        """Every rank's latest window, as its agent last sent it: the state
-        already holds the reports, so ingest pays nothing for this view."""
+    async def GetPerfView(self, request, context):
+        return await self._blocking(self._perf_view)
+
+    def _perf_view(self) -> pb.PerfView:
+        """Every rank's latest window, as its agent last sent it (in a thread:
+        copying 100,000 ranks' windows must not hold up the reports)."""
         snap = self._state.snapshot(time.monotonic())
         view = pb.PerfView(job_id=self._config.job_id)
         for rank in sorted(snap.ranks):
             entry = snap.ranks[rank]
-            if not entry.progress.HasField("perf"):
+            if entry.perf is None:
                 continue
             agent = snap.agents.get(entry.node_rank)
             view.ranks.add(rank=rank, local_rank=entry.progress.local_rank,
                            node_rank=entry.node_rank, hostname=agent.hostname if agent else "",
-                           age_s=max(0.0, snap.now - entry.received), perf=entry.progress.perf,
+                           age_s=max(0.0, snap.now - entry.perf_at), perf=entry.perf,
                            gpu=entry.progress.gpu.identity if entry.progress.HasField("gpu") else None)
         return view
 
-    def UploadStacks(self, request, context):
+    async def UploadStacks(self, request, context):
         try:
-            name = self._events.accept_upload(request, time.monotonic())
+            name = await self._blocking(self._events.accept_upload, request, time.monotonic())
         except UploadError as exc:
-            context.abort(exc.code, exc.message)
+            await context.abort(exc.code, exc.message)
         except OSError as exc:
             log.error("cannot write stack dump for rank %d of event %s: %s", request.rank, request.event_id[:64], exc)
-            context.abort(grpc.StatusCode.INTERNAL, f"collector cannot write the dump: {exc.strerror}")
+            await context.abort(grpc.StatusCode.INTERNAL, f"collector cannot write the dump: {exc.strerror}")
         return pb.Ack(ok=True, message=name)
 
-    def ReportLastWords(self, request, context):
+    async def ReportLastWords(self, request, context):
         """An agent's answer to PersistLastWords (--hang-action kill/recover waits for them)."""
         try:
             self._events.accept_last_words(request)
         except UploadError as exc:
-            context.abort(exc.code, exc.message)
+            await context.abort(exc.code, exc.message)
         return pb.Ack(ok=True)
 
-    def UploadTimeline(self, request, context):
+    async def UploadTimeline(self, request, context):
         if self._timelines is None:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no timelines")
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no timelines")
         try:
-            spans = self._timelines.accept_upload(request)
+            spans = await self._blocking(self._timelines.accept_upload, request)
         except UploadError as exc:
-            context.abort(exc.code, exc.message)
+            await context.abort(exc.code, exc.message)
         return pb.Ack(ok=True, message=f"{spans} spans")
 
-    def GetTimeline(self, request, context):
+    async def GetTimeline(self, request, context):
         if self._timelines is None:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no timelines")
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this collector keeps no timelines")
         wait_s = request.wait_ms / 1000 if request.wait_ms else None
         if wait_s is not None and not 0 < wait_s <= 600:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"wait_ms {request.wait_ms} is not in 1..600000")
-        try:
-            data, ranks, missing = self._timelines.on_demand(request.last_ns, wait_s)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"wait_ms {request.wait_ms} is not in 1..600000")
+        try:   # waits for the agents' answers: in a thread, never on the loop
+            data, ranks, missing = await self._blocking(self._timelines.on_demand, request.last_ns, wait_s)
         except UploadError as exc:
-            context.abort(exc.code, exc.message)
+            await context.abort(exc.code, exc.message)
         return pb.TimelineReply(trace_json=data, ranks=ranks, nodes_missing=missing)

@@ -80,14 +80,14 @@ def windows_of(snap: Snapshot) -> dict[int, RankWindow]:
     """Every live rank's window, as fresh as its last report."""
     out = {}
     for rank, entry in snap.ranks.items():
-        progress = entry.progress
-        if (not progress.alive or not progress.HasField("perf") or progress.perf.window_s <= 0
+        progress, perf = entry.progress, entry.perf   # the latest window (agents that pace send it less often)
+        if (not progress.alive or perf is None or perf.window_s <= 0
                 or snap.now - entry.received > STALE_AFTER_S):
             continue
         agent = snap.agents.get(entry.node_rank)
         names = {c.comm_id: c.group_name for c in progress.comms if c.group_name}
         out[rank] = slow_windows.from_perf(
-            rank, entry.node_rank, progress.local_rank, agent.hostname if agent else "", progress.perf,
+            rank, entry.node_rank, progress.local_rank, agent.hostname if agent else "", perf,
             lambda comm_id: f'"{names[comm_id]}"' if comm_id in names else slow_windows.group_name(comm_id))
     return out
 

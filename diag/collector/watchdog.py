@@ -3,6 +3,13 @@
 One thread, one ``tick`` every --eval interval (0.5 s). The loop never dies:
 each step is wrapped, errors are logged and the next tick runs. ``tick`` takes
 the clock as arguments so tests can drive it directly.
+
+A tick's work does not grow with the healthy ranks (issue 21): the state's
+indexes say which ranks' ops may be past the timeout and which agents may be
+silent, and only then is a full snapshot judged by the rules. The rest (the
+idle rule's full pass, SLOW judgements, GPU lines, dropped records) runs on a
+slower cadence, FULL_EVERY_S or one second per FULL_RANKS_PER_S ranks. The
+pacer (pace.py) checks each tick whether the collector falls behind.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from diag.collector import gpus, idle, rules, verdict
 from diag.collector.api import Findings
 from diag.collector.config import Config
 from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
+from diag.collector.pace import Pacer
 from diag.collector.servicer import SessionRegistry
 from diag.collector.slowness import SlowWatch
 from diag.collector.state import JobState, Snapshot
@@ -27,6 +35,11 @@ from diag.pb import collector_pb2 as pb
 
 log = logging.getLogger("diag.collector")
 KILLING = ("kill", "recover")   # the --hang-action values that end the workers
+# The index files ops by the second they started, and a later report may date
+# a start a little earlier: look at ranks this much before the timeout.
+INDEX_SLACK_S = 1.5
+FULL_EVERY_S = 2.0
+FULL_RANKS_PER_S = 20_000
 
 
 class Watchdog:
@@ -50,6 +63,10 @@ class Watchdog:
         self._drops_said = 0  # job-wide dropped-record total at the last DROPPED line
         self.slow = SlowWatch(config, events, registry, self._say, timelines)
         self.gpus = gpus.GpuWatch(self._say)   # start-up lines on where ranks run (docs/gpu.md)
+        self.pacer = Pacer(config, state, registry, self._say)   # overload: say it, shed, back off
+        self._quiet: set[int] = set()   # agents quiet at the last tick (silent candidates)
+        self._full_at = 0.0
+        self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
 
     def start(self) -> None:
         if self._thread is None:
@@ -79,26 +96,26 @@ class Watchdog:
     def tick(self, now: float | None = None, now_unix: float | None = None) -> None:
         """One evaluation at monotonic ``now`` (wall clock ``now_unix``)."""
         now = time.monotonic() if now is None else now
-        snap = self._state.snapshot(now)
-        findings = rules.analyse(snap, self._config.hang_timeout_s, self._config.silent_after_s,
-                                 explain=self.detector.armed)
-        fire, rearmed, newly_silent = self.detector.update(findings, snap)
-        for agent in newly_silent:
-            self._say(verdict.silent_line(agent))
-        if rearmed:
-            log.info("progress resumed: hang detection re-armed")
-        if fire:
-            self._declare(findings, snap, time.time() if now_unix is None else now_unix)
-        silent_nodes = {a.node_rank for a in findings.silent_agents}
-        stall = idle.find_idle(snap, self._config.idle_timeout_s, silent_nodes)
-        if self.idle_detector.update(stall, snap):
-            self._declare(Findings(world_size=snap.world_size), snap,
-                          time.time() if now_unix is None else now_unix, stall)
-        self._no_throw(self.slow.tick, "judging slow ranks", snap, time.time() if now_unix is None else now_unix,
-                       findings.is_hang or not self.detector.armed)
-        self._no_throw(self.gpus.tick, "looking at the ranks' GPUs", snap)
-        self._log_stats(snap, now)
-        self._report_drops(snap)
+        unix = time.time() if now_unix is None else now_unix
+        self._no_throw(self.pacer.check, "measuring the ingest lag", now)
+        silent_after = self.pacer.silent_after(self._config.silent_after_s)
+        expired = self._state.expired(now - self._config.hang_timeout_s + INDEX_SLACK_S)
+        quiet = set(self._state.quiet_agents(now - silent_after))
+        full = now >= self._full_at
+        if (full or expired or quiet != self._quiet or not self.detector.armed or not self.idle_detector.armed
+                or now - self._state.active_at >= self._config.idle_timeout_s - idle.ACTIVITY_SLACK_S):
+            snap = self._state.snapshot(now)
+            self.full_ticks += 1
+            hanging = self._judge(snap, unix, silent_after)
+            if full:
+                agents, ranks = self._state.size
+                self._full_at = now + max(FULL_EVERY_S, ranks / FULL_RANKS_PER_S)
+                self._no_throw(self.slow.tick, "judging slow ranks", snap, unix,
+                               hanging or self.pacer.overloaded)
+                self._no_throw(self.gpus.tick, "looking at the ranks' GPUs", snap)
+        self._report_drops()
+        self._quiet = quiet
+        self._log_stats(now)
         if self.timelines is not None:
             self._no_throw(self.timelines.tick, "closing timeline requests", now)
         for event in self._events.events():
@@ -111,7 +128,23 @@ class Watchdog:
             if self._config.hang_action in KILLING and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
 
-    def _log_stats(self, snap: Snapshot, now: float) -> None:
+    def _judge(self, snap: Snapshot, unix: float, silent_after: float) -> bool:
+        """The rules on a full snapshot: HANG, SILENT, idle. True while the job hangs."""
+        findings = rules.analyse(snap, self._config.hang_timeout_s, silent_after, explain=self.detector.armed)
+        fire, rearmed, newly_silent = self.detector.update(findings, snap)
+        for agent in newly_silent:
+            self._say(verdict.silent_line(agent))
+        if rearmed:
+            log.info("progress resumed: hang detection re-armed")
+        if fire:
+            self._declare(findings, snap, unix)
+        silent_nodes = {a.node_rank for a in findings.silent_agents}
+        stall = idle.find_idle(snap, self._config.idle_timeout_s, silent_nodes)
+        if self.idle_detector.update(stall, snap):
+            self._declare(Findings(world_size=snap.world_size), snap, unix, stall)
+        return findings.is_hang or not self.detector.armed
+
+    def _log_stats(self, now: float) -> None:
         """Every --stats-interval: reports ingested so far and the rate since the last line."""
         if self._stats_at is None:
             self._stats_at = now
@@ -119,14 +152,15 @@ class Watchdog:
             return
         total = self._state.reports
         rate = (total - self._stats_reports) / (now - self._stats_at)
-        log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks",
-                 total, rate, now - self._stats_at, len(snap.agents), len(snap.ranks))
+        agents, ranks = self._state.size
+        log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks; %.2f s behind",
+                 total, rate, now - self._stats_at, agents, ranks, self.pacer.lag_s)
         self._stats_at, self._stats_reports = now, total
 
-    def _report_drops(self, snap: Snapshot) -> None:
+    def _report_drops(self) -> None:
         """Say when ranks drop progress records (full rings), first at any drop
         and then each time the job-wide total doubles, so the line stays rare."""
-        dropping = {r: e.progress.dropped_records for r, e in snap.ranks.items() if e.progress.dropped_records}
+        dropping = self._state.dropped()
         total = sum(dropping.values())
         if total and total >= 2 * self._drops_said:
             self._say(verdict.dropped_line(dropping))

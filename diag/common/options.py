@@ -452,8 +452,8 @@ LAST_WORDS_TIMEOUT = Option("--last-words-timeout", None, "120s", duration, dest
 MAX_DUMP_SIZE = Option("--max-dump-size", None, "64M", size_up_to(1 << 30, "1G (one gRPC message)"),
                        dest="max_dump_bytes",
                        help="largest accepted stack dump file")
-MAX_AGENTS = Option("--max-agents", None, "4096",
-                    integer(1, "4096", 65536, "one server thread each"),
+MAX_AGENTS = Option("--max-agents", None, "16384",
+                    integer(1, "16384", 65536, "one socket each"),
                     help="most agents connected at once")
 STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_interval_s",
                         format=seconds_text, help="log an ingest-rate line this often")

@@ -279,7 +279,7 @@ def test_watchdog_logs_the_ingest_rate_every_stats_interval(tmp_path, caplog):
     watchdog.tick(now=T0 + 5)
     assert "ingest:" not in caplog.text
     watchdog.tick(now=T0 + 10)
-    assert "ingest: 40 reports total, 4.0/s over the last 10.000 s; 2 agents, 2 ranks" in caplog.text
+    assert "ingest: 40 reports total, 4.0/s over the last 10.000 s; 2 agents, 2 ranks; 0.00 s behind" in caplog.text
 
 
 def test_dropped_records_are_reported_when_they_start_and_when_they_double(tmp_path):
