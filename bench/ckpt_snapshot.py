@@ -201,7 +201,10 @@ def step_figures(args, every, nparams, node, ck, base, snap, ratios) -> dict:
         "skipped": ck.stats["skipped_busy"] + ck.stats["skipped_slot"],
         "save_call_ms_per_step": 1e3 * ck.stats["save_call_s"] / snap_steps,
         "busy_wait_ms_per_step": 1e3 * ck.stats["busy_wait_s"] / snap_steps,
+        "busy_waits": ck.stats["busy_waits"],
         "prehook_wait_ms_per_step": 1e3 * ck.stats["prehook_wait_s"] / snap_steps,
+        "prehook_waits_over_1ms": ck.stats["prehook_waits"],
+        "queued_ms_per_snapshot": 1e3 * ck.stats["queued_s"] / max(1, ck.stats["committed"]),
         "background_copy_ms_per_snapshot": 1e3 * ck.stats["copy_s"] / max(1, ck.stats["committed"]),
         "background_commit_ms_per_snapshot": 1e3 * ck.stats["commit_s"] / max(1, ck.stats["committed"]),
         "d2h_ms_per_snapshot": 1e3 * d2h_s / timed if timed else None,
@@ -300,12 +303,13 @@ def report_steps(f: dict) -> None:
           f"{f['overhead_pct_min_pair']:+.2f} to {f['overhead_pct_max_pair']:+.2f} %)  [goal: +1 % or less]")
     print(f"snapshots: {f['snapshots_committed']} committed of {f['snapshot_steps']} due, {f['skipped']} skipped; "
           f"per step: save() {f['save_call_ms_per_step']:.2f} ms on the training thread (of which waiting "
-          f"for the previous snapshot {f['busy_wait_ms_per_step']:.2f} ms), optimizer pre-hook "
-          f"{f['prehook_wait_ms_per_step']:.2f} ms")
+          f"for room {f['busy_wait_ms_per_step']:.2f} ms, {f['busy_waits']} time(s)), optimizer pre-hook "
+          f"{f['prehook_wait_ms_per_step']:.2f} ms (over 1 ms {f['prehook_waits_over_1ms']} time(s))")
     d2h = (f"; the device-to-host copy itself {f['d2h_ms_per_snapshot']:.1f} ms = {f['d2h_gb_per_s']:.1f} GB/s "
            f"(CUDA events on the copy stream)" if f.get("d2h_gb_per_s") else "")
-    print(f"background per snapshot: save() to copied {f['background_copy_ms_per_snapshot']:.1f} ms (waits for the "
-          f"GPU to reach the step), checksum+commit {f['background_commit_ms_per_snapshot']:.1f} ms{d2h}")
+    print(f"background per snapshot: queued behind the previous {f['queued_ms_per_snapshot']:.1f} ms, issued to "
+          f"copied {f['background_copy_ms_per_snapshot']:.1f} ms (waits for the GPU to reach the step), "
+          f"checksum+commit {f['background_commit_ms_per_snapshot']:.1f} ms{d2h}")
     print(f"state: {f['state_bytes_per_rank'] / mib:.1f} MiB per rank; the store holds "
           f"{f['store_host_bytes_per_rank'] / mib:.1f} MiB of host memory per rank (two slots, the pinned "
           f"copy target itself); process RSS {f['process_rss_bytes'] / mib:.0f} MiB")

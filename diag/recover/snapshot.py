@@ -2,23 +2,28 @@
 
 ``save(step)`` costs the training thread the ``state_dict()`` calls, a clone
 of the few tensors the optimizer does not own (buffers, RNG state) and one
-CUDA event; a background thread copies the tensors device-to-host straight
-into the slot's tmpfs pages (pinned with cudaHostRegister, so the copy is
-asynchronous DMA on its own stream), checksums them and commits the slot. The
-next ``optimizer.step()`` must not change a tensor while it is being copied:
-a step pre-hook on each registered optimizer makes the compute stream wait
-for the copy (a device-side wait; the host waits only for the copies to be
-*issued*, and on CPU for them to finish).
+CUDA event, then hands the job to a background thread and returns: it never
+waits for an earlier snapshot (while the optimizer pre-hook runs, below, at
+most one is queued behind the one being copied). The background thread takes
+the jobs in order and issues the copy of step N only after step N-1 has
+committed, so the slot it overwrites never holds the newest committed
+snapshot; it copies the tensors device-to-host straight into the slot's tmpfs
+pages (pinned with cudaHostRegister, so the copy is asynchronous DMA on its
+own stream), checksums them and commits the slot. The next
+``optimizer.step()`` must not change a tensor while it is being copied: a
+step pre-hook on each registered optimizer waits on the host only until that
+copy is *issued* (its CUDA event recorded: waiting on an unrecorded event is
+a no-op), then makes the compute stream wait for it on the device; on CPU the
+host waits for the copy itself.
 
 Never hurts training: any failure says one line and switches snapshots off;
-``save`` never raises and never waits for I/O. A snapshot that would need a
-slot still being written (the previous one not committed yet) is skipped and
-counted.
+``save`` never raises and never waits for I/O.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import sys
@@ -33,6 +38,7 @@ from diag.recover.state import Adapter, dist_info, has_dtensor
 
 _PREHOOK_TIMEOUT_S = 120.0
 _BUSY_TIMEOUT_S = 60.0
+_QUEUE = 2     # jobs not finished: the one being copied and one waiting (see _save)
 _HOST_REGISTER_PORTABLE = 1     # cudaHostRegisterPortable: pinned for every context of the process
 
 
@@ -96,6 +102,9 @@ class _Job:
         self.done_event = None               # CUDA event after the last copy
         self.copied = threading.Event()      # host: every byte is in the slot (or given up)
         self.abandoned = False               # the pre-hook gave up waiting: never commit
+        self.taken = False                   # the background thread began it (under _cond)
+        self.cancelled = False               # on_busy="skip": dropped before it was taken
+        self.saved_at = time.perf_counter()
         self.names: tuple[str, ...] = ()     # the registered names this snapshot holds
         self.aliases: tuple[int, ...] = tuple(range(len(entries)))   # tied tensors (layout.place)
 
@@ -114,12 +123,13 @@ class Checkpointer:
             DTensor, else True.
         holder: the global rank that keeps the replicated state (DP rank 0).
         every: save(step) acts when ``step % every == 0``.
-        on_busy: what save() does while the previous snapshot is still being
-            copied or committed: "wait" for it (default: every rank keeps
-            every step, so a restart repeats at most one; costs step time only
-            when a snapshot takes longer than ``every`` steps, which the bench
-            shows) or "skip" this one (never waits; ranks may then keep
-            different steps and restore an older common one).
+        on_busy: what happens to a snapshot that cannot be copied before the
+            next optimizer step (the previous one is still being copied, a
+            copy slower than ``every`` steps): "wait" (default) keeps every
+            snapshot, the next step's pre-hook waits for it on the host (the
+            only case where the training thread waits; the bench shows when);
+            "skip" drops it (never waits; ranks may then keep different steps
+            and restore an older common one).
         group: the process group restore agrees over (default: the world).
     """
 
@@ -139,12 +149,13 @@ class Checkpointer:
         self.local: dict[str, Adapter] = {}
         self.stats = {"saved": 0, "committed": 0, "skipped_busy": 0, "skipped_slot": 0,
                       "last_step": None, "copy_s": 0.0, "commit_s": 0.0, "busy_wait_s": 0.0,
-                      "prehook_wait_s": 0.0, "save_call_s": 0.0,
+                      "busy_waits": 0, "prehook_wait_s": 0.0, "prehook_waits": 0, "queued_s": 0.0,
+                      "save_call_s": 0.0,
                       "d2h_s": 0.0, "d2h_bytes": 0, "d2h_timed": 0}
         self.enabled = os.environ.get(api.ENV_DISABLE, "") in ("", "0")
         self._writer: store.SlotWriter | None = None
         self._pending: _Job | None = None          # the job the next optimizer step must wait for
-        self._inflight: _Job | None = None         # the job the background thread has
+        self._jobs: collections.deque[_Job] = collections.deque()   # saved, not finished; [0] the thread's
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stream = None
@@ -202,7 +213,7 @@ class Checkpointer:
 
     def _save(self, step: int) -> bool:
         rank, _ = self._dist()
-        if self.on_busy == "skip" and self._inflight is not None:
+        if self.on_busy == "skip" and len(self._jobs) >= _QUEUE:
             self.stats["skipped_busy"] += 1
             return False
         names = self._names_kept(rank)
@@ -234,27 +245,28 @@ class Checkpointer:
         job.names, job.aliases = tuple(sorted(names)), aliases
         self._start_thread()
         with self._cond:
-            # The wait comes last: everything above (~5 ms of state_dict and
-            # clones on GPT-2) is done while the previous copy still runs, so
-            # the training thread goes back to launching the next step at once
-            # when it commits, before the GPU runs out of queued work.
-            if self._inflight is not None and not self._wait_previous():
+            # Queued, not waited for: the copy of the previous step (its GPU
+            # work still queued behind this step's, since the CPU runs ahead)
+            # commits in the background while this thread goes on launching.
+            # A full queue happens only without a registered optimizer (no
+            # pre-hook holds the training thread back to one copy in flight).
+            if len(self._jobs) >= _QUEUE and not self._wait_room():
                 self.stats["skipped_busy"] += 1
                 return False
-            self._inflight = self._pending = job
+            self._jobs.append(job)
+            self._pending = job
             self._cond.notify_all()
         self.stats["saved"] += 1
         return True
 
-    def _wait_previous(self) -> bool:
-        """With on_busy="wait" (held: self._cond), wait for the snapshot in
-        flight to commit. Every rank then has every step, so the ranks of a
-        stopped job always share their newest or the one before; with
-        "skip", ranks may skip different steps and share none."""
+    def _wait_room(self) -> bool:
+        """With on_busy="wait" (held: self._cond), wait until the job being
+        copied is done, so at most one waits behind it."""
         if self.on_busy != "wait":
             return False
         t0 = time.perf_counter()
-        idle = self._cond.wait_for(lambda: self._inflight is None, _BUSY_TIMEOUT_S)
+        self.stats["busy_waits"] += 1
+        idle = self._cond.wait_for(lambda: len(self._jobs) < _QUEUE, _BUSY_TIMEOUT_S)
         self.stats["busy_wait_s"] += time.perf_counter() - t0
         if not idle and not self._said_busy:
             self._said_busy = True
@@ -306,13 +318,24 @@ class Checkpointer:
         if job is None:
             return
         self._pending = None
+        if self.on_busy == "skip":
+            with self._cond:
+                if not job.taken:        # its copy would have to wait for the previous one: dropped
+                    job.cancelled = True
+                    self.stats["skipped_busy"] += 1
+                    return
         t0 = time.perf_counter()
         try:
             self._wait_copy(job)
         finally:
-            self.stats["prehook_wait_s"] += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.stats["prehook_wait_s"] += took
+            self.stats["prehook_waits"] += took > 1e-3
 
     def _wait_copy(self, job: _Job) -> None:
+        # The host waits only for the copy to be issued (normally it was, long
+        # ago: the background thread issues it once the previous snapshot
+        # commits, about one copy time after the GPU finished that step).
         if not job.issued.wait(_PREHOOK_TIMEOUT_S):
             job.abandoned = True
             self._off(f"the copy of step {job.step} did not start in {_PREHOOK_TIMEOUT_S:.0f} s; "
@@ -335,9 +358,13 @@ class Checkpointer:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while self._inflight is None:
+                while not self._jobs:
                     self._cond.wait()
-                job = self._inflight
+                job = self._jobs[0]
+                if job.cancelled:
+                    self._finish(job)
+                    continue
+                job.taken = True
             try:
                 self._write(job)
             except api.StoreUnavailable as exc:
@@ -346,20 +373,29 @@ class Checkpointer:
                 self._off(f"writing the snapshot of step {job.step} failed ({type(exc).__name__}: {exc}); "
                           f"snapshots are off")
             finally:
-                job.issued.set()
-                job.copied.set()
-                job.pairs = None
                 with self._cond:
-                    self._inflight = None
-                    self._cond.notify_all()
+                    self._finish(job)
             if not self.enabled:
+                with self._cond:         # nothing queued may keep a pre-hook waiting
+                    while self._jobs:
+                        self._jobs[0].abandoned = True
+                        self._finish(self._jobs[0])
                 return
+
+    def _finish(self, job: _Job) -> None:
+        """Held: self._cond. ``job`` (the queue's head) is done with."""
+        job.issued.set()
+        job.copied.set()
+        job.pairs = None
+        self._jobs.popleft()
+        self._cond.notify_all()
 
     def _write(self, job: _Job) -> None:
         rank, world = self._dist()
         if self._writer is None:
             self._writer = store.SlotWriter(self.store_dir, rank)
         t0 = time.perf_counter()
+        self.stats["queued_s"] += t0 - job.saved_at
         try:
             slot, buf = self._begin(job.nbytes)
         except store.SlotBusy:
@@ -518,7 +554,7 @@ class Checkpointer:
         """Wait until no snapshot is in flight; True if none is."""
         with self._cond:
             return self._cond.wait_for(
-                lambda: self._inflight is None or not (self._thread and self._thread.is_alive()), timeout)
+                lambda: not self._jobs or not (self._thread and self._thread.is_alive()), timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Let the snapshot in flight commit (up to ``timeout``), then release."""
