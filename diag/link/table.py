@@ -65,21 +65,21 @@ class LinkTable:
     def dropped(self) -> int:
         return _HEADER.unpack_from(self._map, 0)[11]
 
-    def comms(self) -> dict[int, tuple[int, int, int, int]]:
-        """Live communicator slots: slot -> (comm_hash, comm rank, comm size, nodes)."""
+    def comms(self, destroyed: bool = False) -> dict[int, tuple[int, int, int, int]]:
+        """Live communicator slots (and destroyed ones if asked): slot -> (comm_hash, comm rank, comm size, nodes)."""
         ncomms = min(_HEADER.unpack_from(self._map, 0)[8], (HEADER_SIZE - COMM_OFFSET) // COMM_SIZE)
         out = {}
         for slot in range(ncomms):
             comm_hash, rank, nranks, nnodes, valid, _name = _COMM.unpack_from(self._map, COMM_OFFSET + slot * COMM_SIZE)
-            if valid == 1:   # 2: destroyed
+            if valid == 1 or (destroyed and valid == 2):   # 2: destroyed
                 out[slot] = (comm_hash, rank, nranks, nnodes)
         return out
 
-    def read(self, now_ns: int | None = None) -> list[LinkEntry]:
-        """Every valid entry of a live communicator; ``idle_ns`` against ``now_ns``
-        (CLOCK_MONOTONIC, the plugin's clock)."""
+    def read(self, now_ns: int | None = None, destroyed: bool = False) -> list[LinkEntry]:
+        """Every valid entry of a live communicator (``destroyed``: of any);
+        ``idle_ns`` against ``now_ns`` (CLOCK_MONOTONIC, the plugin's clock)."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
-        comms = self.comms()
+        comms = self.comms(destroyed)
         n = min(_HEADER.unpack_from(self._map, 0)[10], self.capacity)
         first = self._map[HEADER_SIZE:HEADER_SIZE + n * ENTRY_SIZE]
         second = self._map[HEADER_SIZE:HEADER_SIZE + n * ENTRY_SIZE]

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -42,10 +43,13 @@ struct Job {
   FakeProfComm* comm;
   uint64_t seq;
 };
-std::mutex g_mu;
-std::condition_variable g_cv;
-std::deque<Job> g_jobs;
+// Never destroyed: the proxy thread still waits on them while the process exits
+// (glibc's pthread_cond_destroy would wait for it).
+std::mutex& g_mu = *new std::mutex;
+std::condition_variable& g_cv = *new std::condition_variable;
+std::deque<Job>& g_jobs = *new std::deque<Job>;
 bool g_thread_started = false;
+uint64_t g_pushed = 0, g_played = 0;   // jobs queued / played (under g_mu)
 
 int env_int(const char* name, int def) {
   const char* v = getenv(name);
@@ -198,6 +202,9 @@ void proxy_loop() {
       g_jobs.pop_front();
     }
     for (int ch = 0; ch < nch; ++ch) play_channel(j.comm, ch, j.seq, b);
+    std::lock_guard<std::mutex> lock(g_mu);
+    ++g_played;
+    g_cv.notify_all();
   }
 }
 
@@ -221,10 +228,17 @@ void fake_prof_collective(FakeProfComm* c) {
     std::thread(proxy_loop).detach();   // NCCL's proxy progress thread
   }
   g_jobs.push_back(Job{c, ++c->seq});
-  g_cv.notify_one();
+  ++g_pushed;
+  g_cv.notify_all();
 }
 
+// As NCCL's proxy finishes its ops before a communicator goes: the queued
+// collectives are played first (bounded, should one never end).
 void fake_prof_finalize(FakeProfComm* c) {
+  {
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait_for(lock, std::chrono::seconds(5), [] { return g_played == g_pushed; });
+  }
   if (c->ctx && g_prof.v5) g_prof.v5->finalize(c->ctx);
   else if (c->ctx && g_prof.v4) g_prof.v4->finalize(c->ctx);
 }
