@@ -72,6 +72,9 @@ def _silent_agents(snap: Snapshot, silent_after_s: float) -> tuple[SilentAgent, 
     return tuple(out)
 
 
+silent_agents = _silent_agents   # the watchdog's only look while a declared hang lasts
+
+
 def _any_alive(snap: Snapshot, ranks, node: int) -> bool:
     for rank in ranks:
         entry = snap.ranks.get(rank)

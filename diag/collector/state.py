@@ -33,6 +33,11 @@ OFFSET_LEAK_PER_S = 1e-3
 # A later report of the same op that dates its start this much earlier
 # re-files it (the clock offset was learned better meanwhile).
 REFILE_S = 0.5
+# Ops are filed once a report shows them in flight this long: most ops end
+# within milliseconds, and a hung one is reported again (older) a report
+# interval later, long before any sane --hang-timeout (the watchdog's full
+# pass every few seconds is the safety net).
+FILE_AFTER_NS = 1_000_000_000
 
 
 class ReportError(ValueError):
@@ -49,8 +54,12 @@ class RankEntry(NamedTuple):
     progress: pb.RankProgress
     received: float
     node_rank: int
-    perf: pb.PerfRank | None = None
+    perf_from: pb.RankProgress | None = None   # the report that carried ``perf`` (read lazily: ingest is hot)
     perf_at: float = 0.0
+
+    @property
+    def perf(self) -> pb.PerfRank | None:
+        return self.perf_from.perf if self.perf_from is not None else None
 
 
 class AgentInfo(NamedTuple):
@@ -127,19 +136,23 @@ class JobState:
         out of range or the ranks disagree on the world size.
         """
         ranks = report.ranks
-        world = ranks[0].world_size if ranks else self._world_size
         node = report.node_rank
         if node < 0:
             raise ReportError(f"node_rank {node} is negative")
+        world = ranks[0].world_size if ranks else self._world_size
+        ids = []
         for r in ranks:
-            if r.world_size != world or not 0 < world <= MAX_WORLD_SIZE or not 0 <= r.rank < world:
-                raise ReportError(f"rank {r.rank} with world_size {r.world_size} from node {node} is out of range "
+            rank = r.rank
+            if r.world_size != world or not 0 < world <= MAX_WORLD_SIZE or not 0 <= rank < world:
+                raise ReportError(f"rank {rank} with world_size {r.world_size} from node {node} is out of range "
                                   f"(the report's first rank says world_size {world})")
+            ids.append(rank)
         sent = clock.sent_at(report.sent_mono_ns, now) if clock is not None else now
-        info = AgentInfo(node, report.hostname, report.agent_pid, now, tuple(r.rank for r in ranks), True)
+        info = AgentInfo(node, report.hostname, report.agent_pid, now, tuple(ids), True)
         with self._lock:
-            for r in ranks:
-                self._store(r, sent, node)
+            store = self._store
+            for rank, r in zip(ids, ranks):
+                store(rank, r, sent, node)
             self._agents.pop(node, None)   # re-insert: the dict stays in order of last report
             self._agents[node] = info
             if ranks:
@@ -149,28 +162,34 @@ class JobState:
                 self.lag_max = now - sent
             self.lag_reports += 1
 
-    def _store(self, r: pb.RankProgress, sent: float, node: int) -> None:
-        rank = r.rank
+    def _store(self, rank: int, r: pb.RankProgress, sent: float, node: int) -> None:
         old = self._ranks.get(rank)
         if r.HasField("perf"):
-            perf, perf_at = r.perf, sent
-        elif old is not None and old.perf is not None and old.progress.pid == r.pid:
-            perf, perf_at = old.perf, old.perf_at
+            self._ranks[rank] = RankEntry(r, sent, node, r, sent)
+        elif old is not None and old.perf_from is not None and old.progress.pid == r.pid:
+            self._ranks[rank] = RankEntry(r, sent, node, old.perf_from, old.perf_at)
         else:
-            perf, perf_at = None, 0.0
-        self._ranks[rank] = RankEntry(r, sent, node, perf, perf_at)
+            self._ranks[rank] = RankEntry(r, sent, node)
         if r.dropped_records or rank in self._dropped:
             self._dropped[rank] = r.dropped_records
         if not r.alive:
-            self._unfile(rank)
+            if rank in self._ops:
+                self._unfile(rank)
             return
         if r.HasField("oldest_in_flight"):
             op = r.oldest_in_flight
-            self._file(rank, (r.pid, op.name, op.kind, op.comm_id, op.seq), sent - op.age_ns * 1e-9)
-            self.active_at = max(self.active_at, sent)
+            age_ns = op.age_ns
+            if sent > self.active_at:
+                self.active_at = sent
+            if age_ns >= FILE_AFTER_NS:
+                self._file(rank, (r.pid, op.name, op.kind, op.comm_id, op.seq), sent - age_ns * 1e-9)
+                return
         else:
+            active = sent - r.idle_ns * 1e-9
+            if active > self.active_at:
+                self.active_at = active
+        if rank in self._ops:
             self._unfile(rank)
-            self.active_at = max(self.active_at, sent - r.idle_ns * 1e-9)
 
     def _file(self, rank: int, key: tuple, start: float) -> None:
         old = self._ops.get(rank)

@@ -40,6 +40,7 @@ KILLING = ("kill", "recover")   # the --hang-action values that end the workers
 INDEX_SLACK_S = 1.5
 FULL_EVERY_S = 2.0
 FULL_RANKS_PER_S = 20_000
+SLOW_TICK_S = 1.0
 
 
 class Watchdog:
@@ -83,8 +84,15 @@ class Watchdog:
             self._no_throw(self.timelines.close, "writing open timelines")
 
     def _loop(self) -> None:
+        said = float("-inf")
         while not self._stop.wait(self._config.eval_interval_s):
+            began = time.monotonic()
             self._no_throw(self.tick, "evaluating the hang rules")
+            took = time.monotonic() - began
+            if took > SLOW_TICK_S and began - said > 60:   # the HANG path itself is late: say so, at most once a minute
+                said = began
+                log.warning("a watchdog tick took %.1f s (%d agents, %d ranks; %.1f s behind)", took,
+                            *self._state.size, self.pacer.lag_s)
 
     @staticmethod
     def _no_throw(fn, doing: str, *args) -> None:
@@ -129,8 +137,15 @@ class Watchdog:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
 
     def _judge(self, snap: Snapshot, unix: float, silent_after: float) -> bool:
-        """The rules on a full snapshot: HANG, SILENT, idle. True while the job hangs."""
-        findings = rules.analyse(snap, self._config.hang_timeout_s, silent_after, explain=self.detector.armed)
+        """The rules on a full snapshot: HANG, SILENT, idle. True while the job hangs.
+        While a declared hang lasts, only whether it is over and who turned
+        silent (the detector's own look at the hung ranks): explaining every
+        rank again each tick would cost O(world) for nothing."""
+        if self.detector.armed:
+            findings = rules.analyse(snap, self._config.hang_timeout_s, silent_after)
+        else:
+            findings = Findings(world_size=snap.world_size,
+                                silent_agents=rules.silent_agents(snap, silent_after))
         fire, rearmed, newly_silent = self.detector.update(findings, snap)
         for agent in newly_silent:
             self._say(verdict.silent_line(agent))

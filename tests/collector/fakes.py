@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import queue
+import signal
 import threading
+import time
 
 import grpc
 
@@ -92,3 +96,131 @@ class FakeAgent:
             self._call.cancel()
         self._reader.join(timeout=10)
         self.channel.close()
+
+
+def stamped(report: pb.NodeReport) -> bytes:
+    """The report serialised with sent_mono_ns set now (as an agent of this release sends it)."""
+    report.sent_mono_ns = time.monotonic_ns()
+    return report.SerializeToString()
+
+
+def perf_window() -> pb.PerfRank:
+    """A rank's performance window with five ops, as a GPT-2 job's agent sends it (~4.7 KB a node)."""
+    perf = pb.PerfRank(window_s=60.0, launches=1_200_000, steps=600, step_ns=60_000_000_000,
+                       last_step_ns=100_000_000, step_name="optimizer.step")
+    for name in ("cublasGemmEx", "cublasLtMatmul", "ncclAllReduce", "ncclAllGather", "optimizer.step"):
+        perf.ops.add(name=name, kind=pb.OP_KIND_COLLECTIVE, comm_id=0x1234567890abcdef, comm_size=16,
+                     count=150_000, timed_count=18_750, timed_ns=9_000_000_000, p50_ns=450_000, p99_ns=2_100_000)
+    return perf
+
+
+class SimulatedAgents:
+    """``n`` agents of 8 healthy ranks each (ranks from ``first_rank``), each on
+    its own Connect stream over real gRPC, reporting every ``interval`` s from
+    one asyncio loop on a thread of its own. They obey ReportPace as
+    diag/agent/connection.py does (interval, perf window in one report of N)."""
+
+    def __init__(self, address: str, token: str, n: int, interval: float, world: int, first_node: int = 1,
+                 job_id: str = "job1"):
+        self.address, self.metadata, self.n, self.interval = address, ((TOKEN_METADATA_KEY, token),), n, interval
+        self.world, self.first_node, self.job_id = world, first_node, job_id
+        self.sent = 0
+        self.paces: list[pb.ReportPace] = []
+        self.errors: list[str] = []
+        self._stop = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),), daemon=True)
+
+    def start(self) -> "SimulatedAgents":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def _report(self, node: int, perf: bool) -> pb.NodeReport:
+        ranks = []
+        for local in range(8):
+            r = rank_progress(node * 8 + local, self.world, started=100, completed=100)
+            r.local_rank = local
+            if perf:
+                r.perf.CopyFrom(PERF)
+            ranks.append(r)
+        return node_report(node, ranks, job_id=self.job_id)
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        channel = grpc.aio.insecure_channel(self.address)
+        agents = [asyncio.ensure_future(self._agent(channel, self.first_node + i, i * self.interval / self.n))
+                  for i in range(self.n)]
+        await self._stop.wait()
+        for a in agents:
+            a.cancel()
+        await asyncio.gather(*agents, return_exceptions=True)
+        await channel.close()
+
+    async def _agent(self, channel, node: int, phase: float) -> None:
+        call = channel.stream_stream("/diag.pb.Collector/Connect", request_serializer=None,
+                                     response_deserializer=pb.Command.FromString)(metadata=self.metadata)
+        pace = {"interval": self.interval, "every": 1}
+
+        async def read():
+            async for command in call:
+                if command.WhichOneof("command") == "report_pace":
+                    self.paces.append(command.report_pace)
+                    pace["interval"] = max(self.interval, command.report_pace.interval_ms / 1000)
+                    pace["every"] = max(1, command.report_pace.perf_every)
+
+        reader = asyncio.ensure_future(read())
+        full, bare = self._report(node, True), self._report(node, False)
+        try:
+            await asyncio.sleep(phase)
+            n = 0
+            while True:
+                await call.write(stamped(full if n % pace["every"] == 0 else bare))
+                self.sent += 1
+                n += 1
+                await asyncio.sleep(pace["interval"])
+        except grpc.RpcError as exc:
+            self.errors.append(f"node {node}: {exc.code().name}")
+        finally:
+            call.cancel()
+            reader.cancel()
+
+
+PERF = perf_window()
+
+
+class Throttle:
+    """Gives process ``pid`` ``share`` of the wall clock (SIGSTOP / SIGCONT
+    every ``period`` s), as a CPU quota would: a real collector short of CPU."""
+
+    def __init__(self, pid: int, share: float, period: float = 0.1):
+        self.pid, self.share, self.period = pid, share, period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Throttle":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                time.sleep(self.period * self.share)
+                os.kill(self.pid, signal.SIGSTOP)
+                time.sleep(self.period * (1 - self.share))
+                os.kill(self.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            return
+        finally:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -1,0 +1,132 @@
+"""Issue 21, in-process with a fake clock: the watchdog's tick costs nothing
+for healthy ranks (no full snapshot), yet declares a stalled rank on time;
+report ages come from the agents' clocks (a late report is no false HANG);
+the pacer says OVERLOAD once, paces the agents, and says when it is over."""
+
+from __future__ import annotations
+
+import io
+
+from diag.collector import pace
+from diag.collector.config import Config
+from diag.collector.events import EventStore
+from diag.collector.servicer import AgentSession, SessionRegistry
+from diag.collector.state import AgentClock, JobState
+from diag.collector.watchdog import Watchdog
+from diag.pb import collector_pb2 as pb
+from tests.collector.fakes import ALL_REDUCE, node_report, rank_progress
+
+T0 = 1000.0
+TIMEOUT = 10.0
+NODES = 250
+WORLD = 8 * NODES
+
+
+def healthy_node(node: int, seq: int, in_flight_s: float = 0.0) -> pb.NodeReport:
+    """8 ranks of a healthy job; each rank has a young op in flight (as a
+    training job's ranks mostly do) when ``in_flight_s`` is given."""
+    ranks = []
+    for local in range(8):
+        op = ALL_REDUCE if in_flight_s else None
+        ranks.append(rank_progress(node * 8 + local, WORLD, op=op, age_s=in_flight_s, seq=seq, started=seq,
+                                   completed=seq - 1))
+    return node_report(node, ranks)
+
+
+def make(tmp_path, **overrides):
+    config = Config(job_id="job1", token="t", timeline_path=str(tmp_path), hang_timeout_s=TIMEOUT,
+                    silent_after_s=5.0, **overrides)
+    state, registry, out = JobState(), SessionRegistry(2000), io.StringIO()
+    return Watchdog(config, state, registry, EventStore(config), out=out), state, registry, out
+
+
+def test_healthy_ticks_take_no_snapshot_and_a_stall_is_declared_on_time(tmp_path):
+    watchdog, state, _, out = make(tmp_path)
+    watchdog.tick(now=T0)   # the first tick is a full pass (cadence)
+    base = watchdog.full_ticks
+    t = T0
+    healthy_full = None
+    for second in range(1, 31):   # 250 agents reporting, young ops in flight
+        for node in range(NODES):
+            stall = node == 7 and second >= 5
+            report = healthy_node(node, 100 + (5 if stall else second), in_flight_s=0.003)
+            if stall:   # node 7's ranks are stuck in the op they started at second 5
+                for r in report.ranks:
+                    r.oldest_in_flight.age_ns = int((second - 5) * 1e9)
+            state.ingest(report, T0 + second)
+        for half in (0.0, 0.5):
+            t = T0 + second + half
+            watchdog.tick(now=t, now_unix=1.7e9 + t)
+            if t == T0 + 13:
+                healthy_full = watchdog.full_ticks - base
+            if watchdog.declared:
+                break
+        if watchdog.declared:
+            break
+    # stalled at T0 + 5: HANG at the first tick past T0 + 15
+    assert watchdog.declared and T0 + 15 <= t <= T0 + 15.5, t
+    assert out.getvalue().startswith("HANG: ranks 56-63 in all_reduce"), out.getvalue()
+    # 25 ticks up to T0 + 13 (before the stalled op nears the timeout): only
+    # the cadence's full passes (one per 2 s), not one per tick
+    assert healthy_full is not None and healthy_full <= 7, healthy_full
+
+
+def test_a_late_report_does_not_make_an_op_look_older():
+    """The op's age is judged from when the agent built the report: one that
+    waited 3 s in a backlog is 3 s old on arrival, not 0."""
+    state, clock = JobState(), AgentClock()
+    agent_clock = 50.0   # the agent's monotonic clock is 950 s behind ours
+    for i in range(5):   # prompt reports teach the offset
+        state.ingest(_sent(healthy_node(0, 10 + i), agent_clock + i), T0 + i, clock)
+    late = healthy_node(0, 20, in_flight_s=2.0)
+    state.ingest(_sent(late, agent_clock + 5), T0 + 5 + 3.0, clock)   # built at T0+5, ingested 3 s later
+    entry = state.snapshot(T0 + 8).ranks[0]
+    # placed at T0+5 (the offset may creep up 1 ms a second: a slow clock is never over-aged)
+    assert T0 + 5 <= entry.received < T0 + 5 + 0.01
+    assert state.take_lag()[0] >= 2.99
+    # the age at T0+8: 2 s at build time + 3 s since, never more than the truth
+    age = entry.progress.oldest_in_flight.age_ns * 1e-9 + (T0 + 8 - entry.received)
+    assert 4.99 < age <= 5.0
+
+
+def test_a_drifting_agent_clock_never_makes_reports_look_older():
+    """An agent clock that runs 50 ppm slow: the learned offset follows it up."""
+    clock = AgentClock()
+    for i in range(0, 36000, 10):   # ten hours, a report every 10 s, all prompt
+        built = clock.sent_at(int((i * (1 - 50e-6) + 7.0) * 1e9), T0 + i)
+        assert built <= T0 + i + 1e-9
+
+
+def _sent(report: pb.NodeReport, agent_now: float) -> pb.NodeReport:
+    report.sent_mono_ns = int(agent_now * 1e9)
+    return report
+
+
+def test_pacer_says_overload_once_paces_and_recovers(tmp_path):
+    watchdog, state, registry, out = make(tmp_path)
+    session = AgentSession(3, "n3", 1)
+    registry.add(session)
+    clock = AgentClock()
+    t = T0
+
+    def second(lag: float) -> None:
+        nonlocal t
+        t += 0.5
+        state.ingest(_sent(healthy_node(3, 1), t - lag), t, clock)
+        watchdog.tick(now=t, now_unix=1.7e9 + t)
+
+    for _ in range(4):
+        second(0.0)
+    for _ in range(28):   # 14 s 2.5 s behind: OVERLOAD once, then a slower step
+        second(2.5)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("OVERLOAD: the collector is 2.5 s behind"), lines
+    paces = [c.report_pace for c in session.commands if c.WhichOneof("command") == "report_pace"]
+    assert [p.interval_ms for p in paces] == [2000, 4000] and {p.perf_every for p in paces} == {pace.PERF_EVERY}
+    assert watchdog.pacer.overloaded and watchdog.pacer.silent_after(5.0) == 3 * 4.0 + 2
+    for _ in range(24):   # caught up for 12 s
+        second(0.0)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("OVERLOAD over: the collector caught up"), lines
+    assert session.commands[-1].report_pace == pb.ReportPace()   # back to the agents' own pace
+    assert not watchdog.pacer.overloaded and registry.pace is None
