@@ -45,10 +45,11 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8
         if not op.is_comm_op or (op.comm_id, op.kind) in seen or len(seen) >= limit:
             continue
         seen.add((op.comm_id, op.kind))
-        label = next((g for g in labels if g.comm_id == op.comm_id), None) or _label(snap, op.comm_id)
+        known = next((g for g in labels if g.comm_id == op.comm_id), None)
+        scanned, members = _scan(snap, op.comm_id, op.kind, known is None)   # one pass over the ranks
+        label = known or scanned
         if label is not None and label not in labels:
             labels.append(label)
-        members = _members(snap, op.comm_id, op.kind)
         if not members:
             continue
         name = label.name if label is not None else ""
@@ -76,42 +77,36 @@ def _name_at(members, seq: int) -> str | None:
     return None
 
 
-def _label(snap: Snapshot, comm_id: int) -> GroupLabel | None:
-    """The group as users know it, whichever lane hung: its name from any
-    member's report of either lane, its members the live ranks that report
-    either lane of it (every live rank for the default group). A p2p op then
-    names its group exactly as a collective does."""
-    ranks, name = [], ""
+def _scan(snap: Snapshot, comm_id: int, lane: int, want_label: bool) -> tuple[GroupLabel | None, list]:
+    """One pass over the ranks (at 100,000 ranks each pass reads seconds' worth
+    of comms): the group as users know it, when ``want_label``, whichever lane
+    hung (its name from any member's report of either lane, its members the
+    live ranks that report either lane of it, every live rank for the default
+    group), so a p2p op names its group exactly as a collective does; and
+    (rank, CommProgress or None) of the live members of this lane (every rank
+    belongs to the default group, even one that has not used it yet)."""
+    ranks, name, out = [], "", []
+    default = comm_id == 0
     for rank, entry in snap.ranks.items():
         p = entry.progress
         if rank >= snap.world_size or not p.alive:
             continue
-        lanes = [comm for comm in p.comms if comm.comm_id == comm_id]
-        if lanes or comm_id == 0:
-            ranks.append(rank)
-        name = name or next((comm.group_name for comm in lanes if comm.group_name), "")
-    if not ranks:
-        return None
-    return GroupLabel(comm_id, name or ("default" if comm_id == 0 else ""), fold(sorted(ranks)))
-
-
-def _members(snap: Snapshot, comm_id: int, lane: int) -> list[tuple[int, object]]:
-    """(rank, CommProgress or None) of the live members. Every rank belongs to
-    the default group (comm 0), even one that has not used it yet."""
-    out = []
-    for rank, entry in snap.ranks.items():
-        p = entry.progress
-        if rank >= snap.world_size or not p.alive:
-            continue
-        found = None
+        found, any_lane = None, False
         for comm in p.comms:
-            if comm.comm_id == comm_id and comm.lane == lane:
-                found = comm
-                break
-        if found is not None or (comm_id == 0 and lane == KIND_COLLECTIVE):
+            if comm.comm_id == comm_id:
+                any_lane = True
+                if not name and want_label:
+                    name = comm.group_name
+                if comm.lane == lane and found is None:
+                    found = comm
+        if want_label and (any_lane or default):
+            ranks.append(rank)
+        if found is not None or (default and lane == KIND_COLLECTIVE):
             out.append((rank, found))
     out.sort(key=lambda m: m[0])
-    return out
+    label = (GroupLabel(comm_id, name or ("default" if default else ""), fold(sorted(ranks)))
+             if want_label and ranks else None)
+    return label, out
 
 
 def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tuple[Mismatch | None, int]:

@@ -111,7 +111,10 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         await context.send_initial_metadata(())
         session, writer, how = None, None, "cancelled"
         try:
-            async for report in request_iterator:
+            while True:   # context.read(), not the request iterator: one async layer less a report
+                report = await context.read()
+                if report is grpc.aio.EOF:
+                    break
                 now = time.monotonic()
                 if session is None:
                     session = await self._open(report, context)
