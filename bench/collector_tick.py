@@ -1,0 +1,122 @@
+"""The collector watchdog's tick, in-process, at N agents x 8 ranks.
+
+Side by side on one state of N agents' reports (as bench/collector_ingest.py
+sends them, young ops in flight as a training job's ranks mostly have):
+
+* a quiet tick (nothing near the timeout): what every tick costs now, the
+  index's look (``Watchdog.tick``), against the full pass every tick took
+  before issue 21 (snapshot + ``rules.analyse`` + the idle rule);
+* the tick that declares a hang, by part: the rules with the divergence
+  analysis, hang.json's document, the write. ``--stall one`` stalls one node
+  (the rest idle: every other rank is explained as "not in any collective"),
+  ``--stall all`` every rank but one (a job-wide hang).
+
+    .venv/bin/python bench/collector_tick.py --agents 12500
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from diag.collector import idle, rules, verdict  # noqa: E402
+from diag.collector.config import Config  # noqa: E402
+from diag.collector.events import EventStore  # noqa: E402
+from diag.collector.servicer import SessionRegistry  # noqa: E402
+from diag.collector.state import JobState  # noqa: E402
+from diag.collector.watchdog import Watchdog  # noqa: E402
+from diag.pb import collector_pb2 as pb  # noqa: E402
+
+TIMEOUT_S = 10.0
+
+
+def report(node: int, world: int, stalled_s: float | None) -> pb.NodeReport:
+    ranks = []
+    for local in range(8):
+        rank = node * 8 + local
+        r = pb.RankProgress(rank=rank, local_rank=local, world_size=world, pid=10000 + rank, alive=True,
+                            last_op="all_reduce")
+        r.comms.add(comm_id=0, last_started_seq=101, last_completed_seq=100, comm_size=world,
+                    lane=pb.OP_KIND_COLLECTIVE, group_name="default")
+        age = stalled_s if stalled_s is not None else 0.002
+        if not (stalled_s is not None and rank == 3):   # rank 3: not in the collective
+            r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,
+                                                      seq=101, age_ns=int(age * 1e9)))
+        ranks.append(r)
+    return pb.NodeReport(job_id="bench", node_rank=node, hostname=f"sim{node}", agent_pid=20000 + node, ranks=ranks)
+
+
+def best(fn, n: int = 3) -> float:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return min(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--agents", type=int, default=2000)
+    p.add_argument("--stall", choices=("one", "all"), default="all")
+    args = p.parse_args(argv)
+    world, now = args.agents * 8, 1000.0
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Config(job_id="bench", token="t", timeline_path=tmp, hang_timeout_s=TIMEOUT_S)
+        state = JobState()
+        watchdog = Watchdog(config, state, SessionRegistry(args.agents + 1), EventStore(config), out=io.StringIO())
+        reports = [report(node, world, None) for node in range(args.agents)]
+        t = time.perf_counter()
+        for r in reports:
+            state.ingest(r, now)
+        ingest_us = 1e6 * (time.perf_counter() - t) / args.agents
+        watchdog.tick(now=now, now_unix=1.7e9)   # the first tick is a full pass
+        quiet_now = [now + 0.5]
+
+        def quiet_tick():
+            quiet_now[0] += 0.5
+            watchdog._full_at = quiet_now[0] + 60   # the index's look only, not the cadence's full pass
+            watchdog.tick(now=quiet_now[0], now_unix=1.7e9)
+
+        def full_pass():   # what every tick did before
+            snap = state.snapshot(now + 1)
+            findings = rules.analyse(snap, TIMEOUT_S, config.silent_after_s)
+            idle.find_idle(snap, config.idle_timeout_s, {a.node_rank for a in findings.silent_agents})
+
+        quiet, full = best(quiet_tick, 5), best(full_pass)
+        for node in range(args.agents) if args.stall == "all" else (0,):
+            state.ingest(report(node, world, 12.0), now + 2)
+        snap = state.snapshot(now + 2.1)
+        t = time.perf_counter()
+        findings = rules.analyse(snap, TIMEOUT_S, config.silent_after_s)
+        t_rules = time.perf_counter() - t
+        t = time.perf_counter()
+        doc = verdict.hang_document(findings, snap, job_id="bench", event_id="e", event_dir=tmp,
+                                    declared_unix=1.7e9, timeout_s=TIMEOUT_S)
+        t_doc = time.perf_counter() - t
+        t = time.perf_counter()
+        blob = json.dumps(doc, separators=(",", ":")).encode()
+        t_json = time.perf_counter() - t
+        t = time.perf_counter()
+        watchdog.tick(now=now + 2.1, now_unix=1.7e9)
+        t_tick = time.perf_counter() - t
+        assert watchdog.declared, "no HANG declared"
+    print(f"collector watchdog tick: {args.agents} agents x 8 ranks = {world} ranks, stall: {args.stall}")
+    print(f"  ingest, in-process      {ingest_us:8.1f} us a report (parse not included)")
+    print(f"  quiet tick, now         {1e3 * quiet:8.2f} ms   (index: ranks past the timeout, agents gone quiet)")
+    print(f"  quiet tick, before      {1e3 * full:8.2f} ms   (snapshot + rules + idle over every rank)"
+          f"  ratio {full / max(quiet, 1e-9):.0f}x")
+    print(f"  declaring tick          {t_tick:8.2f} s    of which rules {t_rules:.2f} s, hang.json document "
+          f"{t_doc:.2f} s, serialising it {t_json:.2f} s ({len(blob) / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
