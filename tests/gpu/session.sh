@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -28,6 +28,10 @@
 # bench/ckpt_snapshot.py on GPT-2 small (batch 8 and 16 x 1024; docs/recovery.md).
 # x1tracer: the tracer's per-call benches, this tree against .carry/old (an older
 # tree from `git archive`), alternating (tests/gpu/scripts/tracer_before_after.sh).
+# x1link: issue 22 on one GPU: real NCCL loads the profiler plugin (tests/gpu/test_link_gpu.py -k one_gpu),
+# then its step-time cost on GPT-2 small, paired in one job (bench/link_step_pairs.py).
+# x2link: issue 22's acceptance run on 2 GPUs (socket transport, one direction dropped: the link named),
+# then the paired step-time cost at 2 ranks (where NCCL has proxy peers).
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
@@ -58,6 +62,10 @@ case $label in
   x1fw) run frameworks_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_frameworks_gpu.py
       run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x1tracer) run tracer_before_after 560 bash tests/gpu/scripts/tracer_before_after.sh .carry/old $R ;;
+  x1link) run link_gpu 300 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py -k one_gpu
+      run link_step_pairs 280 python3 bench/link_step_pairs.py --pairs 150 --out $R/link_step_pairs.json ;;
+  x2link) run link_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py
+      run link_step_pairs 170 python3 bench/link_step_pairs.py --nproc 2 --pairs 100 --out $R/link_step_pairs.json ;;
   x1recover) run recover_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_gpu.py
       run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --out $R/ckpt_snapshot.json
       run ckpt_snapshot_b16 240 python3 bench/ckpt_snapshot.py --cuda --batch 16 --out $R/ckpt_snapshot_b16.json ;;

@@ -2,7 +2,8 @@
 xpu_timer_launch processes play nodes 0 and 1 (2 ranks each) on loopback; the
 fake NCCL loads the profiler plugin from the NCCL_PROFILER_PLUGIN the launcher
 set and plays a ring whose link rank 1 -> rank 2 stops on channel 1 at step 3
-in the 4th all-reduce, which then never completes on any rank. The real agents
+in the 100th all-reduce (3 s in: both agents report by then), which then never
+completes on any rank. The real agents
 read the plugin's tables, the real collector names the link in the HANG line
 and hang.json, lists both nodes in faults.json and keeps NCCL RAS's answer
 (the fake NCCL's RAS listener). A healthy ring under the same launcher exits
@@ -52,10 +53,10 @@ def _event(timeline, name, deadline):
 def broken(built, tmp_path_factory):
     timeline = str(tmp_path_factory.mktemp("link-timeline"))
     ras_port = _port()
-    env = _env(FAKE_HANG="ncclAllReduce:4", FAKE_NCCL_BREAK="1>2:1:3@4", NCCL_RAS_ADDR=f"127.0.0.1:{ras_port}")
+    env = _env(FAKE_HANG="ncclAllReduce:100", FAKE_NCCL_BREAK="1>2:1:3@100", NCCL_RAS_ADDR=f"127.0.0.1:{ras_port}")
     common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
               str(_port()), "--hang-timeout", "3s", "--rdzv-id", "linkjob", "--timeline-path", timeline,
-              "--no-python", LINKPROG, "ring", "200", "30"]
+              "--no-python", LINKPROG, "ring", "400", "30"]
     node1 = Launch(["--node-rank", "1"] + common, env=env)
     node0 = Launch(["--node-rank", "0"] + common, env=env)
     try:
@@ -69,8 +70,8 @@ def broken(built, tmp_path_factory):
 def test_the_hang_line_names_the_broken_link(broken):
     node0, line, _ = broken
     assert line, node0.output()
-    assert line.startswith("HANG: ranks 0-3 in ncclAllReduce (group ") and "seq 4)" in line
-    assert "no rank is behind: every reporting rank waits; " + LINE.format(h=socket.gethostname()) in line
+    assert line.startswith("HANG: ranks 0-3 in ncclAllReduce (group ") and "seq 100)" in line
+    assert "no rank is behind: every reporting rank waits; " + LINE.format(h=socket.gethostname()) in line, line
 
 
 def test_hang_json_and_faults_json_name_the_link_and_both_nodes(broken):

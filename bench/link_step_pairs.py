@@ -1,0 +1,75 @@
+"""Step-time cost of the NCCL profiler plugin on GPT-2 small in DDP (docs/link.md), on GPUs.
+
+    python3 bench/link_step_pairs.py [--nproc 1] [--warmup 10] [--pairs 150] [--out FILE]
+
+One job under xpu_timer_launch (so NCCL loads the plugin from the
+NCCL_PROFILER_PLUGIN the launcher sets): after --warmup steps, --pairs pairs
+of steps with the plugin's events on and off (xpu_timer_link_bypass sets
+NCCL's activation mask to 0: NCCL makes no profiler calls), in ABBA order,
+every rank switching at the same step (tests/gpu/scripts/link_ddp.py). Paired
+inside one job, so the job-to-job level spread (docs/kernel_hook.md) does not
+enter. Prints the medians, the mean paired difference in % with a bootstrap
+95 % interval, and what the plugin's table held. Needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "tests", "gpu", "scripts", "link_ddp.py")
+
+
+def summarize(on: list[float], off: list[float], seed: int = 0) -> dict:
+    diffs = [(a - b) / b * 100 for a, b in zip(on, off)]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(2000))
+    return {"pairs": len(diffs), "median_on_ms": statistics.median(on) * 1e3,
+            "median_bypassed_ms": statistics.median(off) * 1e3, "mean_diff_pct": statistics.fmean(diffs),
+            "ci95_pct": [means[int(0.025 * len(means))], means[int(0.975 * len(means)) - 1]]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nproc", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--pairs", type=int, default=150)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "kernel_hook")], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        run = subprocess.run([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", str(args.nproc),
+                              "--hang-timeout", "300s", "--timeline-path", os.path.join(tmp, "tl"), SCRIPT, tmp,
+                              str(args.warmup), str(args.pairs)], cwd=ROOT, env=env, capture_output=True, text=True)
+        if run.returncode != 0:
+            print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
+            return 1
+        with open(os.path.join(tmp, "link_rank0.json")) as f:
+            doc = json.load(f)
+    res = summarize(doc["pairs"]["on"], doc["pairs"]["bypassed"])
+    entries = doc["table"].get("entries", [])
+    res.update(model=doc["model"], world_size=doc["world_size"], nccl=doc["nccl"], table_entries=len(entries),
+               proxy_steps=sum(e["steps_total"] for e in entries if e["kind"] in (0, 1)),
+               kernel_ops=sum(e["ops"] for e in entries if e["kind"] == 2))
+    print(f"{res['model']}, {res['world_size']} rank(s), NCCL {'.'.join(map(str, res['nccl']))}: "
+          f"{res['pairs']} pairs, plugin on {res['median_on_ms']:.2f} ms vs bypassed "
+          f"{res['median_bypassed_ms']:.2f} ms per step (medians); paired mean {res['mean_diff_pct']:+.3f} % "
+          f"[{res['ci95_pct'][0]:+.3f}, {res['ci95_pct'][1]:+.3f}] (95 % bootstrap)")
+    print(f"rank 0's table: {res['table_entries']} entries, {res['proxy_steps']} proxy steps, "
+          f"{res['kernel_ops']} channel kernels")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"result": res, "pairs": doc["pairs"]}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
