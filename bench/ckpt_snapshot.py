@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from diag.recover import Checkpointer, store  # noqa: E402
+from diag.recover import Checkpointer, snapshot, store  # noqa: E402
 from diag.recover.persist import persist_newest  # noqa: E402
 
 
@@ -46,6 +46,9 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=5, help="steps of each kind before timing")
     p.add_argument("--every", default="1,2", help="snapshot every N steps; a comma list times each (1,2)")
     p.add_argument("--on-busy", choices=("wait", "skip"), default="wait")
+    p.add_argument("--host-sum-mib", default=str(snapshot.HOST_SUM_BYTES >> 20),
+                   help="MiB of the smallest tensors checksummed on the host, the rest on the device; "
+                        "a comma list times each (e.g. 64,0: 0 = every sum a kernel on the GPU)")
     p.add_argument("--persist", action="store_true", help="also persist to disk and restore from there")
     p.add_argument("--persist-dir", default=None, help="where --persist writes (default: a temp dir)")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
@@ -56,6 +59,12 @@ def parse_args(argv):
         p.error(f"--every {args.every!r}: give whole numbers, e.g. 1 or 1,2")
     if not args.every or min(args.every) < 1:
         p.error(f"--every {args.every!r}: give whole numbers of 1 or more, e.g. 1 or 1,2")
+    try:
+        args.host_sum_mib = [int(x) for x in str(args.host_sum_mib).split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--host-sum-mib {args.host_sum_mib!r}: give whole numbers, e.g. 64 or 64,0")
+    if not args.host_sum_mib or min(args.host_sum_mib) < 0:
+        p.error(f"--host-sum-mib {args.host_sum_mib!r}: give whole numbers of 0 or more, e.g. 64 or 64,0")
     if args.cuda and not torch.cuda.is_available():
         p.error("--cuda: torch sees no CUDA device")
     big = not args.tiny
@@ -192,6 +201,9 @@ def step_figures(args, every, nparams, node, ck, base, snap, ratios) -> dict:
         "torch": torch.__version__, "model": "gpt2-tiny" if args.tiny else "gpt2-small",
         "params": nparams, "batch": args.batch, "seq": args.seq, "every": every,
         "on_busy": args.on_busy, "pairs": args.pairs, "block": args.block,
+        "host_sum_bytes": snapshot.HOST_SUM_BYTES,
+        "device_sums_per_snapshot": ck.stats["device_sums"] / timed if timed else None,
+        "device_sum_ms_per_snapshot": 1e3 * ck.stats["device_sum_s"] / timed if timed else None,
         "step_s_without": statistics.median(base), "step_s_with": statistics.median(snap),
         "overhead_pct_median_pair": 100 * (statistics.median(ratios) - 1),
         "overhead_pct_min_pair": 100 * (min(ratios) - 1),
@@ -275,10 +287,13 @@ def main(argv=None) -> int:
         trainer = Trainer(args, device, model, opt, config)
         runs = []
         for every in args.every:    # one Checkpointer: its pinned slots serve every run
-            ck.every = every
-            base, snap, ratios = timed_blocks(args, trainer, ck, progress)
-            runs.append(step_figures(args, every, nparams, node, ck, base, snap, ratios))
-            report_steps(runs[-1])
+            for host_mib in args.host_sum_mib:
+                ck.every = every
+                snapshot.HOST_SUM_BYTES = host_mib << 20    # the module's knob: read at each new layout
+                ck._sum_plan = None
+                base, snap, ratios = timed_blocks(args, trainer, ck, progress)
+                runs.append(step_figures(args, every, nparams, node, ck, base, snap, ratios))
+                report_steps(runs[-1])
         figures = {**runs[0], "runs": runs}
         figures.update(check_restores(args, device, node, persist_dir, trainer, ck, progress))
         report_restores(figures)
@@ -296,7 +311,8 @@ def main(argv=None) -> int:
 def report_steps(f: dict) -> None:
     mib = 1 << 20
     print(f"{f['model']} ({f['params'] / 1e6:.1f} M params) on {f['device']}, torch {f['torch']}, "
-          f"batch {f['batch']} x {f['seq']} tokens, snapshot every {f['every']} step(s), on_busy={f['on_busy']}")
+          f"batch {f['batch']} x {f['seq']} tokens, snapshot every {f['every']} step(s), on_busy={f['on_busy']}, "
+          f"checksums of the smallest {f['host_sum_bytes'] >> 20} MiB on the host")
     print(f"step time: {1e3 * f['step_s_without']:.2f} ms without, {1e3 * f['step_s_with']:.2f} ms with "
           f"snapshots (median of {f['pairs']} paired blocks of {f['block']} steps)")
     print(f"overhead: {f['overhead_pct_median_pair']:+.2f} % (median pair; pairs from "
@@ -305,7 +321,8 @@ def report_steps(f: dict) -> None:
           f"per step: save() {f['save_call_ms_per_step']:.2f} ms on the training thread (of which waiting "
           f"for room {f['busy_wait_ms_per_step']:.2f} ms, {f['busy_waits']} time(s)), optimizer pre-hook "
           f"{f['prehook_wait_ms_per_step']:.2f} ms (over 1 ms {f['prehook_waits_over_1ms']} time(s))")
-    d2h = (f"; the device-to-host copy itself {f['d2h_ms_per_snapshot']:.1f} ms = {f['d2h_gb_per_s']:.1f} GB/s "
+    d2h = (f"; the device-to-host copy itself {f['d2h_ms_per_snapshot']:.1f} ms = {f['d2h_gb_per_s']:.1f} GB/s, "
+           f"then {f['device_sums_per_snapshot']:.0f} device sums {f['device_sum_ms_per_snapshot']:.1f} ms "
            f"(CUDA events on the copy stream)" if f.get("d2h_gb_per_s") else "")
     print(f"background per snapshot: queued behind the previous {f['queued_ms_per_snapshot']:.1f} ms, issued to "
           f"copied {f['background_copy_ms_per_snapshot']:.1f} ms (waits for the GPU to reach the step), "

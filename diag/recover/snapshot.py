@@ -39,6 +39,13 @@ from diag.recover.state import Adapter, dist_info, has_dtensor
 _PREHOOK_TIMEOUT_S = 120.0
 _BUSY_TIMEOUT_S = 60.0
 _QUEUE = 2     # jobs not finished: the one being copied and one waiting (see _save)
+# Word sums (checksum.py) of the smallest tensors, up to this many bytes in
+# all and none above _HOST_SUM_MAX each, are taken on the host from the slot
+# after the copy; the rest on the device. Each device sum is a kernel on the
+# side stream interleaved with the training step's kernels: GPT-2 small has
+# ~450 tensors with AdamW, ~300 of them under 1 MiB (biases, LayerNorms).
+HOST_SUM_BYTES = 64 << 20
+_HOST_SUM_MAX = 16 << 20
 _HOST_REGISTER_PORTABLE = 1     # cudaHostRegisterPortable: pinned for every context of the process
 
 
@@ -151,7 +158,8 @@ class Checkpointer:
                       "last_step": None, "copy_s": 0.0, "commit_s": 0.0, "busy_wait_s": 0.0,
                       "busy_waits": 0, "prehook_wait_s": 0.0, "prehook_waits": 0, "queued_s": 0.0,
                       "save_call_s": 0.0,
-                      "d2h_s": 0.0, "d2h_bytes": 0, "d2h_timed": 0}
+                      "d2h_s": 0.0, "d2h_bytes": 0, "d2h_timed": 0, "device_sum_s": 0.0,
+                      "device_sums": 0}
         self.enabled = os.environ.get(api.ENV_DISABLE, "") in ("", "0")
         self._writer: store.SlotWriter | None = None
         self._pending: _Job | None = None          # the job the next optimizer step must wait for
@@ -169,6 +177,7 @@ class Checkpointer:
         self._device = 0      # the CUDA device of the training thread's stream
         self._rendered = None  # (entries, their JSON)
         self._guard = None    # (key, guarded data_ptrs)
+        self._sum_plan = None  # (entries, the entry indices summed on the device)
         if self.enabled and self.store_dir is None:
             self._off(f"no snapshot store ({api.ENV_STORE_DIR} unset: run under xpu_timer_launch "
                       f"or pass store_dir); save() keeps nothing")
@@ -465,7 +474,8 @@ class Checkpointer:
             self._stream = torch.cuda.Stream()
         on_device: list[tuple[int, int]] = []     # (entry index, bytes summed on the device)
         parts = []
-        timing = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        timing = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
+        dev_sum = self._device_summed(job.entries, own)
         with torch.cuda.stream(self._stream):
             self._stream.wait_event(job.ready_event)
             timing[0].record(self._stream)
@@ -474,7 +484,7 @@ class Checkpointer:
             _copy_all(dsts, srcs, non_blocking=pinned)
             timing[1].record(self._stream)
             for k, src in zip(own, srcs):
-                if src.is_cuda:
+                if src.is_cuda and k in dev_sum:
                     part, whole = layout.word_sum(src)
                     if part is not None:      # else summed on the host from the slot
                         parts.append(part)
@@ -483,14 +493,16 @@ class Checkpointer:
             if parts:
                 host = torch.empty(len(parts), dtype=torch.int64, pin_memory=True)
                 host.copy_(torch.stack(parts), non_blocking=True)
+            timing[2].record(self._stream)
             done = torch.cuda.Event()
             done.record(self._stream)
         job.done_event = done
         job.issued.set()
         done.synchronize()
         job.copied.set()
+        n_parts = len(parts)
         del parts
-        self._time_d2h(timing, sum(job.entries[k].nbytes for k, src in zip(own, srcs) if src.is_cuda))
+        self._time_d2h(timing, sum(job.entries[k].nbytes for k, src in zip(own, srcs) if src.is_cuda), n_parts)
         sums = {}
         for (k, whole), value in zip(on_device, host.tolist() if host is not None else ()):
             e = job.entries[k]
@@ -501,16 +513,35 @@ class Checkpointer:
                 sums[k] = checksum.word_sum(view[e.offset:e.offset + e.nbytes])
         return [sums[a] for a in job.aliases]
 
-    def _time_d2h(self, timing, nbytes: int) -> None:
-        """The device-to-host copy's own time (CUDA events on the copy
-        stream), for the bench's bandwidth figure; the host-side copy_s also
-        holds the wait for the training step to reach save()."""
+    def _time_d2h(self, timing, nbytes: int, sums: int) -> None:
+        """The device-to-host copy's own time and the device sums' (CUDA
+        events on the copy stream), for the bench's figures; the host-side
+        copy_s also holds the wait for the training step to reach save()."""
         try:
-            self.stats["d2h_s"] += timing[0].elapsed_time(timing[1]) / 1e3
+            d2h, summed = timing[0].elapsed_time(timing[1]) / 1e3, timing[1].elapsed_time(timing[2]) / 1e3
         except Exception:    # not measurable (never fatal)
             return
+        self.stats["d2h_s"] += d2h
+        self.stats["device_sum_s"] += summed
+        self.stats["device_sums"] += sums
         self.stats["d2h_bytes"] += nbytes
         self.stats["d2h_timed"] += 1
+
+    def _device_summed(self, entries, own: list[int]) -> frozenset:
+        """The entries whose word sums the device takes: all but the smallest
+        (HOST_SUM_BYTES in all), which the host sums from the slot in less
+        time than their kernels would cost the step (the layout, and so this
+        choice, is the same step after step)."""
+        if self._sum_plan is None or self._sum_plan[0] is not entries:
+            host, total = set(), 0
+            for k in sorted(own, key=lambda k: entries[k].nbytes):
+                n = entries[k].nbytes
+                if n > _HOST_SUM_MAX or total + n > HOST_SUM_BYTES:
+                    break
+                host.add(k)
+                total += n
+            self._sum_plan = (entries, frozenset(own) - host)
+        return self._sum_plan[1]
 
     def _pin(self, slot: int) -> bool:
         """Register the slot's whole mapping with CUDA once: D2H into it is

@@ -35,6 +35,18 @@ def _param(mb: float):
     return model, opt
 
 
+def _look(rdir: str) -> list:
+    """The committed slots, read until two reads agree: one read opens the two
+    metas one after the other, and a commit plus the next begin() can fall
+    between them (the reader then sees neither: a torn look, not a torn store)."""
+    last = store.committed(rdir)
+    while True:
+        now = store.committed(rdir)
+        if now == last:
+            return now
+        last = now
+
+
 class _Watch(threading.Thread):
     """Lists the committed slots as fast as it can while the job runs:
     (newest step, every committed step) per look."""
@@ -46,16 +58,17 @@ class _Watch(threading.Thread):
     def run(self):
         while True:
             stopping = self.stop.is_set()        # one more look after the job's last commit
-            self.looks.append([r.meta.step for r in store.committed(self.rdir)])
+            self.looks.append([r.meta.step for r in _look(self.rdir)])
             if stopping:
                 return
             time.sleep(0.0005)
 
 
 def _run(tmp_path, mb: float, steps: int, step_work=None):
-    """Train ``steps`` steps with a snapshot each; returns (ck, watcher, lags):
-    lags[N] = (newest committed right after save(N), right after step N+1's
-    optimizer pre-hook let it go)."""
+    """Train ``steps`` steps with a snapshot each; returns (ck, model, watcher,
+    lags, slots): lags[N] = (newest committed right after save(N), right after
+    step N+1's optimizer pre-hook let it go); slots[N] = the slot directories
+    step N was seen committed in."""
     model, opt = _param(mb)
     ck = Checkpointer(str(tmp_path), None)
     ck.register(model=model, optim=opt)
@@ -63,8 +76,12 @@ def _run(tmp_path, mb: float, steps: int, step_work=None):
     watch = _Watch(rdir)
     watch.start()
 
+    slots: dict[int, set] = {}
+
     def newest():
-        refs = store.committed(rdir)
+        refs = _look(rdir)
+        for ref in refs:
+            slots.setdefault(ref.meta.step, set()).add(ref.path)
         return refs[0].meta.step if refs else 0
     lags, after_save = {}, None
     for step in range(1, steps + 1):
@@ -78,7 +95,16 @@ def _run(tmp_path, mb: float, steps: int, step_work=None):
     assert ck.wait(60)
     watch.stop.set()
     watch.join()
-    return ck, model, watch, lags
+    newest()
+    return ck, model, watch, lags, slots
+
+
+def _alternate(slots: dict[int, set], steps: int) -> None:
+    """Every step was seen committed (after step N+1's pre-hook, N-1 is), in
+    one slot, never the one of the step before."""
+    assert sorted(slots) == list(range(1, steps + 1)), sorted(slots)
+    assert all(len(paths) == 1 for paths in slots.values()), slots
+    assert all(slots[n] != slots[n - 1] for n in range(2, steps + 1)), slots
 
 
 def _never_went_back(looks: list[list[int]]) -> None:
@@ -94,7 +120,7 @@ def _never_went_back(looks: list[list[int]]) -> None:
 
 
 def test_a_copy_slower_than_the_step_keeps_every_snapshot_and_never_the_newest_slot(tmp_path):
-    ck, model, watch, lags = _run(tmp_path, mb=24, steps=25)
+    ck, model, watch, lags, slots = _run(tmp_path, mb=24, steps=25)
     # The premise: the copy was slower than the step (the pre-hook had to wait for it).
     assert ck.stats["prehook_waits"] > 0, ck.stats
     # save() never waited; nothing was skipped; every snapshot committed in order.
@@ -102,6 +128,7 @@ def test_a_copy_slower_than_the_step_keeps_every_snapshot_and_never_the_newest_s
     assert ck.stats["saved"] == ck.stats["committed"] == 25, ck.stats
     assert ck.stats["skipped_busy"] == ck.stats["skipped_slot"] == 0 and ck.stats["last_step"] == 25
     _never_went_back(watch.looks)
+    _alternate(slots, 25)
     for step, (after_save, after_prehook) in lags.items():
         assert after_save >= step - 2, (step, lags)           # one being copied, one queued at most
         assert after_prehook >= step - 1, (step, lags)        # the next step waited for copy N, so N-1 is in
@@ -113,14 +140,14 @@ def test_a_copy_slower_than_the_step_keeps_every_snapshot_and_never_the_newest_s
 
 
 def test_a_copy_that_fits_in_the_step_is_never_waited_for_nor_skipped(tmp_path):
-    ck, model, watch, lags = _run(tmp_path, mb=0.0625, steps=20, step_work=lambda: time.sleep(0.02))
+    ck, model, watch, lags, slots = _run(tmp_path, mb=0.0625, steps=20, step_work=lambda: time.sleep(0.02))
     assert ck.stats["busy_waits"] == 0, ck.stats
     assert ck.stats["saved"] == ck.stats["committed"] == 20 and ck.stats["last_step"] == 20, ck.stats
     assert ck.stats["skipped_busy"] == ck.stats["skipped_slot"] == 0, ck.stats
     _never_went_back(watch.looks)
-    # Steps alternate between the slots: each look shows consecutive steps.
+    # Steps alternate between the slots; each look shows consecutive steps.
+    _alternate(slots, 20)
     assert all(len(s) < 2 or s[0] == s[1] + 1 for s in watch.looks), watch.looks
-    assert {tuple(s) for s in watch.looks if len(s) == 2} >= {(n, n - 1) for n in range(3, 21)}
     for step, (_, after_prehook) in lags.items():
         assert after_prehook >= step - 1, (step, lags)
 
