@@ -67,6 +67,7 @@ class Watchdog:
         self.pacer = Pacer(config, state, registry, self._say)   # overload: say it, shed, back off
         self._quiet: set[int] = set()   # agents quiet at the last tick (silent candidates)
         self._full_at = 0.0
+        self._side: threading.Thread | None = None   # the perf path's pass, when one runs
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
 
     def start(self) -> None:
@@ -78,6 +79,8 @@ class Watchdog:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._side is not None:
+            self._side.join(timeout=10)
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", None, True)
         if self.timelines is not None:
@@ -115,12 +118,12 @@ class Watchdog:
             snap = self._state.snapshot(now)
             self.full_ticks += 1
             hanging = self._judge(snap, unix, silent_after)
-            if full:
+            # The hang path first: while an op nears the timeout or a hang
+            # lasts, the perf path (SLOW, GPU lines) waits for a later pass.
+            if full and not (expired or hanging):
                 agents, ranks = self._state.size
                 self._full_at = now + max(FULL_EVERY_S, ranks / FULL_RANKS_PER_S)
-                self._no_throw(self.slow.tick, "judging slow ranks", snap, unix,
-                               hanging or self.pacer.overloaded)
-                self._no_throw(self.gpus.tick, "looking at the ranks' GPUs", snap)
+                self._side_work(snap, unix)
         self._report_drops()
         self._quiet = quiet
         self._log_stats(now)
@@ -135,6 +138,23 @@ class Watchdog:
                 self._no_throw(self._maybe_say_last_words, "saying the last words are in", event, now)
             if self._config.hang_action in KILLING and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
+
+    def _side_work(self, snap: Snapshot, unix: float) -> None:
+        """SLOW judgements and GPU lines: reading every rank's perf window costs
+        seconds at 100,000 ranks, so a running watchdog hands them to a thread
+        of their own (skipped while the last pass still runs) and its tick goes
+        on with the hang path. Inline when tick() is driven directly (tests)."""
+        def work():
+            self._no_throw(self.slow.tick, "judging slow ranks", snap, unix, self.pacer.overloaded)
+            self._no_throw(self.gpus.tick, "looking at the ranks' GPUs", snap)
+
+        if self._thread is None:
+            work()
+            return
+        if self._side is not None and self._side.is_alive():
+            return
+        self._side = threading.Thread(target=work, name="collector-perf-path", daemon=True)
+        self._side.start()
 
     def _judge(self, snap: Snapshot, unix: float, silent_after: float) -> bool:
         """The rules on a full snapshot: HANG, SILENT, idle. True while the job hangs.
