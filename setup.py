@@ -1,7 +1,8 @@
 """Builds the kernel hook (make -C kernel_hook) as part of the package build.
 
 pyproject.toml holds the metadata; this file only adds a build step, so
-`pip install .` and wheels ship diag/lib/libxpu_timer_hook.so. A C++17
+`pip install .` and wheels ship diag/lib/libxpu_timer_hook.so (and the NCCL
+profiler plugin beside it). A C++17
 compiler and make are all it needs. Without them the package still installs,
 without the hook, and says so: xpu_timer_launch then runs workers unhooked.
 """
@@ -16,6 +17,7 @@ from setuptools.dist import Distribution
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 HOOK_SO = os.path.join("diag", "lib", "libxpu_timer_hook.so")
+PROFILER_SO = os.path.join("diag", "lib", "libxpu_nccl_profiler.so")   # the NCCL profiler plugin (docs/link.md)
 
 
 class BuildPyWithHook(build_py):
@@ -30,9 +32,10 @@ class BuildPyWithHook(build_py):
             self.warn(f"kernel hook not built ({exc}); install make and a C++17 compiler "
                       f"and run `make -C kernel_hook` to get it")
             return
-        dest = os.path.join(self.build_lib, HOOK_SO)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, HOOK_SO), dest)
+        for lib in (HOOK_SO, PROFILER_SO):
+            dest = os.path.join(self.build_lib, lib)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, lib), dest)
 
 
 class BinaryDistribution(Distribution):
