@@ -33,6 +33,10 @@ def restore(ck, rank: int, world: int) -> api.RestoreResult:
             ck._say(f"no step that every rank has (this rank has {sorted(found)}); starting afresh")
         return api.RestoreResult(None, "none", None, time.perf_counter() - t0, 0)
     source, where, meta = found[step]
+    if meta.world_size != world and rank == 0:
+        ck._say(f"step {step} was saved by a job of world size {meta.world_size}; restoring its replicated "
+                f"state into {world} rank(s) (ranks {world}-{meta.world_size - 1}'s own state, RNG and data "
+                f"position, is not restored)")
     if source == "memory":
         ref = api.SlotRef(where, meta)
         with store.reading(ref, verify=False) as (data, objects):
@@ -75,11 +79,26 @@ def candidates(ck, rank: int, world: int, expected: tuple) -> dict[int, tuple[st
 
 
 def check_fits(name: str, meta: api.SnapshotMeta, rank: int, world: int, expected: tuple, root: str) -> None:
+    # A smaller world restores a replicated (DDP) state: every replica is the
+    # same, the holder's is broadcast, each remaining rank reads its own local
+    # state (a node left out under --nnodes MIN:MAX). A shard is not a replica.
+    if meta.world_size != world and meta.replicated and world < meta.world_size:
+        return _check_rank_and_names(name, meta, rank, expected, root)
+    if meta.world_size != world and not meta.replicated:
+        raise api.RestoreMismatch(
+            f"{name}: sharded state (FSDP2 / tensor parallel) written by a job of world size "
+            f"{meta.world_size}, this one has {world}; restart with {meta.world_size} ranks, or reshard it: "
+            f"dcp.load the persisted copies into the new sharding and start from them with an empty "
+            f"directory (or remove {root})")
     if meta.world_size != world:
         raise api.RestoreMismatch(
             f"{name}: written by a job of world size {meta.world_size}, this one has {world}; "
             f"restart with {meta.world_size} ranks, or point the job at an empty directory "
             f"(or remove {root}) to start afresh")
+    _check_rank_and_names(name, meta, rank, expected, root)
+
+
+def _check_rank_and_names(name: str, meta: api.SnapshotMeta, rank: int, expected: tuple, root: str) -> None:
     if meta.rank != rank:
         raise api.RestoreMismatch(f"{name}: holds rank {meta.rank}'s state, read as rank {rank}; "
                                   f"remove {root} (the layout was changed by hand)")

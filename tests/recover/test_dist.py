@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from diag.recover import store
+from diag.recover import layout, store
 from diag.recover.persist import persist_newest
 from tests.recover import jobs
 
@@ -77,3 +77,22 @@ def test_one_rank_from_memory_the_other_from_disk(tmp_path, reference):
     assert f"rank 0: restored step {step} from memory" in again.stderr
     assert f"rank 1: restored step {step} from disk" in again.stderr
     assert jobs.bitwise_equal(jobs.params(tmp_path / "b"), reference["ddp"])
+
+
+def test_ddp_restores_into_a_smaller_world(tmp_path):
+    """A node left out (issue 19 item 4): a 2-rank DDP job dies after step 5
+    and comes back with 1 rank. Its replica is sound in any data-parallel
+    world: rank 0 restores it from memory, exactly the state at that step."""
+    node = store.create_store_dir("t", 0, base=str(tmp_path))
+    crashed = jobs.run(tmp_path / "a", "ddp", STEPS, node, None, die=(DIE_AT, "wait"))
+    assert crashed.returncode != 0
+    slot = next(r for r in store.committed(store.rank_dir(node, 0)) if r.meta.step == DIE_AT)
+    with store.reading(slot) as (data, _):
+        saved = [t.clone() for e, t in zip(slot.meta.tensors, layout.views(data, slot.meta.tensors))
+                 if e.path[0] == "model"]
+    again = jobs.run(tmp_path / "b", "ddp", DIE_AT, node, None, world=1)   # restore, no step after it
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert jobs.restored(tmp_path / "b", world=1) == [DIE_AT]
+    assert (f"step {DIE_AT} was saved by a job of world size 2; restoring its replicated state into 1 rank(s)"
+            in again.stderr and f"restored step {DIE_AT} from memory" in again.stderr), again.stderr[-3000:]
+    assert jobs.bitwise_equal(jobs.params(tmp_path / "b", world=1), [saved])

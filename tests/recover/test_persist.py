@@ -3,6 +3,7 @@ or out of disk is never restored (the previous copy is); bad input is one line."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import signal
@@ -120,19 +121,36 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-def test_restore_into_another_world_size_is_one_line(tmp_path):
+def test_restore_into_a_larger_world_is_one_line(tmp_path):
+    """A smaller world restores a replicated state (test_dist.py); a larger
+    one has ranks with no state of their own: refused, naming the copy."""
     node = str(tmp_path / "node")
     os.makedirs(node)
-    env = dict(jobs.env(node, None), WORLD_SIZE="2", RANK="0")
-    done = subprocess.run([sys.executable, helpers.BIG, "1", "2"], cwd=jobs.ROOT, env=env, capture_output=True)
-    assert done.returncode == 0, done.stderr
+    code, out, err = helpers.big_run(1, 2, node)
+    assert code == 0, err
     disk = str(tmp_path / "disk")
     persist_newest(node, disk)
-    code, out, err = helpers.big_run(1, 1, str(tmp_path / "empty"), disk)
-    line = _one_line(err)
+    env = dict(jobs.env(str(tmp_path / "empty"), disk), WORLD_SIZE="2", RANK="0")
+    done = subprocess.run([sys.executable, helpers.BIG, "1", "1"], cwd=jobs.ROOT, env=env, capture_output=True,
+                          text=True)
+    line = _one_line(done.stderr)
     manifest = os.path.join(persist.copy_dir(disk, 2, 0), api.MANIFEST_FILE)
-    assert code == 2 and line.startswith(f"xpu-diag recover: rank 0: {manifest}: written by a job of world size 2")
-    assert "restart with 2 ranks" in line
+    assert done.returncode == 2 and line.startswith(
+        f"xpu-diag recover: rank 0: {manifest}: written by a job of world size 1, this one has 2"), line
+    assert "restart with 1 ranks" in line
+
+
+def test_sharded_state_into_another_world_size_names_the_reshard(tmp_path):
+    from diag.recover import restore
+    meta = api.SnapshotMeta(step=3, rank=0, world_size=2, checksum="0", data_bytes=0, objects_bytes=0,
+                            tensors=(), names=("model",), replicated=False, holder=True, created=0.0)
+    with pytest.raises(api.RestoreMismatch, match=r"sharded state .* world size 2, this one has 1; restart "
+                                                  r"with 2 ranks, or reshard it: dcp.load"):
+        restore.check_fits("m.json", meta, 0, 1, ("model",), "/root")
+    replica = dataclasses.replace(meta, replicated=True)
+    restore.check_fits("m.json", replica, 0, 1, ("model",), "/root")          # a replica: fits a smaller world
+    with pytest.raises(api.RestoreMismatch, match="world size 2, this one has 4"):
+        restore.check_fits("m.json", replica, 0, 4, ("model",), "/root")
 
 
 def test_corrupt_manifest_is_one_line_naming_it(tmp_path):
