@@ -4,7 +4,8 @@ Each worker that loaded the plugin writes ``link-r<rank>-p<pid>.tab`` into the
 shm dir. A table is adopted only when its pid is a live descendant of the
 launcher (as the progress regions are), and handed to the rank's state, which
 reads it only when it reports an op stuck: a healthy job's reports carry no
-link data. Tables of exited workers are closed and removed.
+link data, and a stuck one only its entries in flight (analysis.worth_sending).
+Tables of exited workers are closed and removed.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import os
 
 from diag.agent import procs
+from diag.link import analysis, wire
 from diag.link import table as link_table
-from diag.link import wire
 from diag.link.api import LinkTableError
 
 MAX_ENTRIES_SENT = 512   # per rank and report: a ring over 64 channels has 256
@@ -66,7 +67,7 @@ class LinkTables:
         except (OSError, ValueError) as exc:
             self.log(f"reading link table {tab.path} failed: {exc}")
             return []
-        return [wire.entry_msg(e) for e in entries[:MAX_ENTRIES_SENT]]
+        return [wire.entry_msg(e) for e in analysis.worth_sending(entries, MAX_ENTRIES_SENT)]
 
     def close(self) -> None:
         for tab in self._tables.values():

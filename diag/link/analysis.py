@@ -46,6 +46,17 @@ def analyse(per_rank: Mapping[int, Iterable[LinkEntry]], nodes: Mapping[int, str
     return LinkFinding(tuple(links), tuple(kernels))
 
 
+def worth_sending(entries: Iterable[LinkEntry], cap: int) -> list[LinkEntry]:
+    """What a stuck rank reports: the entries in flight (a channel with none in
+    flight advanced, which is all the analysis needs to know of it) and, for a
+    communicator with a channel kernel in flight, its stopped kernel entries
+    too (they tell that channel apart). Keeps a 16k-rank hang's reports small."""
+    entries = list(entries)
+    kernel_comms = {e.comm_hash for e in entries if e.kind == KIND_KERNEL and e.in_flight}
+    out = [e for e in entries if e.in_flight or (e.kind == KIND_KERNEL and e.comm_hash in kernel_comms)]
+    return out[:cap]
+
+
 def _global_ranks(members: Mapping[int, list[LinkEntry]]) -> dict[int, int]:
     """comm rank -> global rank, from each member's own entries."""
     out = {}

@@ -104,14 +104,17 @@ def _free_port():
 
 
 def test_the_agent_sends_link_counters_only_while_an_op_is_stuck(built, tmp_path):
-    # A rank hung in its 2nd all-reduce keeps its table; the agent attaches it to the rank.
-    proc = subprocess.Popen([LINKPROG, "ring", "3", "0"], env=_env(tmp_path, FAKE_HANG="ncclAllReduce:2"),
+    # Rank 0 of 2, hung in its 2nd all-reduce, whose link to rank 1 stopped on channel 1: the
+    # agent attaches its table to the rank and sends what is in flight.
+    proc = subprocess.Popen([LINKPROG, "ring", "3", "0"],
+                            env=_env(tmp_path, 0, 2, FAKE_HANG="ncclAllReduce:2", FAKE_NCCL_BREAK="0>1:1:2@2"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 20
-        while time.time() < deadline:   # until the proxy thread played the first all-reduce
+        while time.time() < deadline:   # until the proxy thread played the broken all-reduce
             found = table.find(str(tmp_path))
-            if found and len(table.LinkTable(next(iter(found))).read()) >= 6:
+            if found and any(e.kind == KIND_SEND and e.channel == 1 and e.in_flight and e.moved == 4
+                             for e in table.LinkTable(next(iter(found))).read()):
                 break
             time.sleep(0.05)
         node = agent_state.NodeState()
@@ -125,7 +128,11 @@ def test_the_agent_sends_link_counters_only_while_an_op_is_stuck(built, tmp_path
         young = agent_state.NodeState._rank_progress(rank, now + 10_000_000)
         stuck = agent_state.NodeState._rank_progress(rank, now + agent_state.FINGERPRINTS_AFTER_NS)
         assert not young.links
-        assert {(m.channel, m.kind) for m in stuck.links} >= {(0, KIND_SEND), (0, KIND_RECV), (1, KIND_SEND)}
+        # Channel 0 advanced: only its stopped kernel rides along (it tells channel 1's apart).
+        assert {(m.channel, m.kind) for m in stuck.links} == {(1, KIND_SEND), (1, KIND_RECV), (1, KIND_KERNEL),
+                                                               (0, KIND_KERNEL)}
+        [send] = [m for m in stuck.links if m.kind == KIND_SEND]
+        assert (send.peer, send.moved, send.last_state) == (1, 4, 9)   # 2 steps past the break, in SendWait
         # Ended: the table is closed and removed.
         proc.kill()
         proc.wait(10)

@@ -155,3 +155,14 @@ def test_every_kernel_running_singles_out_none():
     running = {r: [entry(r, 2, ch, KIND_KERNEL, -1, nsteps=0, posted=0, moved=0, done=0, done_ops=3, state=0)
                    for ch in range(2)] for r in range(2)}
     assert not analysis.analyse(running, {0: "a", 1: "a"})
+
+
+def test_a_stuck_rank_sends_only_what_the_analysis_needs_and_it_still_names_the_link():
+    per_rank = merge({r: healthy(r, 4, 0) for r in range(4)}, stuck_ring(4, 1, src=1, step=3))
+    sent = {r: analysis.worth_sending(entries, 512) for r, entries in per_rank.items()}
+    # Channel 0 completed: none of its proxy entries; its stopped kernel rides along with channel 1's running one.
+    assert all({(e.channel, e.kind) for e in entries} == {(1, KIND_SEND), (1, KIND_RECV), (1, KIND_KERNEL),
+                                                           (0, KIND_KERNEL)} for entries in sent.values())
+    assert analysis.analyse(sent, NODES) == analysis.analyse(per_rank, NODES)
+    assert analysis.worth_sending([e for r in per_rank.values() for e in r], 5) == \
+        analysis.worth_sending([e for r in per_rank.values() for e in r], 512)[:5]
