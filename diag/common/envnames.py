@@ -25,6 +25,14 @@ HOOK_COUNT_MS = "XPU_TIMER_HOOK_COUNT_MS"
 HOOK_CAPTURE_CHECK = "XPU_TIMER_HOOK_CAPTURE_CHECK"   # "always": bench knob (docs/kernel_hook.md)
 HOOK_EVENT_API = "XPU_TIMER_HOOK_EVENT_API"           # "driver": bench knob
 
+# The NCCL profiler plugin (kernel_hook/nccl_profiler, docs/link.md): set by the
+# launcher for the workers unless the user set it; its knobs, read by the plugin;
+# where the collector asks NCCL RAS (NCCL's own variable).
+NCCL_PROFILER_PLUGIN = "NCCL_PROFILER_PLUGIN"
+LINK_DISABLE = "XPU_TIMER_LINK_DISABLE"       # 1: the plugin asks NCCL for no events
+LINK_KERNEL = "XPU_TIMER_LINK_KERNEL"         # 0: no kernel-channel events
+NCCL_RAS_ADDR = "NCCL_RAS_ADDR"
+
 # Read by the launcher / agent.
 REPORT_INTERVAL = "XPU_TIMER_REPORT_INTERVAL"
 DUMP_TOOLS = "XPU_TIMER_DUMP_TOOLS"

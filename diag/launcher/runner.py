@@ -210,14 +210,14 @@ def profiler_env(env) -> dict:
     """NCCL_PROFILER_PLUGIN -> our plugin, unless the user set one: theirs is
     kept (NCCL loads one plugin) and that is said once."""
     global _said_profiler
-    own = env.get("NCCL_PROFILER_PLUGIN")
+    own = env.get(envnames.NCCL_PROFILER_PLUGIN)
     if own:
         if not _said_profiler and own != PROFILER_LIB:
             _said_profiler = True
             say(f"NCCL_PROFILER_PLUGIN={own} is set: keeping it, so NCCL loads that plugin and not "
                 "xpu-diag's; a hang where every rank waits will not name the link (docs/link.md)")
         return {}
-    return {"NCCL_PROFILER_PLUGIN": PROFILER_LIB} if os.path.exists(PROFILER_LIB) else {}
+    return {envnames.NCCL_PROFILER_PLUGIN: PROFILER_LIB} if os.path.exists(PROFILER_LIB) else {}
 
 
 def agent_config(config: Config, address, token, shm_dir, tool_env, recovery=None) -> AgentConfig:

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 
+from diag.common import envnames
 from diag.common.atomic import write_atomic
 
 DEFAULT_ADDR = "localhost:28028"
@@ -28,7 +29,7 @@ RAS_FILE = "nccl_ras.txt"
 
 
 def _addr(env: dict | None = None) -> tuple[str, int]:
-    value = (env if env is not None else os.environ).get("NCCL_RAS_ADDR") or DEFAULT_ADDR
+    value = (env if env is not None else os.environ).get(envnames.NCCL_RAS_ADDR) or DEFAULT_ADDR
     host, _, port = value.rpartition(":")
     try:
         return host or "localhost", int(port)
