@@ -168,3 +168,29 @@ def test_ras_is_asked_as_ncclras_does_and_its_answer_kept(built, tmp_path):
     empty.mkdir()
     ras.ask_in_background(str(empty), lambda m: None, ("127.0.0.1", port)).join(10)
     assert not os.listdir(empty)
+
+
+def test_within_a_node_the_channel_whose_kernel_never_stopped_is_named(built, tmp_path):
+    # P2P: no proxy peers, kernel-channel events only; channel 1's kernel of the 3rd all-reduce never stops.
+    extra = dict(FAKE_NCCL_TRANSPORT="p2p", FAKE_NCCL_CHANNELS=4, FAKE_HANG="ncclAllReduce:3",
+                 FAKE_NCCL_BREAK="0>1:1:0@3")
+    procs = [subprocess.Popen([LINKPROG, "ring", "5", "0"], env=_env(tmp_path, r, 2, **extra),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    try:
+        deadline, per_rank = time.time() + 20, {}
+        while time.time() < deadline:
+            per_rank = {}
+            for path, (rank, _) in table.find(str(tmp_path)).items():
+                per_rank[rank] = analysis.worth_sending(table.LinkTable(path).read(), 512)
+            if len(per_rank) == 2 and all(any(e.in_flight for e in v) for v in per_rank.values()):
+                break
+            time.sleep(0.05)
+        assert all(e.kind == KIND_KERNEL for entries in per_rank.values() for e in entries)
+        found = analysis.analyse(per_rank, {0: "a", 1: "a"})
+        assert not found.links and found.nodes == ()
+        assert analysis.clause(found) == ("channel 1's kernel never stopped on ranks 0-1; "
+                                          "every other channel's kernel stopped")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)

@@ -13,7 +13,9 @@
 // receive never gets STEP, SRC's send sits in SendWait two steps ahead (what
 // the socket buffered), every other rank's ring on that channel starves at
 // STEP (sends in SendGPUWait, receives in RecvWait), and that channel's kernel
-// never stops. Its other channels complete.
+// never stops. Its other channels complete. FAKE_NCCL_TRANSPORT=p2p: ranks of one
+// node over P2P, no proxy ops, kernel-channel events only (the broken channel's
+// kernel never stops).
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -38,6 +40,7 @@ struct Loaded {
 };
 Loaded g_prof;
 std::once_flag g_load_once;
+bool g_p2p = false;   // FAKE_NCCL_TRANSPORT=p2p
 
 struct Job {
   FakeProfComm* comm;
@@ -159,9 +162,18 @@ void play_channel(FakeProfComm* c, int channel, uint64_t seq, const Break& b) {
   k.kernelCh.channelId = uint8_t(channel);
   k.kernelCh.pTimer = seq;
   void* kernel = (g_prof.mask & xtProfileKernelCh) ? start(c, xtProfileKernelCh, nullptr, k) : nullptr;
+  bool broken = b.seq == seq && b.channel == channel && b.step < nsteps && n > 1;
+  if (g_p2p) {
+    // P2P/NVLink within a node: no proxy ops; NCCL adds one per channel for the
+    // kernel events only. A broken channel's kernel never stops.
+    if (!broken) {
+      state(kernel, xtStateKernelChStop);
+      stop(kernel);
+    }
+    return;
+  }
   void* send = op(c, channel, next, nsteps, 1);
   void* recv = op(c, channel, prev, nsteps, 0);
-  bool broken = b.seq == seq && b.channel == channel && b.step < nsteps && n > 1;
   if (!broken) {
     play_steps(c, send, recv, 0, nsteps);
     stop(send);
@@ -192,6 +204,8 @@ void play_channel(FakeProfComm* c, int channel, uint64_t seq, const Break& b) {
 
 void proxy_loop() {
   Break b = parse_break();
+  const char* transport = getenv("FAKE_NCCL_TRANSPORT");
+  g_p2p = transport && strcmp(transport, "p2p") == 0;
   int nch = env_int("FAKE_NCCL_CHANNELS", 2);
   for (;;) {
     Job j;
