@@ -43,6 +43,14 @@ def main(argv=None) -> int:
     ap.add_argument("--pairs", type=int, default=150)
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    try:
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        gpus = 0
+    if gpus < args.nproc:
+        print(f"link_step_pairs: skipped: needs {args.nproc} CUDA GPU(s), found {gpus}")
+        return 0
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "kernel_hook")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))

@@ -26,6 +26,8 @@ BENCHES = {
     "hook_cpu": ["hook_cpu_bench.py"],
     "hook_launch_gpu": ["hook_launch_bench.py"],
     "hook_step_gpu": ["hook_step_overhead.py"],
+    "link_plugin": ["link_plugin_bench.py"],
+    "link_step_gpu": ["link_step_pairs.py"],
     "netcheck_scale": ["netcheck_scale.py"],
     "slow_detect": ["slow_detect.py"],
 }
