@@ -34,6 +34,31 @@ def word_sum(buf) -> int:
     return (total + tail_sum(view[whole:])) & MASK
 
 
+PIECE = 8 << 20          # span_sums hands pieces of this size to its threads
+
+
+def span_sums(buf, spans, pool=None) -> list[int]:
+    """``word_sum`` of each ``(offset, nbytes)`` span of ``buf``. Spans are
+    cut into 8-byte-aligned pieces of PIECE; with a thread pool the pieces of
+    a MiB or more are summed on its threads (numpy adds without the GIL), so
+    a snapshot's host sums take a fraction of a step on a many-core host."""
+    view = memoryview(buf).cast("B")
+    pieces = []                     # (span index, start, end)
+    for i, (off, n) in enumerate(spans):
+        whole = n - n % 8
+        pieces += [(i, off + a, off + min(a + PIECE, whole)) for a in range(0, whole, PIECE)]
+
+    def add(piece) -> int:
+        _, a, b = piece
+        return int(np.add.reduce(np.frombuffer(view[a:b], dtype=np.uint64), dtype=np.uint64))
+    big = [p for p in pieces if p[2] - p[1] >= 1 << 20] if pool is not None else []
+    values = dict(zip((id(p) for p in big), pool.map(add, big))) if len(big) > 1 else {}
+    sums = [0] * len(spans)
+    for p in pieces:
+        sums[p[0]] += values[id(p)] if id(p) in values else add(p)
+    return [(sums[i] + tail_sum(view[off + n - n % 8:off + n])) & MASK for i, (off, n) in enumerate(spans)]
+
+
 def tail_sum(tail) -> int:
     """The last (fewer than 8) bytes as one zero-padded little-endian word."""
     return int.from_bytes(bytes(tail), "little") if len(tail) else 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import concurrent.futures
 import json
 import os
 import sys
@@ -40,12 +41,13 @@ _PREHOOK_TIMEOUT_S = 120.0
 _BUSY_TIMEOUT_S = 60.0
 _QUEUE = 2     # jobs not finished: the one being copied and one waiting (see _save)
 # Word sums (checksum.py) of the smallest tensors, up to this many bytes in
-# all and none above _HOST_SUM_MAX each, are taken on the host from the slot
-# after the copy; the rest on the device. Each device sum is a kernel on the
-# side stream interleaved with the training step's kernels: GPT-2 small has
-# ~450 tensors with AdamW, ~300 of them under 1 MiB (biases, LayerNorms).
+# all, are taken on the host from the slot after the copy; the rest on the
+# device. Each device sum is a kernel on the side stream interleaved with the
+# training step's kernels: GPT-2 small has ~450 tensors with AdamW, ~320 of
+# them in its smallest 64 MiB (biases, LayerNorms). The bench sets it
+# (--host-sum-mib; a large value: no sum kernels at all).
 HOST_SUM_BYTES = 64 << 20
-_HOST_SUM_MAX = 16 << 20
+_SUM_THREADS = min(8, (os.cpu_count() or 1) // 4)   # host sums of 64 MiB or more: on these threads
 _HOST_REGISTER_PORTABLE = 1     # cudaHostRegisterPortable: pinned for every context of the process
 
 
@@ -178,6 +180,7 @@ class Checkpointer:
         self._rendered = None  # (entries, their JSON)
         self._guard = None    # (key, guarded data_ptrs)
         self._sum_plan = None  # (entries, the entry indices summed on the device)
+        self._pool = None      # threads for large host sums (_host_sums)
         if self.enabled and self.store_dir is None:
             self._off(f"no snapshot store ({api.ENV_STORE_DIR} unset: run under xpu_timer_launch "
                       f"or pass store_dir); save() keeps nothing")
@@ -463,8 +466,7 @@ class Checkpointer:
             _copy_all(dsts, srcs, non_blocking=False)
             job.issued.set()
             job.copied.set()
-            sums = {k: checksum.word_sum(view[job.entries[k].offset:job.entries[k].offset + job.entries[k].nbytes])
-                    for k in own}
+            sums = self._host_sums(view, job.entries, own)
             return [sums[a] for a in job.aliases]
         # A new thread's current device is 0: on cuda:3 the side stream, the
         # events and the copies' streams must be cuda:3's.
@@ -507,11 +509,16 @@ class Checkpointer:
         for (k, whole), value in zip(on_device, host.tolist() if host is not None else ()):
             e = job.entries[k]
             sums[k] = (value + checksum.tail_sum(view[e.offset + whole:e.offset + e.nbytes])) & checksum.MASK
-        for k in own:
-            if k not in sums:
-                e = job.entries[k]
-                sums[k] = checksum.word_sum(view[e.offset:e.offset + e.nbytes])
+        sums.update(self._host_sums(view, job.entries, [k for k in own if k not in sums]))
         return [sums[a] for a in job.aliases]
+
+    def _host_sums(self, view, entries, ks: list[int]) -> dict[int, int]:
+        """Word sums of those entries from the slot's bytes, the large ones
+        spread over a few threads where the host has the cores for them."""
+        if self._pool is None and sum(entries[k].nbytes for k in ks) >= 64 << 20 and _SUM_THREADS > 1:
+            self._pool = concurrent.futures.ThreadPoolExecutor(_SUM_THREADS, thread_name_prefix="xpu-diag-sum")
+        spans = [(entries[k].offset, entries[k].nbytes) for k in ks]
+        return dict(zip(ks, checksum.span_sums(view, spans, self._pool)))
 
     def _time_d2h(self, timing, nbytes: int, sums: int) -> None:
         """The device-to-host copy's own time and the device sums' (CUDA
@@ -536,7 +543,7 @@ class Checkpointer:
             host, total = set(), 0
             for k in sorted(own, key=lambda k: entries[k].nbytes):
                 n = entries[k].nbytes
-                if n > _HOST_SUM_MAX or total + n > HOST_SUM_BYTES:
+                if total + n > HOST_SUM_BYTES:
                     break
                 host.add(k)
                 total += n

@@ -142,3 +142,27 @@ def test_an_unreadable_persisted_copy_is_one_line(tmp_path, capsys):
         ck2.restore()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(manifest) in err[0], err
+
+
+def test_span_sums_on_threads_are_the_word_sums():
+    from concurrent.futures import ThreadPoolExecutor
+    from diag.recover import checksum
+    g = torch.Generator().manual_seed(3)
+    buf = bytearray(torch.randint(0, 256, (30 << 20,), dtype=torch.uint8, generator=g).numpy().tobytes())
+    spans = [(0, 5), (64, 3 << 20), (4 << 20, (17 << 20) + 3), (25 << 20, 0), (26 << 20, 4 << 20)]
+    want = [checksum.word_sum(memoryview(buf)[o:o + n]) for o, n in spans]
+    with ThreadPoolExecutor(3) as pool:
+        assert checksum.span_sums(buf, spans, pool) == want
+    assert checksum.span_sums(buf, spans) == want
+
+
+def test_a_large_host_sum_on_threads_commits_a_slot_every_reader_accepts(tmp_path, monkeypatch):
+    from diag.recover import snapshot
+    monkeypatch.setattr(snapshot, "_SUM_THREADS", 3)
+    state = {"w": torch.arange(18 << 20, dtype=torch.float32), "v": torch.ones(3)}    # 72 MiB
+    ck = Checkpointer(str(tmp_path), None)
+    ck.register(state=state)
+    assert ck.save(1) and ck.wait(60) and ck.enabled
+    assert ck._pool is not None
+    with store.reading(store.newest_committed(str(tmp_path), 0), verify=True) as (data, _):
+        assert len(data) >= 72 << 20
