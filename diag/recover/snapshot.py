@@ -34,6 +34,7 @@ import time
 import torch
 
 from diag.recover import api, checksum, layout, store
+from diag.recover.devcopy import HOST_REGISTER_PORTABLE, clear_cuda_error, copy_all, cuda_error_name
 from diag.recover.restore import restore as _restore
 from diag.recover.state import Adapter, dist_info, has_dtensor
 
@@ -48,57 +49,6 @@ _QUEUE = 2     # jobs not finished: the one being copied and one waiting (see _s
 # (--host-sum-mib; a large value: no sum kernels at all).
 HOST_SUM_BYTES = 64 << 20
 _SUM_THREADS = min(8, (os.cpu_count() or 1) // 4)   # host sums of 64 MiB or more: on these threads
-_HOST_REGISTER_PORTABLE = 1     # cudaHostRegisterPortable: pinned for every context of the process
-
-
-def _cuda_error_name(err) -> str:
-    """cudaGetErrorString of a cudart result (torch's enum names only
-    success: any other prints as "cudaError.???")."""
-    try:
-        return str(torch.cuda.cudart().cudaGetErrorString(err))
-    except Exception:     # not callable with it: the int code alone names it
-        return "see cudaError_t"
-
-
-def _clear_cuda_error() -> bool:
-    """Read away the thread's CUDA "last error" that a failed cudart call
-    (cudaHostRegister) leaves behind. Not cleared, torch's next kernel-launch
-    check (cudaGetLastError) reports it as its own failure: on the H100 the
-    snapshot thread's first checksum kernel then raised "invalid argument".
-    True when a launch succeeds afterwards."""
-    get = getattr(torch.cuda.cudart(), "cudaGetLastError", None)
-    if get is not None:
-        try:
-            get()
-        except Exception:
-            pass
-    for _ in range(3):
-        try:   # a launch: torch's check after it reads (and so clears) a stale error, raising it once
-            torch.empty(1, dtype=torch.uint8, device=torch.cuda.current_device()).fill_(0)
-            return True
-        except Exception:
-            continue
-    return False
-
-
-_FOREACH_OK = True
-
-
-def _copy_all(dsts: list, srcs: list, non_blocking: bool) -> None:
-    """One call for every copy: the loop runs in C++ with the GIL released
-    once, not ~600 times against the training thread's Python."""
-    if not dsts:
-        return
-    global _FOREACH_OK
-    foreach = getattr(torch, "_foreach_copy_", None)
-    if foreach is not None and _FOREACH_OK:
-        try:
-            foreach(dsts, srcs, non_blocking=non_blocking)
-            return
-        except (RuntimeError, TypeError):   # a torch that refuses mixed devices: one by one from now on
-            _FOREACH_OK = False
-    for dst, src in zip(dsts, srcs):
-        dst.copy_(src, non_blocking=non_blocking)
 
 
 class _Job:
@@ -463,7 +413,7 @@ class Checkpointer:
         own = [k for k, a in enumerate(job.aliases) if a == k]     # tied tensors: the first one only
         srcs, dsts = [job.pairs[k] for k in own], [dsts[k] for k in own]
         if job.ready_event is None:
-            _copy_all(dsts, srcs, non_blocking=False)
+            copy_all(dsts, srcs, non_blocking=False)
             job.issued.set()
             job.copied.set()
             sums = self._host_sums(view, job.entries, own)
@@ -483,7 +433,7 @@ class Checkpointer:
             timing[0].record(self._stream)
             # CPU sources are copied at once, before the pre-hook lets the optimizer go.
             # Into unregistered (pageable) pages a copy is synchronous: it returns when done.
-            _copy_all(dsts, srcs, non_blocking=pinned)
+            copy_all(dsts, srcs, non_blocking=pinned)
             timing[1].record(self._stream)
             for k, src in zip(own, srcs):
                 if src.is_cuda and k in dev_sum:
@@ -563,20 +513,20 @@ class Checkpointer:
             self._pinned[slot] = (0, 0)
             ptr = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
             try:
-                err = torch.cuda.cudart().cudaHostRegister(ptr, len(buf), _HOST_REGISTER_PORTABLE)
+                err = torch.cuda.cudart().cudaHostRegister(ptr, len(buf), HOST_REGISTER_PORTABLE)
                 code = int(getattr(err, "value", err))
             except Exception as exc:     # a binding that refuses: unpinned
                 code, err = -1, exc
             if code == 0:
                 self._pinned[slot] = (ptr, len(buf))
             else:
-                if not _clear_cuda_error():
+                if not clear_cuda_error():
                     raise RuntimeError(f"CUDA stays in error after cudaHostRegister failed (error {code})")
                 if self._said_pin:
                     return False
                 self._said_pin = True
                 self._say(f"cudaHostRegister of {len(buf) >> 20} MiB of the store {self.store_dir} failed "
-                          f"(cudaError {code}: {_cuda_error_name(err) if code > 0 else err}); copies into it "
+                          f"(cudaError {code}: {cuda_error_name(err) if code > 0 else err}); copies into it "
                           f"are synchronous and the optimizer step waits for them. Put the store on tmpfs "
                           f"(/dev/shm; xpu_timer_launch does) for asynchronous copies")
         return self._pinned[slot][0] != 0
@@ -586,7 +536,7 @@ class Checkpointer:
         if ptr:
             err = torch.cuda.cudart().cudaHostUnregister(ptr)
             if int(getattr(err, "value", err)) != 0:
-                _clear_cuda_error()
+                clear_cuda_error()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no snapshot is in flight; True if none is."""

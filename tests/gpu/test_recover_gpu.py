@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from diag.recover import Checkpointer, layout, store
-from diag.recover import snapshot as snapshot_mod
+from diag.recover import devcopy
 
 
 @pytest.fixture
@@ -85,13 +85,13 @@ def test_a_failed_registration_leaves_no_error_for_the_next_launch():
         err = rt.cudaHostRegister(ptr, len(buf), 0)                 # twice: refused (already registered)
         code = int(getattr(err, "value", err))
         assert code != 0
-        assert snapshot_mod._clear_cuda_error()
+        assert devcopy.clear_cuda_error()
         torch.ones(1, device="cuda").add_(1)                         # would raise with the error left behind
         torch.cuda.synchronize()
-        print(f"\nsecond cudaHostRegister: error {code} ({snapshot_mod._cuda_error_name(err)}); cleared")
+        print(f"\nsecond cudaHostRegister: error {code} ({devcopy.cuda_error_name(err)}); cleared")
     finally:
         rt.cudaHostUnregister(ptr)
-        snapshot_mod._clear_cuda_error()
+        devcopy.clear_cuda_error()
 
 
 def _host_state(model, opt) -> dict:
