@@ -11,7 +11,8 @@ One GPU (H100/H200 x1, NCCL 2.28):
 Two GPUs (the issue's acceptance run; skipped with the reason on fewer):
     python3 -m pytest -q -s tests/gpu/test_link_gpu.py -k two_gpus
 - NCCL forced onto sockets over loopback (NCCL_P2P_DISABLE=1
-  NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo), GPT-2 small in DDP; after 20
+  NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo),
+  GPT-2 small in DDP; after 20
   steps every TCP segment rank 1's NCCL sockets send is dropped (iptables on
   lo, by the sockets' local ports from /proc): the HANG line names the link
   rank 1 -> rank 0 (and may name 0 -> 1 too: TCP's ACKs of rank 0's data are
@@ -101,8 +102,8 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
     if not shutil.which("iptables") or subprocess.run(["iptables", "-L", "OUTPUT"], capture_output=True).returncode:
         pytest.skip("needs iptables with CAP_NET_ADMIN to drop one direction of NCCL's socket traffic")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_SOCKET_IFNAME="lo", NCCL_DEBUG="INFO",
-               NCCL_DEBUG_SUBSYS="INIT,NET")
+               NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1", NCCL_NET="Socket",
+               NCCL_SOCKET_IFNAME="lo", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
     proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--hang-timeout",
                              "20s", "--timeline-path", str(tmp_path / "tl"), SCRIPT, str(tmp_path), "100000"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -126,7 +127,8 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
         print(verdict)
         assert rules, "never reached step 20:\n" + "\n".join(lines[-60:])
         assert verdict, "no HANG:\n" + "\n".join(lines[-60:])
-        assert re.search(r"link rank 1 -> rank 0 \(node [^)]+\), channels? [\d,-]+, stuck at step \d+", verdict), verdict
+        assert re.search(r"link rank 1 -> rank 0 \(node [^)]+\), channels? [\d,-]+, stuck at step \d+",
+                         verdict), verdict
         time.sleep(2)
         [hang] = glob.glob(str(tmp_path / "tl" / "*" / "*" / "hang.json"))
         with open(hang) as f:
