@@ -51,6 +51,7 @@ class Pacer:
         self.step = -1          # -1: not overloaded; else the index in PACE_STEPS_S in force
         self.events = 0         # OVERLOAD lines said (tests)
         self.lag_s = 0.0        # the last measurement
+        self._forgive_until = 0.0
 
     @property
     def overloaded(self) -> bool:
@@ -93,10 +94,17 @@ class Pacer:
     def _probe_done(self) -> None:
         self._probe_ran = time.monotonic()
 
+    def forgive(self, until: float) -> None:
+        """Lag until ``until`` (monotonic) was the watchdog's own doing: ingest
+        held while it judged a hang. Not counted."""
+        self._forgive_until = max(self._forgive_until, until)
+
     def check(self, now: float) -> None:
         """One measurement and, when the state changes, the line and the pace."""
         report_lag, _ = self._state.take_lag()
         self.lag_s = lag = max(report_lag, self._loop_lag(now))
+        if time.monotonic() < self._forgive_until:
+            return
         if lag > BEHIND_S:
             self._caught_up_since = None
             self._behind_since = self._behind_since if self._behind_since is not None else now

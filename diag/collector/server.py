@@ -94,6 +94,8 @@ class CollectorServer:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     async def _build(self):
+        self.registry.gate = asyncio.Event()
+        self.registry.gate.set()
         calls = self.config.max_agents + SPARE_CALLS
         inner = grpc.aio.server(migration_thread_pool=self._pool, interceptors=[TokenInterceptor(self.config.token)],
                                 maximum_concurrent_rpcs=calls, options=_server_options(self.config, calls))

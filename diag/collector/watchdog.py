@@ -41,6 +41,7 @@ INDEX_SLACK_S = 1.5
 FULL_EVERY_S = 2.0
 FULL_RANKS_PER_S = 20_000
 SLOW_TICK_S = 1.0
+FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice, not overload
 
 
 class Watchdog:
@@ -117,7 +118,17 @@ class Watchdog:
                 or now - self._state.active_at >= self._config.idle_timeout_s - idle.ACTIVITY_SLACK_S):
             snap = self._state.snapshot(now)
             self.full_ticks += 1
-            hanging = self._judge(snap, unix, silent_after)
+            # An op is near the timeout: ingest holds while the rules judge
+            # (bounded by HOLD_MAX_S; the pacer forgives the wait it causes).
+            hold = bool(expired) and self.detector.armed
+            if hold:
+                self._registry.hold(True)
+            try:
+                hanging = self._judge(snap, unix, silent_after)
+            finally:
+                if hold:
+                    self._registry.hold(False)
+                    self.pacer.forgive(time.monotonic() + FORGIVE_S)
             # The hang path first: while an op nears the timeout or a hang
             # lasts, the perf path (SLOW, GPU lines) waits for a later pass.
             if full and not (expired or hanging):
@@ -214,6 +225,9 @@ class Watchdog:
         silent = set(findings.silent_ranks)
         expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
         event = self._events.open_event(event_id, path, doc, expected, snap.now)
+        # Who is asked for last words, set before any command goes out: the
+        # commands are pushed at once, and an answer may come back at once.
+        event.last_words_expected = set(self._registry.node_ranks())
         self.declared.append(event)
         # Ask for stacks first: the stalled state is what we want on record,
         # and hang.json of a 16k-rank job takes a few hundred ms to write.
@@ -222,7 +236,6 @@ class Watchdog:
         # thread of their own): the kill waits for both, so the restart is
         # not delayed by their sum. Every HANG, whatever the action: under
         # "report" the user kills the job by hand, and the store dies with it.
-        event.last_words_expected = set(self._registry.node_ranks())
         self._registry.broadcast(pb.Command(persist_last_words=pb.PersistLastWords(event_id=event_id)))
         if self.timelines is not None:   # the agents answer it on a thread of its own
             self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
