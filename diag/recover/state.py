@@ -8,7 +8,7 @@ import random
 
 import torch
 
-from diag.recover import api, layout
+from diag.recover import api, layout, modstate
 
 
 class Adapter:
@@ -21,8 +21,11 @@ class Adapter:
             raise TypeError(f"Checkpointer: a {type(obj).__name__} has no state_dict()/load_state_dict(); "
                             f"register a module, an optimizer, a Stateful or a dict")
         self.obj = obj
+        self._tensors = modstate.ModuleTensors(obj) if isinstance(obj, torch.nn.Module) else None
 
     def state_dict(self) -> dict:
+        if self._tensors is not None:
+            return self._tensors.state_dict()
         return dict(self.obj) if isinstance(self.obj, dict) else self.obj.state_dict()
 
     def load_state_dict(self, state: dict) -> None:

@@ -166,3 +166,35 @@ def test_a_large_host_sum_on_threads_commits_a_slot_every_reader_accepts(tmp_pat
     assert ck._pool is not None
     with store.reading(store.newest_committed(str(tmp_path), 0), verify=True) as (data, _):
         assert len(data) >= 72 << 20
+
+
+def _same(a: dict, b: dict) -> bool:
+    return list(a) == list(b) and all(torch.equal(a[k], b[k]) and a[k].data_ptr() == b[k].data_ptr()
+                                      and not a[k].requires_grad for k in a)
+
+
+def test_a_plain_modules_state_dict_from_its_list_is_its_state_dict():
+    from diag.recover import modstate
+    model, _ = _tied()
+    model["norm"] = torch.nn.BatchNorm1d(16)
+    model["norm"].register_buffer("scratch", torch.zeros(2), persistent=False)
+    fast = modstate.ModuleTensors(model)
+    assert _same(fast.state_dict(), model.state_dict()) and fast.rebuilds == 1
+    assert _same(fast.state_dict(), model.state_dict()) and fast.rebuilds == 1          # from the list
+    assert "head.weight" in fast.state_dict() and "norm.scratch" not in fast.state_dict()
+    model["norm"].running_mean = torch.ones(16)              # a buffer reassigned: rebuilt, the new one
+    assert _same(fast.state_dict(), model.state_dict()) and fast.rebuilds == 2
+    assert torch.equal(fast.state_dict()["norm.running_mean"], torch.ones(16))
+    model["head"].weight.data = torch.full((50, 16), 7.0)    # storage swapped under the same Parameter
+    assert _same(fast.state_dict(), model.state_dict()) and fast.rebuilds == 2
+    model["head"] = torch.nn.Linear(16, 50, bias=True)       # a module swapped: rebuilt, its bias appears
+    assert _same(fast.state_dict(), model.state_dict()) and "head.bias" in fast.state_dict()
+
+
+def test_a_module_with_a_state_dict_hook_gets_its_real_state_dict_every_time():
+    from diag.recover import modstate
+    model, _ = _tied()
+    model.register_state_dict_post_hook(lambda module, sd, prefix, local: sd.update(extra=torch.ones(1)))
+    fast = modstate.ModuleTensors(model)
+    for n in (1, 2):
+        assert "extra" in fast.state_dict() and fast.rebuilds == n
