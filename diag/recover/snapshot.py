@@ -215,6 +215,8 @@ class Checkpointer:
             if len(self._jobs) >= _QUEUE and not self._wait_room():
                 self.stats["skipped_busy"] += 1
                 return False
+            if not self.enabled:     # the thread has stopped (and drained, under this lock): none would issue it
+                return False
             self._jobs.append(job)
             self._pending = job
             self._cond.notify_all()
