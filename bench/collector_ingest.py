@@ -439,6 +439,11 @@ def main(argv=None) -> int:
             proc.terminate()
             proc.wait(60)
         time.sleep(0.2)
+    return print_figures(args, m, seen, load, fds)
+
+
+def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
+    """The figures; returns the exit status (0: kept up, nothing lost, HANG on time)."""
     ingested = next((int(line.split("(")[1].split()[0]) for line in seen["lines"] if "node reports ingested" in line), -1)
     rate = m["reports"] / m["wall"]
     cores = os.cpu_count() or 1

@@ -27,7 +27,6 @@ from diag.collector import access
 from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
-from diag.collector.pace import Pacer
 from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState
 from diag.collector.watchdog import Watchdog
