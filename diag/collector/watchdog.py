@@ -41,6 +41,7 @@ INDEX_SLACK_S = 1.5
 FULL_EVERY_S = 2.0
 FULL_RANKS_PER_S = 20_000
 SLOW_TICK_S = 1.0
+HOLD_FOR_S = INDEX_SLACK_S + 2.0   # the window's width, and a little: the ticks that may declare
 FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice, not overload
 
 
@@ -69,6 +70,7 @@ class Watchdog:
         self._quiet: set[int] = set()   # agents quiet at the last tick (silent candidates)
         self._full_at = 0.0
         self._side: threading.Thread | None = None   # the perf path's pass, when one runs
+        self._expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
 
     def start(self) -> None:
@@ -119,8 +121,8 @@ class Watchdog:
             snap = self._state.snapshot(now)
             self.full_ticks += 1
             # An op is near the timeout: ingest holds while the rules judge
-            # (bounded by HOLD_MAX_S; the pacer forgives the wait it causes).
-            hold = bool(expired) and self.detector.armed
+            # (as long as the rules take; the pacer forgives the wait it causes).
+            hold = self.detector.armed and self._newly_expired(expired, now)
             if hold:
                 self._registry.hold(True)
             try:
@@ -149,6 +151,15 @@ class Watchdog:
                 self._no_throw(self._maybe_say_last_words, "saying the last words are in", event, now)
             if self._config.hang_action in KILLING and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
+
+    def _newly_expired(self, expired: set[int], now: float) -> bool:
+        """Whether some rank's op reached the index's window lately (within
+        HOLD_FOR_S): only then is a HANG about to be declared. Ranks that stay
+        there (a silent agent's, an op the rules do not call hung) must not
+        hold ingest at every tick."""
+        since = {r: self._expired_since.get(r, now) for r in expired}
+        self._expired_since = since
+        return any(now - t <= HOLD_FOR_S for t in since.values())
 
     def _side_work(self, snap: Snapshot, unix: float) -> None:
         """SLOW judgements and GPU lines: reading every rank's perf window costs

@@ -130,3 +130,21 @@ def test_pacer_says_overload_once_paces_and_recovers(tmp_path):
     assert len(lines) == 2 and lines[1].startswith("OVERLOAD over: the collector caught up"), lines
     assert session.commands[-1].report_pace == pb.ReportPace()   # back to the agents' own pace
     assert not watchdog.pacer.overloaded and registry.pace is None
+
+
+def test_ingest_holds_only_while_a_hang_may_be_declared(tmp_path):
+    """An op entering the timeout's window holds ingest for the ticks that may
+    declare it; a silent agent's op that stays there (never hung: its data is
+    stale) does not hold ingest at every tick after."""
+    watchdog, state, registry, out = make(tmp_path)
+    holds = []
+    registry.hold = holds.append   # what the server's loop would be told
+    report = healthy_node(0, 5, in_flight_s=2.0)
+    state.ingest(report, T0)       # then node 0 goes silent (5 s): its op is judged by no one
+    t = T0
+    while t < T0 + 30:
+        t += 0.5
+        watchdog.tick(now=t, now_unix=1.7e9 + t)
+    assert not watchdog.declared and "SILENT: " in out.getvalue()
+    # held (True then False) only on the ticks within HOLD_FOR_S of the op entering the window
+    assert 0 < holds.count(True) <= 2 * 4 and holds.count(True) == holds.count(False), holds
