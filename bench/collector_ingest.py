@@ -41,8 +41,10 @@ import time
 
 import grpc
 
-from diag.common import envnames
-from diag.pb import collector_pb2 as pb
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
+
+from diag.common import envnames  # noqa: E402
+from diag.pb import collector_pb2 as pb  # noqa: E402
 
 RANKS_PER_AGENT = 8
 TARGET_REPORTS_PER_S = 2000.0
