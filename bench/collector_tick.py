@@ -53,6 +53,35 @@ def report(node: int, world: int, stalled_s: float | None) -> pb.NodeReport:
     return pb.NodeReport(job_id="bench", node_rank=node, hostname=f"sim{node}", agent_pid=20000 + node, ranks=ranks)
 
 
+class _Marked(io.StringIO):
+    """The watchdog's output, noting when the HANG line was said."""
+
+    def __init__(self, marks: dict) -> None:
+        super().__init__()
+        self._marks = marks
+
+    def write(self, text: str) -> int:
+        if text.startswith("HANG:"):
+            self._marks.setdefault("HANG", time.perf_counter())
+        return super().write(text)
+
+
+def _mark_calls(registry: SessionRegistry, marks: dict) -> None:
+    """Note when each command went out and when the ingest hold ended."""
+    broadcast, hold = registry.broadcast, registry.hold
+
+    def marked_broadcast(command):
+        marks.setdefault(command.WhichOneof("command") or "?", time.perf_counter())
+        return broadcast(command)
+
+    def marked_hold(on):
+        if not on:
+            marks["released"] = time.perf_counter()
+        return hold(on)
+
+    registry.broadcast, registry.hold = marked_broadcast, marked_hold
+
+
 def best(fn, n: int = 3) -> float:
     out = []
     for _ in range(n):
@@ -71,7 +100,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         config = Config(job_id="bench", token="t", timeline_path=tmp, hang_timeout_s=TIMEOUT_S)
         state = JobState()
-        watchdog = Watchdog(config, state, SessionRegistry(args.agents + 1), EventStore(config), out=io.StringIO())
+        registry = SessionRegistry(args.agents + 1)
+        marks: dict[str, float] = {}
+        watchdog = Watchdog(config, state, registry, EventStore(config), out=_Marked(marks))
+        _mark_calls(registry, marks)
         reports = [report(node, world, None) for node in range(args.agents)]
         for r in reports:   # the first round fills the dicts; time the steady state
             state.ingest(r, now - 1)
@@ -106,10 +138,13 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         blob = json.dumps(doc, separators=(",", ":")).encode()
         t_json = time.perf_counter() - t
+        watchdog._expired_since.clear()   # the op just entered the window: the tick holds ingest, as live
+        marks.clear()
         t = time.perf_counter()
         watchdog.tick(now=now + 2.1, now_unix=1.7e9)
         t_tick = time.perf_counter() - t
         assert watchdog.declared, "no HANG declared"
+        at = {k: v - t for k, v in marks.items()}
     print(f"collector watchdog tick: {args.agents} agents x 8 ranks = {world} ranks, stall: {args.stall}")
     print(f"  ingest, in-process      {ingest_us:8.1f} us a report, steady state (parse not included)")
     print(f"  quiet tick, now         {1e3 * quiet:8.2f} ms   (index: ranks past the timeout, agents gone quiet)")
@@ -117,6 +152,9 @@ def main(argv=None) -> int:
           f"  ratio {full / max(quiet, 1e-9):.0f}x")
     print(f"  declaring tick          {t_tick:8.2f} s    of which rules {t_rules:.2f} s, hang.json document "
           f"{t_doc:.2f} s, serialising it {t_json:.2f} s ({len(blob) / 1e6:.1f} MB)")
+    print(f"  ... into that tick: DumpStacks sent at {at.get('dump_stacks', -1):.2f} s, HANG line at "
+          f"{at.get('HANG', -1):.2f} s, ingest held until {at.get('released', -1):.2f} s, hang.json written "
+          f"at the tick's end")
     return 0
 
 

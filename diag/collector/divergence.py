@@ -35,10 +35,12 @@ MAX_VARIANTS_SHOWN = 3
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
-def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8
+def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8, members_out: dict | None = None
                    ) -> tuple[tuple[Mismatch, ...], tuple[GroupLabel, ...], tuple[StuckAt, ...]]:
     """Mismatch findings, labels and stuck seqs for the hung comm ops' groups
-    (at most ``limit`` groups, largest first, as the rules explain them)."""
+    (at most ``limit`` groups, largest first, as the rules explain them).
+    ``members_out``: filled with (comm_id, lane) -> the live members as
+    (rank, CommProgress or None), by rank, for the rules to reuse."""
     mismatches, labels, stuck, seen = [], [], [], set()
     for group in hung:
         op = group.op
@@ -48,13 +50,14 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8
         known = next((g for g in labels if g.comm_id == op.comm_id), None)
         scanned, members = _scan(snap, op.comm_id, op.kind, known is None)   # one pass over the ranks
         label = known or scanned
+        if members_out is not None:
+            members_out[(op.comm_id, op.kind)] = members
         if label is not None and label not in labels:
             labels.append(label)
         if not members:
             continue
         name = label.name if label is not None else ""
-        found, at = _compare(members, op.comm_id, op.kind, name, op.seq)
-        started = {r: (c.last_started_seq if c is not None else 0) for r, c in members}
+        found, at, started = _compare(members, op.comm_id, op.kind, name, op.seq)
         at_name = _name_at(members, at) or op.name
         # Each hung op of this lane whose ranks all started the stuck seq is
         # that op (its own seq is a burst's first); the others are their own.
@@ -87,21 +90,29 @@ def _scan(snap: Snapshot, comm_id: int, lane: int, want_label: bool) -> tuple[Gr
     belongs to the default group, even one that has not used it yet)."""
     ranks, name, out = [], "", []
     default = comm_id == 0
+    world = snap.world_size
+    every = default and lane == KIND_COLLECTIVE   # every live rank is a member, with its lane or without
+    looking = want_label   # for a name: until one is found
     for rank, entry in snap.ranks.items():
+        if rank >= world:
+            continue
         p = entry.progress
-        if rank >= snap.world_size or not p.alive:
+        if not p.alive:
             continue
         found, any_lane = None, False
         for comm in p.comms:
             if comm.comm_id == comm_id:
                 any_lane = True
-                if not name and want_label:
+                if looking:
                     name = comm.group_name
-                if comm.lane == lane and found is None:
+                    looking = not name
+                if found is None and comm.lane == lane:
                     found = comm
+                    if not looking:
+                        break
         if want_label and (any_lane or default):
             ranks.append(rank)
-        if found is not None or (default and lane == KIND_COLLECTIVE):
+        if found is not None or every:
             out.append((rank, found))
     out.sort(key=lambda m: m[0])
     label = (GroupLabel(comm_id, name or ("default" if default else ""), fold(sorted(ranks)))
@@ -109,17 +120,26 @@ def _scan(snap: Snapshot, comm_id: int, lane: int, want_label: bool) -> tuple[Gr
     return label, out
 
 
-def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tuple[Mismatch | None, int]:
-    started = {r: (c.last_started_seq if c is not None else 0) for r, c in members}
-    ranks = tuple(r for r, _ in members)
+def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tuple[Mismatch | None, int, dict]:
+    """(the mismatch or None, the stuck seq, rank -> last started seq)."""
+    # One pass over the members' comms (each field read costs at 100,000 ranks).
+    started, sizes, completed = {}, set(), 0
+    for r, c in members:
+        if c is None:
+            started[r] = 0
+            continue
+        started[r] = c.last_started_seq
+        sizes.add(c.comm_size)
+        done = c.last_completed_seq
+        if done > completed:
+            completed = done
+    ranks = tuple(started)
     diverged, variants = _first_difference(members, min(started.values()))
     stuck = hung_seq
-    sizes = {c.comm_size for _, c in members if c is not None}
     # "An op completes on all members or on none" holds for a group whose
     # members agree: not past a divergence (a mismatched op may complete on
     # one side only), nor for members whose count is not the group's size.
     if diverged is None and sizes == {len(members)}:
-        completed = max((c.last_completed_seq for _, c in members if c is not None), default=0)
         stuck = max(hung_seq, completed + 1)
     entered = [s for s in started.values() if s >= stuck]
     ahead: tuple[Ahead, ...] = ()
@@ -127,10 +147,10 @@ def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tupl
         low = min(entered)
         ahead = tuple(Ahead(r, s, s - low) for r, s in sorted(started.items()) if s > low)
     if diverged is None and not ahead:
-        return None, stuck
+        return None, stuck, started
     minority, tie = _minority(variants)
     found = Mismatch(comm_id, lane, name, ranks, stuck, diverged, variants, minority, tie, ahead)
-    return _with_summary(found), stuck
+    return _with_summary(found), stuck, started
 
 
 def _first_difference(members, upto: int) -> tuple[int | None, tuple[Variant, ...]]:

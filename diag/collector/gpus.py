@@ -100,26 +100,36 @@ class GpuWatch:
                       f"nvidia-smi index (CUDA_VISIBLE_DEVICES or set_device): drain by the bus id")
 
 
-def _suspects(doc: dict[str, Any]) -> list[int]:
+def _suspects(doc: dict[str, Any], snap: Snapshot) -> list[int]:
     """The ranks a HANG points at: culprits, else the suspects, else every rank."""
     culprits = list(doc.get("culprits") or [])
     if culprits:
         return culprits
     suspects = [s["rank"] for s in doc.get("suspects") or []]
-    return suspects or [row["rank"] for row in doc.get("ranks") or []]
+    if suspects:
+        return suspects
+    if doc.get("ranks") is not None:
+        return [row["rank"] for row in doc["ranks"]]
+    world = doc.get("world_size", 0)   # the rows are not built yet (watchdog.py): the same ranks from the snapshot
+    return sorted(r for r in snap.ranks if r < world)
+
+
+def annotate_rows(rows: list[dict[str, Any]] | None, snap: Snapshot) -> None:
+    """hang.json's ``ranks[].gpu``: each rank's GPU, or None."""
+    for row in rows or []:
+        health = health_of(snap, row["rank"])
+        row["gpu"] = health.identity.to_dict() if health is not None else None
 
 
 def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultlist.FaultEntry]:
-    """Add the GPUs to hang.json (``ranks[].gpu``, ``gpu_events``) and the
-    culprits' GPU faults to its verdict line; write ``faults.json`` when an
-    event there is fatal. Returns the nodes written."""
-    for row in doc.get("ranks") or []:
-        health = health_of(snap, row["rank"])
-        row["gpu"] = health.identity.to_dict() if health is not None else None
+    """Add the GPUs to hang.json (``ranks[].gpu`` where the rows are built,
+    ``gpu_events``) and the culprits' GPU faults to its verdict line; write
+    ``faults.json`` when an event there is fatal. Returns the nodes written."""
+    annotate_rows(doc.get("ranks"), snap)
     clauses, events, entries = [], [], []
     hostnames = {n: a.hostname for n, a in snap.agents.items()}
     culprits = set(doc.get("culprits") or [])
-    for rank in _suspects(doc):
+    for rank in _suspects(doc, snap):
         health = health_of(snap, rank)
         if health is None or not health.identity.known:
             continue

@@ -45,9 +45,10 @@ def analyse(snap: Snapshot, timeout_s: float, silent_after_s: float, explain: bo
     hung_ranks = {r for g in hung for r in g.ranks}
     silent_ranks = {r for a in silent for r in a.ranks}
     missing = tuple(r for r in range(snap.world_size) if r not in snap.ranks)
-    mismatches, labels, stuck = (divergence.analyse_groups(snap, hung, MAX_GROUPS_EXPLAINED) if explain
+    members: dict = {}   # (comm_id, lane) -> live members, from the divergence pass: not read twice
+    mismatches, labels, stuck = (divergence.analyse_groups(snap, hung, MAX_GROUPS_EXPLAINED, members) if explain
                                  else ((), (), ()))
-    never = _never_entered(snap, hung, silent_ranks, {(s.comm_id, s.lane): s.seq for s in stuck})
+    never = _never_entered(snap, hung, silent_ranks, {(s.comm_id, s.lane): s.seq for s in stuck}, members)
     names = {g.comm_id: g.short() for g in labels}
     suspects = _suspects(snap, hung_ranks | silent_ranks, never, silent, names)
     return Findings(world_size=snap.world_size, hung=hung, suspects=suspects, never_entered=never,
@@ -84,20 +85,29 @@ def _any_alive(snap: Snapshot, ranks, node: int) -> bool:
 
 
 def _hung_groups(snap: Snapshot, timeout_s: float, silent_nodes: set[int]) -> tuple[HungGroup, ...]:
+    # One pass, grouped by the op's fields as a plain tuple: at 100,000 hung
+    # ranks, building an OpKey per rank cost a third of this pass.
     now = snap.now
     world = snap.world_size
-    groups: dict[OpKey, list[tuple[int, float]]] = {}
+    groups: dict[tuple, list] = {}   # op fields -> [ranks, oldest age]
     for rank, entry in snap.ranks.items():
+        if rank >= world:
+            continue
         progress = entry.progress
-        if (not progress.HasField("oldest_in_flight") or not progress.alive or entry.node_rank in silent_nodes
-                or rank >= world):
+        if not progress.alive or not progress.HasField("oldest_in_flight") or entry.node_rank in silent_nodes:
             continue
         op = progress.oldest_in_flight
         age = op.age_ns * 1e-9 + (now - entry.received)
         if age > timeout_s:
-            groups.setdefault(OpKey(op.name, op.kind, op.comm_id, op.seq), []).append((rank, age))
-    out = [HungGroup(key, tuple(sorted(r for r, _ in members)), max(a for _, a in members))
-           for key, members in groups.items()]
+            key = (op.name, op.kind, op.comm_id, op.seq)
+            found = groups.get(key)
+            if found is None:
+                groups[key] = [[rank], age]
+            else:
+                found[0].append(rank)
+                if age > found[1]:
+                    found[1] = age
+    out = [HungGroup(OpKey(*key), tuple(sorted(ranks)), age) for key, (ranks, age) in groups.items()]
     out.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
     return tuple(out)
 
@@ -111,36 +121,39 @@ def comm_lane(progress, comm_id: int, lane: int):
     return None
 
 
-def _last_started(progress, comm_id: int, lane: int) -> int | None:
-    comm = comm_lane(progress, comm_id, lane)
-    return None if comm is None else comm.last_started_seq
-
-
 def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int],
-                   stuck: dict[tuple[int, int], int]) -> tuple[NeverEntered, ...]:
+                   stuck: dict[tuple[int, int], int], members: dict | None = None) -> tuple[NeverEntered, ...]:
     """Members of each hung collective's group that have not started its seq.
 
     The default group (comm 0) has every rank as a member; for other groups a
     rank is a member if it reports progress on that comm id. A rank hung in
     another op (say an earlier collective) can still be one that never
     entered this one. Silent ranks are skipped: their seq is stale.
+    ``members``: (comm_id, lane) -> live members as (rank, CommProgress or
+    None), where the divergence pass found them (the same ranks this reads).
     """
     out: dict[int, NeverEntered] = {}
     for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
         in_group = set(group.ranks)
+        comm_id = group.op.comm_id
         # The exact stuck seq (divergence.py) where the members' completions give it.
-        seq = max(group.op.seq, stuck.get((group.op.comm_id, group.op.kind), 0))
+        seq = max(group.op.seq, stuck.get((comm_id, group.op.kind), 0))
         op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
-        for rank, entry in snap.ranks.items():
-            if (rank in in_group or rank in out or rank in silent or rank >= snap.world_size
-                    or not entry.progress.alive):
+        known = (members or {}).get((comm_id, KIND_COLLECTIVE))
+        for rank, comm in known if known is not None else _live_members(snap, comm_id):
+            if rank in in_group or rank in out or rank in silent:
                 continue
-            started = _last_started(entry.progress, group.op.comm_id, KIND_COLLECTIVE)
-            if started is None and group.op.comm_id == 0:
-                started = 0
+            started = comm.last_started_seq if comm is not None else (0 if comm_id == 0 else None)
             if started is not None and started < seq:
                 out[rank] = NeverEntered(rank, op, started)
     return tuple(out[r] for r in sorted(out))
+
+
+def _live_members(snap: Snapshot, comm_id: int):
+    """(rank, its collective lane of ``comm_id`` or None) of the live ranks in the world."""
+    for rank, entry in snap.ranks.items():
+        if rank < snap.world_size and entry.progress.alive:
+            yield rank, comm_lane(entry.progress, comm_id, KIND_COLLECTIVE)
 
 
 def _suspects(snap: Snapshot, skip: set[int], never: tuple[NeverEntered, ...],
@@ -178,6 +191,7 @@ class HangDetector:
 
     def __init__(self) -> None:
         self._event: dict[int, tuple[int, OpKey]] | None = None
+        self._fired: tuple | None = None   # (hung groups, snapshot's ranks) the event's dict is built from
         self._silent_announced: set[int] = set()
 
     @property
@@ -191,14 +205,22 @@ class HangDetector:
         self._silent_announced = silent_now
         rearmed = False
         if self._event is not None and not self._still_stuck(snap, silent_now):
-            self._event, rearmed = None, True
+            self._event, self._fired, rearmed = None, None, True
         fire = self._event is None and findings.is_hang
         if fire:
-            self._event = {r: (snap.ranks[r].progress.pid, g.op) for g in findings.hung for r in g.ranks}
+            # Built at the next look, not now: at 100,000 hung ranks the dict
+            # costs a fair part of a second the HANG line must not wait for.
+            self._event, self._fired = {}, (findings.hung, snap.ranks)
         return fire, rearmed, newly_silent
 
+    def _event_ranks(self) -> dict[int, tuple[int, OpKey]]:
+        if self._fired is not None:
+            hung, ranks = self._fired
+            self._event, self._fired = {r: (ranks[r].progress.pid, g.op) for g in hung for r in g.ranks}, None
+        return self._event
+
     def _still_stuck(self, snap: Snapshot, silent_nodes: set[int]) -> bool:
-        for rank, (pid, op) in self._event.items():
+        for rank, (pid, op) in self._event_ranks().items():
             entry = snap.ranks.get(rank)
             if entry is None:
                 continue  # its agent left cleanly: the job or node is done

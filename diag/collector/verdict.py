@@ -125,13 +125,11 @@ def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_
 
 
 def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: str, event_dir: str,
-                  declared_unix: float, timeout_s: float) -> dict[str, Any]:
+                  declared_unix: float, timeout_s: float, rows: bool = True) -> dict[str, Any]:
     """hang.json (docs/event-dir.md, version 1) minus "dumps", which the event
-    store fills in as the stack files arrive."""
-    hostnames = {n: a.hostname for n, a in snap.agents.items()}
-    # Seq columns refer to the group of the largest hung collective (the one the culprits are behind on).
-    first = next((g.op for g in findings.hung if g.op.is_comm_op), None)
-    comm_id, lane = (first.comm_id, first.kind) if first else (0, KIND_COLLECTIVE)
+    store fills in as the stack files arrive. ``rows=False``: "ranks" is None,
+    for :func:`rank_rows` to fill in later (at 100,000 ranks the rows cost a
+    second the HANG line must not wait for: the line needs none of them)."""
     link = links.find(findings, snap)   # empty unless every member waits at one seq and sent link data
     return {
         "version": HANG_JSON_VERSION,
@@ -154,9 +152,18 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "silent_ranks": findings.silent_ranks,
         "missing_ranks": list(findings.missing_ranks),
         "link": link_analysis.document(link) if link else None,
-        "ranks": [_rank_row(r, e, snap, hostnames, comm_id, lane) for r, e in sorted(snap.ranks.items())
-                  if r < findings.world_size],
+        "ranks": rank_rows(findings, snap) if rows else None,
     }
+
+
+def rank_rows(findings: Findings, snap: Snapshot) -> list[dict[str, Any]]:
+    """hang.json's "ranks": one row per rank of the world, by rank."""
+    hostnames = {n: a.hostname for n, a in snap.agents.items()}
+    # Seq columns refer to the group of the largest hung collective (the one the culprits are behind on).
+    first = next((g.op for g in findings.hung if g.op.is_comm_op), None)
+    comm_id, lane = (first.comm_id, first.kind) if first else (0, KIND_COLLECTIVE)
+    return [_rank_row(r, e, snap, hostnames, comm_id, lane) for r, e in sorted(snap.ranks.items())
+            if r < findings.world_size]
 
 
 def _hung_op(g: HungGroup, findings: Findings) -> dict[str, Any]:

@@ -72,6 +72,7 @@ class Watchdog:
         self._side: threading.Thread | None = None   # the perf path's pass, when one runs
         self._expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
+        self._deferred: list = []   # a declaration's work the HANG line does not need: after the hold
 
     def start(self) -> None:
         if self._thread is None:
@@ -125,12 +126,17 @@ class Watchdog:
             hold = self.detector.armed and self._newly_expired(expired, now)
             if hold:
                 self._registry.hold(True)
+                held_at = time.monotonic()
             try:
                 hanging = self._judge(snap, unix, silent_after)
             finally:
                 if hold:
                     self._registry.hold(False)
-                    self.pacer.forgive(time.monotonic() + FORGIVE_S)
+                    # The reports held meanwhile arrive late by our choice; the
+                    # backlog drains in about as long again at a busy collector.
+                    released = time.monotonic()
+                    self.pacer.forgive(released + FORGIVE_S + 2 * (released - held_at))
+            self._run_deferred()
             # The hang path first: while an op nears the timeout or a hang
             # lasts, the perf path (SLOW, GPU lines) waits for a later pass.
             if full and not (expired or hanging):
@@ -151,6 +157,11 @@ class Watchdog:
                 self._no_throw(self._maybe_say_last_words, "saying the last words are in", event, now)
             if self._config.hang_action in KILLING and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
+
+    def _run_deferred(self) -> None:
+        work, self._deferred = self._deferred, []
+        for fn, doing in work:
+            self._no_throw(fn, doing)
 
     def _newly_expired(self, expired: set[int], now: float) -> bool:
         """Whether some rank's op reached the index's window lately (within
@@ -226,8 +237,10 @@ class Watchdog:
     def _declare(self, findings, snap: Snapshot, now_unix: float, stall=None) -> None:
         """A hang event: hung ops in ``findings``, or the idle ``stall``."""
         event_id, path = self._events.reserve_dir(now_unix)
+        # The line first, hang.json's per-rank rows after it (a second at
+        # 100,000 ranks, docs/collector.md "Scale"): the line needs none of them.
         doc = verdict.hang_document(findings, snap, job_id=self._config.job_id, event_id=event_id, event_dir=path,
-                                    declared_unix=now_unix, timeout_s=self._config.hang_timeout_s)
+                                    declared_unix=now_unix, timeout_s=self._config.hang_timeout_s, rows=False)
         if stall is not None:
             doc.update(idle.idle_fields(stall, self._config.idle_timeout_s),
                        verdict=idle.idle_line(stall, self._config.idle_timeout_s, path))
@@ -251,8 +264,18 @@ class Watchdog:
         if self.timelines is not None:   # the agents answer it on a thread of its own
             self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
         self._say(doc["verdict"])
-        event.flush(snap.now, force=True)
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)
+        self._deferred.append((lambda: self._write_document(event, doc, findings, snap), "writing hang.json"))
+
+    @staticmethod
+    def _write_document(event: HangEvent, doc: dict, findings, snap: Snapshot) -> None:
+        """hang.json's per-rank rows and their GPUs, then the file (temp + rename)."""
+        try:
+            rows = verdict.rank_rows(findings, snap)
+            gpus.annotate_rows(rows, snap)
+            doc["ranks"] = rows
+        finally:   # a document without its rows rather than none
+            event.flush(snap.now, force=True)
 
     def _maybe_say_stacks(self, event: HangEvent, now: float) -> None:
         """Once per event: the stacks are all in, or the dump deadline passed."""
