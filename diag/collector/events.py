@@ -32,6 +32,10 @@ DUMP_QUIET_S = 3.0
 MAX_EVENTS_KEPT = 16
 INDENT_UP_TO_WORLD = 256
 BIG_FLUSH_EVERY_S = 2.0
+# ... and for the biggest, once per this many ranks a second: at 100,000 ranks
+# a rewrite (24 MB of JSON) costs about a second of the GIL that ingest needs
+# while the dumps come in (docs/collector.md "Scale"); every 10 s, not 2.
+FLUSH_RANKS_PER_S = 10_000
 
 FORMAT_TAGS = {
     pb.StackDump.FORMAT_PYSPY_JSON: dumpnames.PYSPY,
@@ -131,12 +135,14 @@ class HangEvent:
 
     def flush(self, now: float | None = None, force: bool = False) -> None:
         """Rewrite hang.json if dumps arrived since the last write. For big
-        jobs (megabytes of JSON) at most every BIG_FLUSH_EVERY_S seconds."""
+        jobs (megabytes of JSON) at most every BIG_FLUSH_EVERY_S seconds, or
+        world_size / FLUSH_RANKS_PER_S for the biggest."""
         with self._lock:
             if not (self._dirty or force):
                 return
+            every = max(BIG_FLUSH_EVERY_S, self.world_size / FLUSH_RANKS_PER_S)
             if not force and now is not None and self.world_size > INDENT_UP_TO_WORLD \
-                    and now - self._flushed < BIG_FLUSH_EVERY_S:
+                    and now - self._flushed < every:
                 return
             self._flushed = now if now is not None else self._flushed
             self._doc["dumps"] = {str(r): sorted(n) for r, n in sorted(self._dumps.items())}

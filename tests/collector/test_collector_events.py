@@ -79,3 +79,19 @@ def test_big_jobs_rewrite_hang_json_at_most_every_few_seconds(tmp_path):
     assert json.loads(hang_json.read_text())["dumps"] == {}
     event.flush(NOW + ev.BIG_FLUSH_EVERY_S)
     assert json.loads(hang_json.read_text())["dumps"] == {"0": [f"rank00000-of-{world:05d}.py.json"]}
+
+
+def test_the_biggest_jobs_rewrite_hang_json_once_per_ten_thousand_ranks_a_second(tmp_path):
+    """At 100,000 ranks a rewrite costs about a second of the GIL that ingest
+    needs while the dumps come in: every 10 s, not every 2."""
+    s = store(tmp_path)
+    world = 100_000
+    event_id, path = s.reserve_dir(UNIX)
+    event = s.open_event(event_id, path, {"world_size": world}, {0}, NOW)
+    event.flush(NOW, force=True)
+    s.accept_upload(pb.StackDump(event_id=event_id, rank=0, world_size=world, format=1, content=b"x"), NOW)
+    hang_json = tmp_path / "j" / event_id / "hang.json"
+    event.flush(NOW + ev.BIG_FLUSH_EVERY_S)
+    assert json.loads(hang_json.read_text())["dumps"] == {}
+    event.flush(NOW + world / ev.FLUSH_RANKS_PER_S)
+    assert json.loads(hang_json.read_text())["dumps"] == {"0": [f"rank00000-of-{world:06d}.py.json"]}

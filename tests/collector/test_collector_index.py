@@ -6,6 +6,8 @@ the pacer says OVERLOAD once, paces the agents, and says when it is over."""
 from __future__ import annotations
 
 import io
+import json
+import time
 
 from diag.collector import pace
 from diag.collector.config import Config
@@ -148,3 +150,48 @@ def test_ingest_holds_only_while_a_hang_may_be_declared(tmp_path):
     assert not watchdog.declared and "SILENT: " in out.getvalue()
     # held (True then False) only on the ticks within HOLD_FOR_S of the op entering the window
     assert 0 < holds.count(True) <= 2 * 4 and holds.count(True) == holds.count(False), holds
+
+
+def test_the_hang_line_and_commands_come_before_hang_json_and_ingest_resumes_before_it_is_built(tmp_path):
+    """The declaring tick says the line and sends DumpStacks and PersistLastWords
+    before hang.json's per-rank rows are built, and lets ingest go before
+    building them; the file is complete (every rank's row) at the tick's end,
+    and the pacer does not count the held reports' drain as overload."""
+    watchdog, state, registry, out = make(tmp_path)
+    seen = []   # (what, whether hang.json existed, whether ingest was held) in order
+    events_dir = tmp_path / "job1"
+
+    def written():
+        return any(p.name == "hang.json" for p in events_dir.rglob("hang.json")) if events_dir.exists() else False
+
+    held = [False]
+
+    def hold(on):
+        held[0] = on
+        seen.append(("hold" if on else "release", written(), on))
+
+    def broadcast(command):
+        seen.append((command.WhichOneof("command"), written(), held[0]))
+        return 0
+
+    registry.hold, registry.broadcast = hold, broadcast
+    say = watchdog._say
+    watchdog._say = lambda line: (seen.append((line.split(":")[0], written(), held[0])), say(line))
+    for node in range(NODES):
+        state.ingest(healthy_node(node, 100, in_flight_s=0.003), T0)
+    watchdog.tick(now=T0, now_unix=1.7e9)
+    for node in range(NODES):   # every rank stalls: 11 s in the same all_reduce
+        state.ingest(healthy_node(node, 100, in_flight_s=11.0), T0 + 1)
+    watchdog.tick(now=T0 + 1.5, now_unix=1.7e9 + 1.5)
+    assert watchdog.declared and "HANG: " in out.getvalue()
+    order = [what for what, _, _ in seen]
+    assert order.index("dump_stacks") < order.index("HANG") < order.index("release"), seen
+    assert order.index("persist_last_words") < order.index("HANG"), seen
+    # the line and the commands: while ingest is held and before hang.json exists
+    assert all(held_then and not file_then for what, file_then, held_then in seen
+               if what in ("dump_stacks", "persist_last_words", "HANG")), seen
+    doc = json.loads(next(events_dir.rglob("hang.json")).read_text())
+    assert [row["rank"] for row in doc["ranks"]] == list(range(WORLD))
+    assert all("gpu" in row and row["in_flight_s"] > TIMEOUT for row in doc["ranks"])
+    assert doc["verdict"] == out.getvalue().splitlines()[-1]
+    assert watchdog.pacer._forgive_until > time.monotonic()   # the drain of what was held is not overload
