@@ -14,6 +14,8 @@ pacer (pace.py) checks each tick whether the collector falls behind.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import sys
@@ -128,7 +130,8 @@ class Watchdog:
                 self._registry.hold(True)
                 held_at = time.monotonic()
             try:
-                hanging = self._judge(snap, unix, silent_after)
+                with gc_paused(hold):
+                    hanging = self._judge(snap, unix, silent_after)
             finally:
                 if hold:
                     self._registry.hold(False)
@@ -160,8 +163,9 @@ class Watchdog:
 
     def _run_deferred(self) -> None:
         work, self._deferred = self._deferred, []
-        for fn, doing in work:
-            self._no_throw(fn, doing)
+        with gc_paused(bool(work)):
+            for fn, doing in work:
+                self._no_throw(fn, doing)
 
     def _newly_expired(self, expired: set[int], now: float) -> bool:
         """Whether some rank's op reached the index's window lately (within
@@ -313,6 +317,21 @@ class Watchdog:
 
     def _say(self, line: str) -> None:
         print(line, file=self._out or sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def gc_paused(pause: bool = True):
+    """No cyclic GC inside (a declaration's seconds at most): at 100,000 ranks
+    its full passes over the state's objects took a third of the rules' time
+    (docs/collector.md "Scale"). What they leave is collected after."""
+    collecting = pause and gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def blamed_nodes(event_path: str, snap: Snapshot, connected: list[int]) -> list[int]:
