@@ -341,7 +341,10 @@ def blamed_nodes(event_path: str, snap: Snapshot, connected: list[int]) -> list[
     """Connected nodes that a fault list next to hang.json (``faults.json``,
     the fault-list format of diag/faultlist.py) names: the hang is blamed on
     their hardware, so --hang-action recover leaves them out of the restart.
-    Matched by node rank, else hostname. No file, or an unreadable one: none."""
+    An entry that carries a node rank (the collector's own faults.json
+    always does) names that node only: hostnames repeat (two launchers on one
+    host, clusters that name every node alike). An entry without one is
+    matched by hostname. No file, or an unreadable one: none."""
     path = os.path.join(event_path, dumpnames.FAULTS_JSON)
     if not os.path.exists(path):
         return []
@@ -354,7 +357,7 @@ def blamed_nodes(event_path: str, snap: Snapshot, connected: list[int]) -> list[
     for node in connected:
         agent = snap.agents.get(node)
         hostname = agent.hostname if agent is not None else ""
-        if any(e.node_rank == node or (hostname and hostname in (e.hostname, e.node))
+        if any(e.node_rank == node if e.node_rank is not None else (hostname and hostname in (e.hostname, e.node))
                for e in faults.entries):
             out.append(node)
     return sorted(out)

@@ -115,3 +115,21 @@ def test_last_words_for_an_unknown_event_or_job_are_refused(start_collector, age
         agent.stub.ReportLastWords(pb.LastWordsDone(job_id="other", event_id=event_id),
                                    metadata=agent.metadata, timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("entry, blamed", [
+    ({"node": "vm#1", "reason": "XID 79", "hostname": "vm", "node_rank": 1}, [1]),   # the collector's own faults.json
+    ({"node": "vm", "reason": "netcheck: slow link", "hostname": "vm"}, [0, 1]),      # no node rank: the hostname
+    ({"node": "other", "reason": "XID 79", "hostname": "other", "node_rank": 0}, [0]),
+])
+def test_a_fault_entry_with_a_node_rank_blames_that_node_only_where_hostnames_repeat(tmp_path, entry, blamed):
+    """Two launchers on one host (or a cluster whose nodes share a hostname):
+    an entry that carries the job's node rank names that node, not every node
+    of its hostname; only an entry without one falls back to the hostname."""
+    from types import SimpleNamespace
+
+    from diag.collector.watchdog import blamed_nodes
+    (tmp_path / "faults.json").write_text(json.dumps({"version": 1, "tool": "test", "created_unix": time.time(),
+                                                      "faulty": [entry]}))
+    snap = SimpleNamespace(agents={0: SimpleNamespace(hostname="vm"), 1: SimpleNamespace(hostname="vm")})
+    assert blamed_nodes(str(tmp_path), snap, [0, 1]) == blamed
