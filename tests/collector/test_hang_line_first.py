@@ -1,0 +1,62 @@
+"""The declaring tick says the HANG line before hang.json's per-rank rows
+exist (watchdog.py, docs/collector.md "Scale"): the line, its GPU clause and
+faults.json come out the same from a document without rows as from one
+with them, and the rows built after are the ones a whole document has."""
+
+import json
+import os
+
+from diag.collector import gpus, rules, verdict
+from diag.collector.state import JobState
+from diag.gpu import wire
+from diag.gpu.api import GpuEvent, GpuHealth, GpuIdentity, GpuSample
+from tests.collector.fakes import ALL_REDUCE, node_report, rank_progress
+
+T0 = 1000.0
+
+
+def _snapshot(fallen: int):
+    """4 ranks on 2 nodes, all in all_reduce at seq 4 for 12 s (every rank
+    waits: no culprit, no suspect); rank ``fallen``'s GPU reported XID 79."""
+    progress = []
+    for r in range(4):
+        p = rank_progress(r, 4, op=ALL_REDUCE, age_s=12.0, seq=4, started=4, completed=3)
+        events = (GpuEvent(T0 - 5, "xid", 79, "GPU fell off the bus", True),) if r == fallen else ()
+        health = GpuHealth(GpuIdentity(f"0000:4{r}:00.0", f"GPU-{r:08d}-0000-0000-0000-000000000000", r % 2,
+                                       r % 2, "NVIDIA H100 80GB HBM3"), GpuSample(T0 - 1), T0 - 1, events, "")
+        p.gpu.CopyFrom(wire.health_msg(health))
+        progress.append(p)
+    state = JobState()
+    state.ingest(node_report(0, progress[:2]), T0)
+    state.ingest(node_report(1, progress[2:]), T0)
+    return state.snapshot(T0)
+
+
+def _document(snap, path, rows):
+    findings = rules.analyse(snap, 10.0, 60.0)
+    doc = verdict.hang_document(findings, snap, job_id="j", event_id="e", event_dir=path, declared_unix=0.0,
+                                timeout_s=10.0, rows=rows)
+    gpus.annotate_hang(doc, snap, path)
+    return findings, doc
+
+
+def test_the_line_and_faults_json_need_no_rows_and_the_rows_come_after(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_RAS_ADDR", "127.0.0.1:9")   # nothing listens: the RAS ask ends at once
+    snap = _snapshot(fallen=2)
+    whole, first = tmp_path / "whole", tmp_path / "first"
+    whole.mkdir()
+    first.mkdir()
+    _, full = _document(snap, str(whole), rows=True)
+    findings, early = _document(snap, str(first), rows=False)
+    assert early["ranks"] is None
+    # the GPU clause comes from the snapshot's ranks when no rank is blamed
+    assert "rank 2's gpu 0000:42:00.0" in early["verdict"] and "XID 79" in early["verdict"]
+    assert early["verdict"] == full["verdict"].replace(str(whole), str(first))
+    assert early["gpu_events"] == full["gpu_events"] and len(early["gpu_events"]) == 1
+    with open(os.path.join(whole, "faults.json")) as a, open(os.path.join(first, "faults.json")) as b:
+        fa, fb = json.load(a), json.load(b)
+    assert fa["faulty"] == fb["faulty"] and [e["node_rank"] for e in fb["faulty"]] == [1]
+    # what the watchdog adds after the line: the same rows as a whole document's
+    rows = verdict.rank_rows(findings, snap)
+    gpus.annotate_rows(rows, snap)
+    assert rows == full["ranks"] and [r["gpu"]["pci_bus_id"] for r in rows] == [f"0000:4{r}:00.0" for r in range(4)]
