@@ -123,8 +123,9 @@ class Watchdog:
                 or now - self._state.active_at >= self._config.idle_timeout_s - idle.ACTIVITY_SLACK_S):
             snap = self._state.snapshot(now)
             self.full_ticks += 1
-            # An op is near the timeout: ingest holds while the rules judge
-            # (as long as the rules take; the pacer forgives the wait it causes).
+            # An op is near the timeout: ingest holds while the rules judge and
+            # the line and commands go out (not while hang.json is built);
+            # the pacer forgives the wait it causes.
             hold = self.detector.armed and self._newly_expired(expired, now)
             if hold:
                 self._registry.hold(True)
@@ -135,14 +136,13 @@ class Watchdog:
             finally:
                 if hold:
                     self._registry.hold(False)
-                    self.pacer.forgive(time.monotonic() + FORGIVE_S + 2 * (time.monotonic() - held_at))
-            self._run_deferred()
-            if hold:
-                # The reports held, and those slowed by hang.json's build after
-                # the line, are late by our choice, not overload: the backlog
-                # drains in about as long again at a busy collector.
-                done = time.monotonic()
-                self.pacer.forgive(done + FORGIVE_S + 2 * (done - held_at))
+                self._run_deferred()   # hang.json, after the line and the commands, ingest going again
+                if hold:
+                    # The reports held, and those slowed by hang.json's build
+                    # after the line, are late by our choice, not overload: the
+                    # backlog drains in about as long again at a busy collector.
+                    done = time.monotonic()
+                    self.pacer.forgive(done + FORGIVE_S + 2 * (done - held_at))
             # The hang path first: while an op nears the timeout or a hang
             # lasts, the perf path (SLOW, GPU lines) waits for a later pass.
             if full and not (expired or hanging):
