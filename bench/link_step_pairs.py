@@ -3,7 +3,7 @@
     python3 bench/link_step_pairs.py [--nproc 1] [--warmup 10] [--pairs 150] [--out FILE]
 
 One job under xpu_timer_launch (so NCCL loads the plugin from the
-NCCL_PROFILER_PLUGIN the launcher sets): after --warmup steps, --pairs pairs
+NCCL_PROFILER_PLUGIN the launcher sets with --link-plugin): after --warmup steps, --pairs pairs
 of steps with the plugin's events on and off (xpu_timer_link_bypass sets
 NCCL's activation mask to 0: NCCL makes no profiler calls), in ABBA order,
 every rank switching at the same step (tests/gpu/scripts/link_ddp.py). Paired
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "kernel_hook")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-        run = subprocess.run([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", str(args.nproc),
+        run = subprocess.run([sys.executable, "-m", "diag.launcher.main", "--link-plugin", "--nproc-per-node", str(args.nproc),
                               "--hang-timeout", "300s", "--timeline-path", os.path.join(tmp, "tl"), SCRIPT, tmp,
                               str(args.warmup), str(args.pairs)], cwd=ROOT, env=env, capture_output=True, text=True)
         if run.returncode != 0:

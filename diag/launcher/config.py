@@ -44,6 +44,7 @@ class Config:
     collector: str | None = None      # HOST:PORT of an existing collector
     hang_action: str = "report"
     no_hook: bool = False
+    link_plugin: bool = False         # NCCL_PROFILER_PLUGIN -> ours (opt-in, docs/link.md)
     fault_list: str | None = None
     fault_list_max_age: float = 24 * 3600.0
     rank_order: str | None = None       # netcheck --rank-order's file (diag/launcher/rankorder.py)

@@ -2,7 +2,7 @@
 
 One GPU (H100/H200 x1, NCCL 2.28):
     python3 -m pytest -q -s tests/gpu/test_link_gpu.py -k one_gpu
-- real NCCL loads our plugin from the NCCL_PROFILER_PLUGIN the launcher sets
+- real NCCL loads our plugin from the NCCL_PROFILER_PLUGIN the launcher sets (--link-plugin)
   (NCCL_DEBUG=INFO says so), calls its init for the communicator, and a GPT-2
   small DDP run with it completes with no HANG; what reached the table is
   printed (a 1-rank communicator has no proxy peers: few or no step events).
@@ -38,7 +38,7 @@ PLUGIN = os.path.join(ROOT, "diag", "lib", "libxpu_nccl_profiler.so")
 
 
 def test_one_gpu_real_nccl_loads_the_plugin(hook_built, tmp_path):
-    out = launch(["--nproc-per-node", "1", "--hang-timeout", "120s", "--timeline-path", str(tmp_path / "tl"),
+    out = launch(["--link-plugin", "--nproc-per-node", "1", "--hang-timeout", "120s", "--timeline-path", str(tmp_path / "tl"),
                   SCRIPT, str(tmp_path), "20"], timeout=600,
                  env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"})
     text = out.stdout + out.stderr
@@ -104,7 +104,7 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
                NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1", NCCL_NET="Socket",
                NCCL_SOCKET_IFNAME="lo", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
-    proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--hang-timeout",
+    proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--link-plugin", "--nproc-per-node", "2", "--hang-timeout",
                              "20s", "--timeline-path", str(tmp_path / "tl"), SCRIPT, str(tmp_path), "100000"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

@@ -1,6 +1,6 @@
 """A broken NCCL link named end to end (docs/link.md): two real
 xpu_timer_launch processes play nodes 0 and 1 (2 ranks each) on loopback; the
-fake NCCL loads the profiler plugin from the NCCL_PROFILER_PLUGIN the launcher
+fake NCCL loads the profiler plugin from the NCCL_PROFILER_PLUGIN the launcher (--link-plugin)
 set and plays a ring whose link rank 1 -> rank 2 stops on channel 1 at step 3
 in the 100th all-reduce (3 s in: both agents report by then), which then never
 completes on any rank. The real agents
@@ -54,7 +54,7 @@ def broken(built, tmp_path_factory):
     timeline = str(tmp_path_factory.mktemp("link-timeline"))
     ras_port = _port()
     env = _env(FAKE_HANG="ncclAllReduce:100", FAKE_NCCL_BREAK="1>2:1:3@100", NCCL_RAS_ADDR=f"127.0.0.1:{ras_port}")
-    common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+    common = ["--link-plugin", "--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
               str(_port()), "--hang-timeout", "3s", "--rdzv-id", "linkjob", "--timeline-path", timeline,
               "--no-python", LINKPROG, "ring", "400", "30"]
     node1 = Launch(["--node-rank", "1"] + common, env=env)
@@ -99,7 +99,7 @@ def test_nccl_ras_view_is_kept_in_the_event_dir(broken):
 
 
 def test_a_healthy_ring_with_the_plugin_exits_cleanly_with_no_hang(built, tmp_path):
-    run = Launch(["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path),
+    run = Launch(["--link-plugin", "--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path),
                   "--no-python", LINKPROG, "ring", "60", "20"], env=_env())
     try:
         assert run.wait(120) == 0, run.output()
