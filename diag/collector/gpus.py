@@ -116,9 +116,12 @@ def _suspects(doc: dict[str, Any], snap: Snapshot) -> list[int]:
 
 def annotate_rows(rows: list[dict[str, Any]] | None, snap: Snapshot) -> None:
     """hang.json's ``ranks[].gpu``: each rank's GPU, or None."""
+    ranks = snap.ranks
     for row in rows or []:
-        health = health_of(snap, row["rank"])
-        row["gpu"] = health.identity.to_dict() if health is not None else None
+        entry = ranks.get(row["rank"])
+        # The identity only: not the whole GpuHealth (100,000 rows after a HANG).
+        row["gpu"] = (wire.identity_of(entry.progress.gpu.identity).to_dict()
+                      if entry is not None and entry.progress.HasField("gpu") else None)
 
 
 def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultlist.FaultEntry]:
@@ -130,7 +133,12 @@ def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultl
     hostnames = {n: a.hostname for n, a in snap.agents.items()}
     culprits = set(doc.get("culprits") or [])
     for rank in _suspects(doc, snap):
-        health = health_of(snap, rank)
+        entry = snap.ranks.get(rank)
+        if entry is None or not entry.progress.HasField("gpu"):
+            continue
+        if rank not in culprits and not entry.progress.gpu.events:
+            continue   # nothing to say of it: skip reading its GPU (every rank, when every rank waits)
+        health = wire.rank_health(entry.progress)
         if health is None or not health.identity.known:
             continue
         if not health.events:
