@@ -299,13 +299,15 @@ async def settle(seen: dict, limit_s: float = 90.0) -> None:
     seen["window_overload"] = len(seen.get("overload", []))
 
 
-async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
-    tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(args.agents)]
+async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
+    """Wait for every stream, let the agents settle into their phases, then
+    measure one window with a rank stalling at its middle. Returns (t0, t1,
+    reports, cpu, rss, connect_s); the agents are told to stop."""
     began, deadline = time.monotonic(), time.monotonic() + 120 + args.agents / 200
     while load.connected < args.agents and not load.errors and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     connect_s = time.monotonic() - began
-    await asyncio.sleep(2 * args.interval)  # let every agent settle into its phase
+    await asyncio.sleep(2 * args.interval)
     await settle(seen)
     t0, sent0, cpu0 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
     stall_at = args.seconds / 2 - args.hang_timeout
@@ -315,9 +317,15 @@ async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
     t1, sent1, cpu1 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
     rss = rss_mib(proc.pid)
     load.stop.set()
+    return t0, t1, sent1 - sent0, cpu1 - cpu0, rss, connect_s
+
+
+async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
+    tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(args.agents)]
+    t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
     await load.close()
-    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
+    return dict(wall=t1 - t0, reports=reports, cpu=cpu, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
                 connected=load.connected)
 
 
@@ -391,23 +399,10 @@ async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None
 async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) -> dict:
     for p in load.procs:
         p.start()
-    began, deadline = time.monotonic(), time.monotonic() + 120 + args.agents / 200
-    while load.connected < args.agents and not load.errors and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    connect_s = time.monotonic() - began
-    await asyncio.sleep(2 * args.interval)
-    await settle(seen)
-    t0, sent0, cpu0 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
-    stall_at = args.seconds / 2 - args.hang_timeout
-    await asyncio.sleep(max(0.0, stall_at))
-    load.stall_since = time.monotonic()
-    await asyncio.sleep(args.seconds - max(0.0, stall_at))
-    t1, sent1, cpu1 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
-    rss = rss_mib(proc.pid)
-    load.stop.set()
+    t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     for p in load.procs:
         await asyncio.to_thread(p.join, 90)
-    return dict(wall=t1 - t0, reports=sent1 - sent0, cpu=cpu1 - cpu0, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
+    return dict(wall=t1 - t0, reports=reports, cpu=cpu, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
                 connected=load.connected)
 
 
