@@ -88,6 +88,15 @@ def gemm_load(enabled: bool):
             t.join(30)
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a GPU to load while recording (no torch: no)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m diag.gpu.record", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="where to write the recording (JSON)")
@@ -103,13 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except GpuError as exc:
         print(f"diag.gpu.record: {exc}", file=sys.stderr)
         return 3
-    load = False
-    if not args.idle:
-        try:
-            import torch
-            load = torch.cuda.is_available()
-        except ImportError:
-            pass
+    load = not args.idle and cuda_available()
     with gemm_load(load):
         doc = record(nvml, args.steps, args.interval, " (GEMMs on every GPU)" if load else " (idle)")
     write_atomic(args.out, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))

@@ -21,6 +21,7 @@ from diag.netcheck.health import link_health
 from diag.netcheck.nvml import FORMAT_VERSION, RealNvml, RecordingNvml, try_query
 from diag.netcheck.switchbox import busy_links, plan_box
 from diag.common.atomic import write_atomic
+from diag.gpu.record import cuda_available
 
 
 def record(nvml: RecordingNvml, under_load: bool) -> dict:
@@ -50,13 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except NetcheckError as exc:
         print(f"nvml_record: {exc}", file=sys.stderr)
         return 3
-    under_load = False
-    if not args.idle:
-        try:
-            import torch
-            under_load = torch.cuda.is_available()
-        except ImportError:
-            pass
+    under_load = not args.idle and cuda_available()
     doc = record(nvml, under_load)
     write_atomic(args.out, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
     print(f"nvml_record: {len(doc['answers'])} answers from {len(doc['gpus'])} GPU(s) -> {args.out}; "
