@@ -115,6 +115,9 @@ def test_bad_uploads_are_refused(start_collector, agents, change, code):
     agent = agents(address)
     stop = agent.report_every(0.2, stalled)
     event_id = agent.next_command("dump_stacks").dump_stacks.event_id
+    # The request is issued after the stacks are asked for (DumpStacks goes first,
+    # at once): an upload before it would be refused as never issued.
+    assert agent.next_command("collect_timeline").collect_timeline.request_id == event_id
     stop.set()
     args = dict(request_id=event_id, world=4, job_id="job1")
     args.update(change)
