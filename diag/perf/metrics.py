@@ -94,8 +94,13 @@ def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
     fig = derive.figures(rank, perf)
     fams["window"].add_metric(base, fig.window_s)
     fams["gemm_rate"].add_metric(base, fig.gemm_tflops * 1e12)
-    fams["wait"].add_metric(base, fig.wait_share)
-    fams["step"].add_metric(base, fig.step_s)
+    # No wait share before the rank's first collective and no step time before
+    # its first step: a 0 there would make it "the rank that waits least" or
+    # "the fastest step" on every dashboard while it is still starting up.
+    if fig.window_s > 0 and any(t.kind in derive.COMM_KINDS and t.count for t in perf.totals):
+        fams["wait"].add_metric(base, fig.wait_share)
+    if fig.step_s > 0:
+        fams["step"].add_metric(base, fig.step_s)
     fams["steps"].add_metric(base, perf.steps_total)
     fams["launches"].add_metric(base, perf.launches_total)
     gemms = [t for t in perf.totals if t.kind == fmt.KIND_GEMM]

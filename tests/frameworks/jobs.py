@@ -190,7 +190,9 @@ def rank_metrics(scrape: tuple[float, str], rank: int, step_op: str = "optimizer
                 calls += sample.value if sample.labels["op"] != step_op else 0.0
             else:
                 values[sample.name] = sample.value
-    if "xpu_diag_steps_total" not in values:
+    # The window's gauges come once the rank has stepped twice and made a collective.
+    if any(name not in values for name in ("xpu_diag_steps_total", "xpu_diag_collective_wait_ratio",
+                                           "xpu_diag_step_seconds")):
         return None
     return RankMetrics(at, values["xpu_diag_collective_wait_ratio"], values["xpu_diag_step_seconds"],
                        values["xpu_diag_steps_total"], calls)

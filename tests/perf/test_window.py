@@ -101,6 +101,31 @@ def test_steps_total_counts_step_calls_and_the_window_the_intervals_between_them
     assert steps.value == 3
 
 
+def test_no_wait_or_step_series_while_a_rank_is_still_starting_up():
+    """A rank that has made no collective yet is not "the rank that waits least"
+    (bottomk would name it), and one with fewer than two steps has no step time."""
+    clock = Clock()
+    window = PerfWindow(window_s=10, clock=clock)
+    start = clock.ns
+    window.observe(0, fmt.PRODUCER_PYTHON, [rec("optimizer.step", fmt.KIND_HOST_FUNC, dur=10**6, t=start + 10**8)])
+    clock.ns = start + 10**9
+
+    def names():
+        collector = metrics.PerfCollector()
+        collector.snapshot = metrics.Snapshot("j", "n", ((0, 0, window.message(0)),))
+        return {s.name: s.value for fam in collector.collect() for s in fam.samples}
+    early = names()
+    assert "xpu_diag_collective_wait_ratio" not in early and "xpu_diag_step_seconds" not in early
+    assert early["xpu_diag_steps_total"] == 1 and early["xpu_diag_window_seconds"] > 0
+    window.observe(0, fmt.PRODUCER_PYTHON, [
+        rec("all_reduce", fmt.KIND_COLLECTIVE, dur=2 * 10**8, nbytes=16, t=start + 5 * 10**8),
+        rec("optimizer.step", fmt.KIND_HOST_FUNC, dur=10**6, t=start + 6 * 10**8)])
+    clock.ns = start + 2 * 10**9
+    later = names()
+    assert 0 < later["xpu_diag_collective_wait_ratio"] <= 1
+    assert abs(later["xpu_diag_step_seconds"] - 0.5) < 1e-9
+
+
 def test_a_busy_metrics_port_is_one_warning_and_the_agent_goes_on(tmp_path, capfd):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
