@@ -75,7 +75,8 @@ class Recovery:
             self.agent.log(f"the hang is blamed on this node's hardware, but leaving would leave {left} "
                            f"node(s), fewer than --nnodes min {self.config.nnodes_min}: rejoining", every=0)
             return
-        reason = f"the hang ({kill.reason}) is blamed on this node's hardware"
+        event = kill.reason.split(":", 1)[0]     # "hang <event id>"
+        reason = f"{event} is blamed on this node's hardware"
         self._restart = None
         if self.leave is not None:
             self.leave(reason)

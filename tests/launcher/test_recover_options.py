@@ -59,7 +59,7 @@ def test_a_node_that_left_exits_75_and_says_why(capsys):
     node = recovery.NodeRecovery(cfg, lines.append)
     node.close()
     assert node.outcome(143) == 143
-    node.leaving = "the hang (hang ev) is blamed on this node's hardware"
+    node.leaving = "hang ev is blamed on this node's hardware"
     assert node.outcome(143) == 75
-    assert lines == ["node 0 leaves the job: the hang (hang ev) is blamed on this node's hardware; it does not "
+    assert lines == ["node 0 leaves the job: hang ev is blamed on this node's hardware; it does not "
                      "rejoin the rendezvous, the other nodes restart without it (--nnodes 1:2)"]

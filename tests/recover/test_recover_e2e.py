@@ -225,3 +225,48 @@ def test_a_node_killed_whole_recovers_from_the_persisted_copy(reference, launche
     assert sorted(resumed) == [0, 1, 2, 3] and len({v["step"] for v in resumed.values()}) == 1
     assert NODE_KILL_AT - 2 <= int(resumed[0]["step"]) <= killed_at + 3, node0.output()
     assert node0.matching(r"rank 0: restored step \d+ from disk"), node0.output()
+
+
+def test_a_node_blamed_on_hardware_is_left_out_and_the_job_goes_on_smaller(launches, tmp_path):
+    """Item 4 under --nnodes 1:2 with torchrun's elastic c10d rendezvous: two
+    launchers play nodes 0 and 1. Rank 2 (node 1) hangs at step 37 while its
+    GPU reports XID 79 (node 1's NVML replayed from the H100 recordings), so
+    the collector puts node 1 on the event's fault list. Under --hang-action
+    recover node 1 leaves (exit 75, the fault list's "try elsewhere"), and
+    node 0 alone passes the next rendezvous: 2 ranks restore the replicated
+    (DDP) state the 4-rank job saved, from node 0's memory, and finish."""
+    from tests.gpu_health.test_gpu_job import replay
+    on_gpu = os.path.join(ROOT, "tests", "scripts", "on_gpu.py")
+    port = free_port()
+    env = dict(FAST_DUMPS, XPU_TIMER_JOB_TOKEN="shared-by-the-scheduler")
+
+    def node(rank, nvml, gpus):
+        return launches(["--nproc-per-node", "2", "--nnodes", "1:2", "--node-rank", str(rank),
+                         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                         "--rdzv-conf", f"is_host={int(rank == 0)},last_call_timeout=1",
+                         "--rdzv-id", f"shrink-{port}", "--hang-timeout", "3s", "--hang-action", "recover",
+                         "--max-restarts", "1", "--ckpt-persist-every", "1", "--timeline-path", str(tmp_path / "tl"),
+                         "--no-hook", "--gpu-sample-interval", "1s", "--nvml-replay", replay(nvml),
+                         on_gpu, SCRIPT, str(STEPS), "hang", str(AT), "0.05", "c10d"],
+                        env=dict(env, GPU_OF_LOCAL_RANK=gpus))
+    node0, node1 = node(0, "healthy", "0,1"), node(1, "xid", "2,3")
+    assert node1.wait(240) == 75, node0.output() + node1.output()
+    assert node0.wait(240) == 0, node0.output() + node1.output()
+    out = node0.output()
+    [hang] = node0.matching(r"^HANG: ")
+    assert "XID 79" in hang and "fault list" in hang, hang
+    assert node1.matching(r"^xpu_timer_launch: node 1 leaves the job: hang \S+ is blamed on this node's hardware; "
+                          r"it does not rejoin the rendezvous"), node1.output()
+    assert not node1.matching(r"^RESTORED rank=\d+ restart=1 ")      # no worker of node 1 came back
+    again = restored(node0, 1)
+    assert sorted(again) == [0, 1] and len({v["step"] for v in again.values()}) == 1, out
+    first = int(again[0]["step"])
+    assert AT - 1 <= first <= AT, out                                # at most one step repeated
+    assert node0.matching(rf"step {first} was saved by a job of world size 4; restoring its replicated "
+                          rf"state into 2 rank\(s\)"), out
+    assert node0.matching(rf"rank 0: restored step {first} from memory"), out
+    assert steps_done(node0, 0, 1) == list(range(first, STEPS))
+    finished = finals(node0)
+    assert sorted(finished) == [0, 1] and len({sha for _, sha in finished.values()}) == 1, out   # one replica
+    assert all(restart == 1 for restart, _ in finished.values())
+    assert len(node0.matching(r"^HANG: ")) == 1, out                 # the smaller job raised no alarm
