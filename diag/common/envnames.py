@@ -42,6 +42,7 @@ NODE_NAME = "XPU_TIMER_NODE_NAME"
 CKPT_DIR = "XPU_TIMER_CKPT_DIR"                  # the node's snapshot store (tmpfs, outlives workers)
 CKPT_PERSIST_DIR = "XPU_TIMER_CKPT_PERSIST_DIR"  # the persisted copies (shared by the job's nodes)
 CKPT_DISABLE = "XPU_TIMER_CKPT_DISABLE"          # 1: Checkpointer keeps nothing (opt-out)
+ATTEMPT_STORE = "XPU_TIMER_ATTEMPT_STORE"        # 1: a restarted worker keys env:// by attempt (diag/recover/attempt_store.py)
 
 # The launcher's options (flag equivalents; see diag.common.options).
 HANG_TIMEOUT = "XPU_TIMER_HANG_TIMEOUT"

@@ -37,6 +37,8 @@ class Config:
     unbuffered: bool = False          # `python -u train.py`
     script: str = ""                  # the training script, module (-m) or command (--no-python)
     script_kind: str = "file"         # "file", "module" or "command"
+    rdzv_backend: str = "static"      # torchrun's, "c10d" under --standalone
+    restarts: bool = False            # torchrun's --max-restarts is 1 or more
     # One field per option in options.LAUNCHER, named as its dest.
     hang_timeout_s: float = 300.0
     idle_timeout_s: float = 600.0       # no op started or finished anywhere, none in flight
@@ -183,6 +185,8 @@ def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Conf
         torchrun_argv=torchrun_argv, job_id=_job_id(ns, env, rdzv_host, rdzv_port, nnodes_max),
         node_rank=node_rank, rank_order_note=note, nnodes_max=nnodes_max, rdzv_host=rdzv_host,
         nnodes_min=_nnodes_min(ns.nnodes, nnodes_max),
+        rdzv_backend="c10d" if getattr(ns, "standalone", False) else str(ns.rdzv_backend),
+        restarts=_restarts(ns) >= 1,
         rdzv_port=rdzv_port, unbuffered=unbuffered, script=script, script_kind=script_kind, **own)
 
 
@@ -233,13 +237,16 @@ def _check_recover(own: dict, ns) -> None:
     none, the job would only end after its last words."""
     if own.get("hang_action") != "recover":
         return
-    try:
-        restarts = int(ns.max_restarts)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--max-restarts: {ns.max_restarts!r} is not a whole number; use e.g. 1") from None
-    if restarts < 1:
+    if _restarts(ns) < 1:
         raise ConfigError("--hang-action recover: torchrun's --max-restarts is 0, so nothing would restart "
                           "after the kill; add --max-restarts 1 (or more)")
+
+
+def _restarts(ns) -> int:
+    try:
+        return int(ns.max_restarts)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--max-restarts: {ns.max_restarts!r} is not a whole number; use e.g. 1") from None
 
 
 def _rendezvous(ns) -> tuple[str, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 
+from diag.common import envnames
 from diag.faultlist import EXIT_FAULTY_NODE
 from diag.recover import api as recover_api
 from diag.recover import store
@@ -41,6 +42,18 @@ class NodeRecovery:
         if self.store_dir is None:
             return {}
         return {recover_api.ENV_STORE_DIR: self.store_dir, recover_api.ENV_PERSIST_DIR: self.persist_dir}
+
+    def restart_env(self, env=os.environ) -> dict:
+        """A restart that can build its process group again (attempt_store.py
+        says why): torch's own switch for c10d, our per-attempt keys for the
+        static rendezvous. A user's own setting is kept."""
+        if not self.config.restarts:
+            return {}
+        if self.config.rdzv_backend == "c10d":
+            return {} if "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in env else {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        if self.config.rdzv_backend == "static":
+            return {} if envnames.ATTEMPT_STORE in env else {envnames.ATTEMPT_STORE: "1"}
+        return {}
 
     def leave(self, reason: str) -> None:
         """Called by the agent (its command thread): stop torchrun here the way

@@ -105,6 +105,7 @@ def _run(config: Config) -> int:
             address = config.collector_listen()
         os.environ.update(worker_env(config, token, shm_dir))
         os.environ.update(recovery.worker_env())
+        os.environ.update(recovery.restart_env())
         # Inherited from a traced process (a launch from inside a worker, an
         # exported shell): it would tell every worker's tracer that the region
         # is some other process's, and the job would run untraced, in silence.

@@ -63,3 +63,22 @@ def test_a_node_that_left_exits_75_and_says_why(capsys):
     assert node.outcome(143) == 75
     assert lines == ["node 0 leaves the job: hang ev is blamed on this node's hardware; it does not "
                      "rejoin the rendezvous, the other nodes restart without it (--nnodes 1:2)"]
+
+
+@pytest.mark.parametrize("argv, user, want", [
+    (["t.py"], {}, {}),                                                       # no restart: nothing to fix
+    (["--max-restarts", "1", "t.py"], {}, {"XPU_TIMER_ATTEMPT_STORE": "1"}),   # static (torchrun's default)
+    (["--max-restarts", "1", "--standalone", "t.py"], {}, {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}),
+    (["--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "t.py"], {},
+     {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}),
+    (["--max-restarts", "1", "--standalone", "t.py"], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, {}),  # the user's
+    (["--max-restarts", "1", "t.py"], {"XPU_TIMER_ATTEMPT_STORE": "0"}, {}),
+])
+def test_a_restart_gets_a_fresh_key_space_for_its_process_group(argv, user, want):
+    cfg = parse_args(argv, {})
+    node = recovery.NodeRecovery(cfg, print)
+    try:
+        assert node.restart_env(env=user) == want
+    finally:
+        node.close()
+

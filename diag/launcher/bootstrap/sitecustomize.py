@@ -37,6 +37,8 @@ def _install_tracer():
         sys.path.append(root)
     from diag.tracer import install_from_env
     install_from_env()
+    from diag.recover import attempt_store
+    attempt_store.install()
 
 
 try:

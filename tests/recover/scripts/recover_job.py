@@ -1,5 +1,5 @@
 """Deterministic data-parallel job for tests/recover/test_recover_e2e.py (issue 19's orchestration).
-argv: steps, fault (none|hang|kill), fault step, seconds per step, rendezvous (static|c10d)."""
+argv: steps, fault (none|hang|kill), fault step, seconds per step, rendezvous (static|c10d; the test's, for the record)."""
 import hashlib, os, sys, time
 started = time.time()
 import torch, torch.distributed as dist
@@ -7,11 +7,9 @@ from diag.recover import Checkpointer
 steps, fault, at, nap, rdzv = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 e, say = os.environ, lambda text: os.write(1, f"{text}\n".encode())   # one write: the ranks share stdout
 restart = int(e["TORCHELASTIC_RESTART_COUNT"])
-# A per-attempt prefix: torch 2.13's agent store (static and c10d alike) keeps a
-# killed attempt's gloo keys, and a new rank 1 would dial the dead rank 0.
-# (``rdzv`` only names which rendezvous the test gave torchrun.)
-store = dist.PrefixStore(f"attempt{restart}", dist.TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), is_master=False))
-dist.init_process_group("gloo", store=store, rank=int(e["RANK"]), world_size=int(e["WORLD_SIZE"]))
+# A plain env:// process group, as users write it: after a restart the launcher
+# keys it by attempt (diag/recover/attempt_store.py).
+dist.init_process_group("gloo")
 rank, _ = dist.get_rank(), torch.manual_seed(0)
 # Data parallel by hand, one all_reduce per gradient: DDP's first iteration after a
 # restart reduces in its initial bucket layout, not the rebuilt one, and gloo's
