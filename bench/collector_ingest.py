@@ -21,6 +21,7 @@ streams on one connection (``--streams-per-connection``, chosen and printed).
 
     .venv/bin/python bench/collector_ingest.py --agents 2000 --seconds 20
     .venv/bin/python bench/collector_ingest.py --agents 2000 --collector-tree /tmp/old   # another release's collector
+    .venv/bin/python bench/collector_ingest.py --agents 2000 --transport-floor   # the collector, then bench/grpc_floor_server.py
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def parse_args(argv):
     p.add_argument("--verbose", action="store_true", help="print the collector's last lines")
     p.add_argument("--old-agents", action="store_true",
                    help="agents that send no sent_mono_ns and ignore ReportPace (the previous release's)")
+    p.add_argument("--transport-floor", action="store_true",
+                   help="then drive bench/grpc_floor_server.py (reads the reports, does nothing) with the same "
+                        "load, and print the collector's CPU per report against that floor")
     p.add_argument("--collector-tree", default=None,
                    help="run the collector from this source tree (e.g. an older release unpacked with git archive)")
     return p.parse_args(argv)
@@ -117,12 +121,15 @@ def rss_mib(pid: int) -> float:
         return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
 
 
-def start_collector(workdir: str, token: str, args) -> tuple[subprocess.Popen, str, dict]:
+def start_collector(workdir: str, token: str, args, floor: bool = False) -> tuple[subprocess.Popen, str, dict]:
     addr_file = os.path.join(workdir, "addr")
     cmd = [sys.executable, "-m", "diag.collector", "--listen", "127.0.0.1:0", "--job-id", "bench",
            "--timeline-path", os.path.join(workdir, "tl"), "--address-file", addr_file,
            "--hang-timeout", f"{args.hang_timeout}s", "--silent-after", "30s",
            "--max-agents", str(args.agents + 16), "--stats-interval", "1s"]
+    if floor:
+        cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpc_floor_server.py"),
+               "--address-file", addr_file, "--max-agents", str(args.agents + 16)]
     env = {**os.environ, envnames.JOB_TOKEN: token}
     if args.collector_tree:
         env["PYTHONPATH"] = os.path.abspath(args.collector_tree)
@@ -423,8 +430,22 @@ def main(argv=None) -> int:
         PERF = None
     FINGERPRINTS = args.fingerprints
     token = secrets.token_urlsafe(16)
+    m, seen, load = run_load(token, args)
+    status = print_figures(args, m, seen, load, fds)
+    if args.transport_floor:
+        floor, _, floor_load = run_load(token, args, floor=True)
+        per = [1e6 * r["cpu"] / max(1, r["reports"]) for r in (m, floor)]
+        print(f"transport floor: bench/grpc_floor_server.py (reads each report, does nothing), the same load: "
+              f"{floor['reports'] / floor['wall']:.0f} reports/s, {floor['cpu'] / floor['wall']:.2f} cores, "
+              f"{per[1]:.0f} us CPU per report; the collector {per[0]:.0f} us, "
+              f"{per[1] / per[0]:.0%} of it the floor")
+    return status
+
+
+def run_load(token: str, args, floor: bool = False) -> tuple[dict, dict, object]:
+    """One run of the load against the collector (or the floor server)."""
     with tempfile.TemporaryDirectory(prefix="collector-bench-") as workdir:
-        proc, address, seen = start_collector(workdir, token, args)
+        proc, address, seen = start_collector(workdir, token, args, floor)
         try:
             if args.drivers > 1:
                 load = Drivers(address, token, args)
@@ -436,7 +457,7 @@ def main(argv=None) -> int:
             proc.terminate()
             proc.wait(60)
         time.sleep(0.2)
-    return print_figures(args, m, seen, load, fds)
+    return m, seen, load
 
 
 def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
