@@ -10,8 +10,7 @@ NCCL rank can read the old unique id (pytorch/pytorch#135712). The launcher
 sets ``XPU_TIMER_ATTEMPT_STORE=1`` for a static rendezvous with
 --max-restarts; in a restarted worker (TORCHELASTIC_RESTART_COUNT > 0) the
 env:// handler then hands out the agent's store under
-``xpu-diag/attempt<N>/``, as torch did before that comment. Every node
-restarts together under static rendezvous (a failed worker fails its peers),
+``xpu-diag/attempt<N>/``. Every node restarts together under static rendezvous (a failed worker fails its peers),
 so N agrees across the job. (For c10d the launcher sets torch's own
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: a fresh store each round.)
 """
