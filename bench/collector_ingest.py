@@ -70,6 +70,8 @@ def parse_args(argv):
     p.add_argument("--verbose", action="store_true", help="print the collector's last lines")
     p.add_argument("--old-agents", action="store_true",
                    help="agents that send no sent_mono_ns and ignore ReportPace (the previous release's)")
+    p.add_argument("--ingest-procs", type=int, default=0,
+                   help="the collector's --ingest-procs (its CPU and memory then count them too)")
     p.add_argument("--transport-floor", action="store_true",
                    help="then drive bench/grpc_floor_server.py (reads the reports, does nothing) with the same "
                         "load, and print the collector's CPU per report against that floor")
@@ -108,15 +110,34 @@ def plan_fds(args) -> str:
             f"{math.ceil(connections / args.drivers) + FDS_SPARE} in each of {args.drivers} driver(s)")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid`` (all its threads), from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def children(pid: int) -> list[int]:
+    """``pid``'s child processes (the collector's ingest processes)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def cpu_seconds(pid: int, children_too: bool = True) -> float:
+    """utime + stime of ``pid`` (all its threads) and of its running children, from /proc/<pid>/stat."""
+    total = 0.0
+    for p in [pid, *(children(pid) if children_too else ())]:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def rss_mib(pid: int) -> float:
-    """The collector's resident memory (VmRSS), MiB."""
+    """The collector's resident memory (VmRSS), MiB, its ingest processes' included."""
+    return sum(_rss_mib(p) for p in [pid, *children(pid)])
+
+
+def _rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
 
@@ -127,6 +148,8 @@ def start_collector(workdir: str, token: str, args, floor: bool = False) -> tupl
            "--timeline-path", os.path.join(workdir, "tl"), "--address-file", addr_file,
            "--hang-timeout", f"{args.hang_timeout}s", "--silent-after", "30s",
            "--max-agents", str(args.agents + 16), "--stats-interval", "1s"]
+    if args.ingest_procs:
+        cmd += ["--ingest-procs", str(args.ingest_procs)]
     if floor:
         cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpc_floor_server.py"),
                "--address-file", addr_file, "--max-agents", str(args.agents + 16)]
@@ -316,15 +339,15 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     connect_s = time.monotonic() - began
     await asyncio.sleep(2 * args.interval)
     await settle(seen)
-    t0, sent0, cpu0 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
+    t0, sent0, cpu0, judge0 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
     stall_at = args.seconds / 2 - args.hang_timeout
     await asyncio.sleep(max(0.0, stall_at))
     load.stall_since = time.monotonic()
     await asyncio.sleep(args.seconds - max(0.0, stall_at))
-    t1, sent1, cpu1 = time.monotonic(), load.sent, cpu_seconds(proc.pid)
+    t1, sent1, cpu1, judge1 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
     rss = rss_mib(proc.pid)
     load.stop.set()
-    return t0, t1, sent1 - sent0, cpu1 - cpu0, rss, connect_s
+    return t0, t1, sent1 - sent0, (cpu1 - cpu0, judge1 - judge0), rss, connect_s
 
 
 async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
@@ -332,7 +355,7 @@ async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
     t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
     await load.close()
-    return dict(wall=t1 - t0, reports=reports, cpu=cpu, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
+    return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], t0=t0, t1=t1, rss=rss, connect_s=connect_s,
                 connected=load.connected)
 
 
@@ -409,7 +432,7 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
     t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     for p in load.procs:
         await asyncio.to_thread(p.join, 90)
-    return dict(wall=t1 - t0, reports=reports, cpu=cpu, t0=t0, t1=t1, rss=rss, connect_s=connect_s,
+    return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], t0=t0, t1=t1, rss=rss, connect_s=connect_s,
                 connected=load.connected)
 
 
@@ -482,6 +505,11 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
     print(f"  collector CPU       {m['cpu']:.1f} s in {m['wall']:.1f} s = {cpu_share:.2f} cores "
           f"({100 * cpu_share / cores:.0f}% of this {cores}-core machine); "
           f"{1e6 * m['cpu'] / max(1, m['reports']):.0f} us CPU per report")
+    if args.ingest_procs:
+        judge = m["judge_cpu"]
+        print(f"  of which the judge  {judge:.1f} s = {judge / m['wall']:.2f} cores, "
+              f"{1e6 * judge / max(1, m['reports']):.0f} us per report; {args.ingest_procs} ingest process(es) "
+              f"{(m['cpu'] - judge) / m['wall']:.2f} cores")
     print(f"  collector memory    {m['rss']:.0f} MiB resident (VmRSS) at the end of the window")
     behind = [b for t, _, _, b in seen["stats"] if m["t0"] <= t <= m["t1"]]
     if behind:

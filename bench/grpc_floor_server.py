@@ -22,7 +22,7 @@ import grpc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
 from diag.collector.config import Config  # noqa: E402
-from diag.collector.server import SPARE_CALLS, _server_options  # noqa: E402
+from diag.collector.server import SPARE_CALLS, server_options  # noqa: E402
 from diag.pb import collector_pb2_grpc as pb_grpc  # noqa: E402
 
 
@@ -41,8 +41,7 @@ class Discard(pb_grpc.CollectorServicer):
 
 async def serve(args) -> None:
     calls = args.max_agents + SPARE_CALLS
-    config = Config(job_id="floor", token="unused-the-floor-checks-no-token")
-    server = grpc.aio.server(maximum_concurrent_rpcs=calls, options=_server_options(config, calls))
+    server = grpc.aio.server(maximum_concurrent_rpcs=calls, options=server_options(Config.max_dump_bytes, calls))
     servicer = Discard()
     pb_grpc.add_CollectorServicer_to_server(servicer, server)
     port = server.add_insecure_port(args.listen)

@@ -53,6 +53,7 @@ class Config:
     last_words_timeout_s: float = 120.0
     max_dump_bytes: int = 64 << 20
     max_agents: int = 16384
+    ingest_procs: int = 0
     eval_interval_s: float = 0.5
     stats_interval_s: float = 60.0
     perf_window_s: float = 60.0

@@ -14,9 +14,13 @@ import concurrent.futures
 import logging
 import os
 import resource
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 from typing import Sequence
 
 import grpc
@@ -27,10 +31,13 @@ from diag.collector import access
 from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
+from diag.collector.relay import IngestLinkServicer
 from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState
 from diag.collector.watchdog import Watchdog
+from diag.common import envnames
 from diag.pb import collector_pb2_grpc as pb_grpc
+from diag.pb import ingest_pb2_grpc as ipb_grpc
 from diag.timeline.gather import TimelineGatherer
 
 log = logging.getLogger("diag.collector")
@@ -43,9 +50,11 @@ BLOCKING_THREADS = 8
 FDS_SPARE = 256   # file descriptors beyond one per agent: event files, pipes, gRPC's own
 
 
-def _server_options(config: Config, calls: int) -> list[tuple[str, int]]:
-    return [("grpc.max_receive_message_length", config.max_dump_bytes + (1 << 20)),
-            ("grpc.so_reuseport", 0),
+def server_options(max_dump_bytes: int, calls: int, reuse_port: bool = False) -> list[tuple[str, int]]:
+    # SO_REUSEPORT only where the ingest processes share the address (ingest.py):
+    # anywhere else a second collector on the same port must fail to bind.
+    return [("grpc.max_receive_message_length", max_dump_bytes + (1 << 20)),
+            ("grpc.so_reuseport", int(reuse_port)),
             # When every agent of a big job connects at once, grpc core's default
             # of 1000 pending calls would cancel the rest. Allow one per agent.
             ("grpc.server.max_pending_requests", calls),
@@ -88,6 +97,7 @@ class CollectorServer:
         self._stopping = False
         self._inner, self._health = self._call(self._build())
         registry.loop = self._loop
+        self.ingest: IngestProcs | None = None   # --ingest-procs, once bound (create_server)
 
     def _call(self, coro, timeout: float | None = 30.0):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -96,11 +106,16 @@ class CollectorServer:
         self.registry.gate = asyncio.Event()
         self.registry.gate.set()
         calls = self.config.max_agents + SPARE_CALLS
+        options = server_options(self.config.max_dump_bytes, calls)
         inner = grpc.aio.server(migration_thread_pool=self._pool, interceptors=[TokenInterceptor(self.config.token)],
-                                maximum_concurrent_rpcs=calls, options=_server_options(self.config, calls))
+                                maximum_concurrent_rpcs=calls, options=options)
         self.servicer = CollectorServicer(self.config, self.state, self.registry, self.events, self.timelines,
                                           self._pool)
         pb_grpc.add_CollectorServicer_to_server(self.servicer, inner)
+        self.relay = None
+        if self.config.ingest_procs:
+            self.relay = IngestLinkServicer(self.servicer, self.state, self.registry)
+            ipb_grpc.add_IngestLinkServicer_to_server(self.relay, inner)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, inner)
         for name in ("", SERVICE_NAME):
@@ -116,6 +131,8 @@ class CollectorServer:
         self._call(self._inner.start())
         self.pacer.start(self._loop)
         self.watchdog.start()
+        if self.ingest is not None:
+            self.ingest.start(lambda: self.relay.links)
 
     def stop(self, grace: float | None) -> threading.Event:
         """Stop serving (in-flight calls get ``grace`` seconds), then the
@@ -123,6 +140,8 @@ class CollectorServer:
         if self._stopping:
             return self._stopped
         self._stopping = True
+        if self.ingest is not None:
+            self.ingest.stop()
         try:
             self._call(self._health.enter_graceful_shutdown(), 10)
             self._call(self._inner.stop(grace), (grace or 0) + 30)
@@ -155,6 +174,8 @@ def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, in
     watchdog = Watchdog(config, state, registry, events, timelines=timelines)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=BLOCKING_THREADS, thread_name_prefix="collector-io")
     server = CollectorServer(config, state, registry, events, watchdog, pool)
+    if config.ingest_procs:
+        return server, _bind_through_ingest(server, listen_addr, config)
     try:
         port = server.add_insecure_port(listen_addr)
     except RuntimeError:
@@ -163,6 +184,117 @@ def create_server(listen_addr: str, config: Config) -> tuple[CollectorServer, in
         server.stop(0)
         raise ConfigError(f"--listen: cannot bind {listen_addr!r} (address in use or not local); pick another HOST:PORT")
     return server, port
+
+
+def _bind_through_ingest(server: CollectorServer, listen_addr: str, config: Config) -> int:
+    """--ingest-procs: this process binds only the link socket; the first
+    ingest process binds ``listen_addr`` (port 0: any) and says which port,
+    the others join it there. No agent's stream lives in the judge."""
+    server.ingest = IngestProcs(config)
+    try:
+        linked = server.add_insecure_port(f"unix:{server.ingest.socket}")
+    except RuntimeError:
+        linked = 0
+    if not linked:
+        server.stop(0)
+        raise ConfigError(f"--ingest-procs: cannot bind the link socket {server.ingest.socket!r}; "
+                          f"run with --ingest-procs 0")
+    try:
+        return server.ingest.bind(listen_addr)
+    except ConfigError:
+        server.stop(0)
+        raise
+
+
+class IngestProcs:
+    """The ingest processes (ingest.py) and their link socket, in a directory
+    only this user can enter: the link carries the agents' reports. One that
+    exits is started again (its agents reconnect to the others meanwhile)."""
+
+    RESTARTS_PER_MINUTE = 5
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._dir = tempfile.mkdtemp(prefix="xpu_diag-ingest-")   # 0700
+        self.socket = os.path.join(self._dir, "link.sock")
+        self.address = ""
+        self.procs: list[subprocess.Popen] = []
+        self._stopping = threading.Event()
+        self._restarts: list[float] = []
+        self._watch: threading.Thread | None = None
+
+    def _spawn(self, listen: str, port_file: str | None = None) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "diag.collector.ingest", "--listen", listen, "--link", f"unix:{self.socket}",
+               "--max-agents", str(self._config.max_agents), "--max-dump-bytes", str(self._config.max_dump_bytes)]
+        if port_file:
+            cmd += ["--port-file", port_file]
+        return subprocess.Popen(cmd, env={**os.environ, envnames.JOB_TOKEN: self._config.token},
+                                stdin=subprocess.DEVNULL)
+
+    def bind(self, listen_addr: str, timeout_s: float = 60.0) -> int:
+        """Start the first ingest process on ``listen_addr``; returns the port
+        it bound, or raises ConfigError with its one line."""
+        port_file = os.path.join(self._dir, "port")
+        first = self._spawn(listen_addr, port_file)
+        self.procs.append(first)
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(port_file):
+            if first.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise ConfigError(f"--listen: cannot bind {listen_addr!r} (address in use or not local); "
+                                  f"pick another HOST:PORT")
+            time.sleep(0.02)
+        with open(port_file) as f:
+            port = int(f.read())
+        self.address = bound_address(listen_addr, port)
+        return port
+
+    def start(self, links, ready_s: float = 60.0) -> None:
+        """The others, then wait until every one has its link up (``links()``:
+        how many are), so that the address goes out only once the agents
+        connecting to it are spread over all of them."""
+        self.procs += [self._spawn(self.address) for _ in range(self._config.ingest_procs - 1)]
+        deadline = time.monotonic() + ready_s
+        while links() < len(self.procs) and time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.procs):
+                break
+            time.sleep(0.05)
+        if links() < len(self.procs):
+            log.warning("only %d of %d ingest process(es) came up; the others are started again",
+                        links(), len(self.procs))
+        log.info("%d ingest process(es) serve the agents on %s (pids %s); this one judges", len(self.procs),
+                 self.address, ", ".join(str(p.pid) for p in self.procs))
+        self._watch = threading.Thread(target=self._keep, name="collector-ingest-watch", daemon=True)
+        self._watch.start()
+
+    def _keep(self) -> None:
+        while not self._stopping.wait(1.0):
+            for i, proc in enumerate(self.procs):
+                if proc.poll() is None or self._stopping.is_set():
+                    continue
+                now = time.monotonic()
+                self._restarts = [t for t in self._restarts if now - t < 60] + [now]
+                if len(self._restarts) > self.RESTARTS_PER_MINUTE:
+                    if len(self._restarts) == self.RESTARTS_PER_MINUTE + 1:
+                        log.error("ingest processes keep exiting (%d in a minute); not starting more: the "
+                                  "remaining ones serve the agents", len(self._restarts))
+                    continue
+                log.warning("ingest process %d exited (%s); its agents reconnect to the others, starting "
+                            "another", proc.pid, proc.returncode)
+                self.procs[i] = self._spawn(self.address)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def bound_address(listen_addr: str, port: int) -> str:

@@ -166,20 +166,32 @@ class CollectorServicer(pb_grpc.CollectorServicer):
             return
 
     async def _open(self, report: pb.NodeReport, context) -> AgentSession:
+        session, refused = self.open_session(report, asyncio.Event())
+        if refused is not None:
+            await context.abort(*refused)
+        return session
+
+    def open_session(self, report: pb.NodeReport, wake: asyncio.Event) -> tuple:
+        """A stream's first report: (session, None), or (None, (code, message))
+        when it is refused. ``wake`` is what wakes the stream's writer (its
+        own, or an ingest process's link: relay.py). On the loop."""
         if report.job_id and report.job_id not in (self._config.job_id, self._config.safe_job_id):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"report for job {report.job_id[:64]!r}, but this collector serves job "
-                                f"{self._config.job_id!r}")
+            return None, (grpc.StatusCode.FAILED_PRECONDITION,
+                          f"report for job {report.job_id[:64]!r}, but this collector serves job "
+                          f"{self._config.job_id!r}")
         session = AgentSession(report.node_rank, report.hostname, report.agent_pid)
-        session.wake = asyncio.Event()
+        session.wake = wake
         if not self._registry.add(session):
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"collector already serves {self._config.max_agents} agents (--max-agents)")
+            return None, (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"collector already serves {self._config.max_agents} agents (--max-agents)")
         if self._registry.pace is not None:   # the collector is behind: this agent paces too
             session.commands.append(self._registry.pace)
         log.log(self._level(), "agent connected: node %d (%s, pid %d)", report.node_rank, report.hostname,
                 report.agent_pid)
-        return session
+        return session, None
+
+    def close_session(self, session: AgentSession) -> None:
+        self._close(session)
 
     def _close(self, session: AgentSession) -> None:
         self._registry.remove(session)

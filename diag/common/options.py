@@ -460,6 +460,9 @@ MAX_DUMP_SIZE = Option("--max-dump-size", None, "64M", size_up_to(1 << 30, "1G (
 MAX_AGENTS = Option("--max-agents", None, "16384",
                     integer(1, "16384", 65536, "one socket each"),
                     help="most agents connected at once")
+INGEST_PROCS = Option("--ingest-procs", None, "0", integer(0, "4", 64, "one per spare core at most"),
+                      help="processes that serve the agents' streams beside the judge, on the same address "
+                           "(SO_REUSEPORT), for jobs past ~5,000 nodes; 0: one process (docs/collector.md)")
 STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_interval_s",
                         format=seconds_text, help="log an ingest-rate line this often")
 
@@ -503,7 +506,8 @@ LAUNCHER: tuple[Option, ...] = (
     HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN, CKPT_PERSIST_EVERY, CKPT_DIR)
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
-    DUMP_TIMEOUT, LAST_WORDS_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, STATS_INTERVAL, PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
+    DUMP_TIMEOUT, LAST_WORDS_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, INGEST_PROCS, STATS_INTERVAL, PERF_WINDOW,
+    SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher forwards from its Config to the collector it starts.
 TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, HANG_ACTION, PERF_WINDOW,
                                     SLOW_THRESHOLD, SLOW_ACTION)

@@ -141,8 +141,10 @@ def test_two_ranks_on_one_gpu_are_said_once_and_sampled_on_metrics(tmp_path):
                 text = _metrics(port)
             except OSError:
                 return None
-            return text if "xpu_diag_gpu_sm_clock_hertz{" in text else None
-        text = wait_for(sampled, "an NVML sample on /metrics", timeout=60)
+            # both ranks: each names its device through its tracer, one may come a sample later
+            ranks = set(re.findall(r'^xpu_diag_gpu_sm_clock_hertz\{[^}]*rank="(\d+)"', text, re.M))
+            return text if len(ranks) == 2 else None
+        text = wait_for(sampled, "an NVML sample of both ranks on /metrics", timeout=60)
         assert job.wait(120) == 0, job.output()
     finally:
         job.kill()
@@ -156,7 +158,7 @@ def test_two_ranks_on_one_gpu_are_said_once_and_sampled_on_metrics(tmp_path):
     assert sorted(lb["rank"] for lb in labels) == ["0", "1"]
     assert {(lb["gpu"], lb["nvidia_smi_index"]) for lb in labels} == {(BUS[3], "3")}
     assert all(float(v) == 1.98e9 for _, v in series)
-    assert re.search(rf'^xpu_diag_step_seconds\{{[^}}]*gpu="{BUS[3]}"', text, re.M), text
+    assert re.search(rf'^xpu_diag_window_seconds\{{[^}}]*gpu="{BUS[3]}"', text, re.M), text   # per-rank series too
 
 
 def _nvml_here() -> bool:

@@ -1,0 +1,189 @@
+"""An ingest process of the collector (--ingest-procs N; docs/collector.md
+"Ingest processes"). ``python -m diag.collector.ingest`` is started by the
+collector, never by hand.
+
+It serves the Collector service on the collector's own address beside it
+(SO_REUSEPORT: the kernel spreads the agents' connections over the ingest
+processes), with the same token check. A Connect stream's reports are not
+parsed here: they go up the link to the judge as the bytes the agent sent,
+many to a message (relay.py), and the judge's commands come down and are
+written to their streams as it serialized them. Every other call (uploads,
+timelines, the perf view, last words) is forwarded to the judge as is. What
+this process saves the judge is gRPC's own work per message, more than half
+of a report's CPU on one process (bench/collector_ingest.py --transport-floor).
+It exits when its link to the judge ends. The judge holds no agent's stream:
+the first ingest process binds the collector's address and tells it the port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from diag.collector.auth import TOKEN_METADATA_KEY as TOKEN_METADATA, TokenInterceptor
+from diag.collector.server import SERVICE_NAME, SPARE_CALLS, raise_file_limit, server_options
+from diag.common import envnames
+from diag.common.atomic import write_atomic
+from diag.pb import ingest_pb2 as ipb
+from diag.pb import ingest_pb2_grpc as ipb_grpc
+
+log = logging.getLogger("diag.collector")
+# Forwarded as they are: (method, kind). Connect is this process's own.
+UNARY = ("UploadStacks", "UploadTimeline", "GetTimeline", "GetPerfView", "ReportLastWords")
+# How long reports gather before going up: one message per this at most, so
+# the judge pays its per-message cost once for many reports. Far below a
+# report interval, and the HANG path does not notice it.
+BATCH_S = 0.005
+
+
+class _Stream:
+    def __init__(self, task: asyncio.Task) -> None:
+        self.task = task
+        self.down: asyncio.Queue = asyncio.Queue()
+        self.abort: tuple[grpc.StatusCode, str] | None = None
+
+
+class Ingest:
+    def __init__(self, token: str, max_dump_bytes: int) -> None:
+        self._token = token
+        self._max_message = max_dump_bytes + (1 << 20)
+        self._streams: dict[int, _Stream] = {}
+        self._next = 0
+        self._up: list = []
+        self._closed: list[int] = []
+        self._kick = asyncio.Event()
+        self._link: grpc.aio.Channel | None = None
+        self._codes = {code.value[0]: code for code in grpc.StatusCode}
+
+    # -- the agents' side -----------------------------------------------------
+    async def connect(self, request_iterator, context):
+        self._next += 1
+        sid = self._next
+        stream = _Stream(asyncio.current_task())
+        self._streams[sid] = stream
+        await context.send_initial_metadata(())
+        writer = asyncio.ensure_future(self._write(stream, context))
+        try:
+            while True:
+                data = await context.read()
+                if data is grpc.aio.EOF:
+                    break
+                self._up.append(ipb.RelayedReport(stream=sid, report=data, arrived_mono_ns=time.monotonic_ns()))
+                self._kick.set()
+        except asyncio.CancelledError:
+            if stream.abort is None:
+                raise
+        finally:
+            writer.cancel()
+            del self._streams[sid]
+            self._closed.append(sid)
+            self._kick.set()
+        if stream.abort is not None:
+            await context.abort(*stream.abort)
+
+    async def _write(self, stream: _Stream, context) -> None:
+        while True:
+            command = await stream.down.get()
+            if command.abort_code:
+                stream.abort = (self._codes.get(command.abort_code, grpc.StatusCode.UNKNOWN), command.abort_message)
+                stream.task.cancel()
+                return
+            await context.write(command.command)
+
+    def forward(self, method: str):
+        path = f"/{SERVICE_NAME}/{method}"
+
+        async def call(request: bytes, context):
+            try:
+                return await self._link.unary_unary(path)(request, metadata=((TOKEN_METADATA, self._token),),
+                                                          timeout=context.time_remaining())
+            except grpc.aio.AioRpcError as exc:
+                await context.abort(exc.code(), exc.details() or "")
+        return grpc.unary_unary_rpc_method_handler(call)
+
+    # -- the judge's side ---------------------------------------------------
+    async def relay(self, link_address: str) -> None:
+        """Until the link ends: reports up, commands down."""
+        options = [("grpc.max_receive_message_length", self._max_message),
+                   ("grpc.max_send_message_length", self._max_message)]
+        self._link = grpc.aio.insecure_channel(link_address, options=options)
+        # wait_for_ready: the first of us binds before the judge serves its link
+        call = ipb_grpc.IngestLinkStub(self._link).Relay(metadata=((TOKEN_METADATA, self._token),),
+                                                         wait_for_ready=True)
+        down = asyncio.ensure_future(self._down(call))
+        try:
+            while not down.done():
+                await self._kick.wait()
+                self._kick.clear()
+                await asyncio.sleep(BATCH_S)
+                reports, closed, self._up, self._closed = self._up, self._closed, [], []
+                await call.write(ipb.RelayUp(reports=reports, closed=closed))
+        except grpc.aio.AioRpcError as exc:
+            log.warning("ingest process %d: link to the collector lost: %s", os.getpid(), exc.code().name)
+        finally:
+            down.cancel()
+
+    async def _down(self, call) -> None:
+        async for message in call:
+            for command in message.commands:
+                stream = self._streams.get(command.stream)
+                if stream is not None:
+                    stream.down.put_nowait(command)
+
+
+async def serve(args) -> int:
+    token = os.environ.get(envnames.JOB_TOKEN, "")
+    raise_file_limit(args.max_agents)
+    ingest = Ingest(token, args.max_dump_bytes)
+    handlers = {"Connect": grpc.stream_stream_rpc_method_handler(ingest.connect)}
+    handlers.update({method: ingest.forward(method) for method in UNARY})
+    calls = args.max_agents + SPARE_CALLS
+    server = grpc.aio.server(interceptors=[TokenInterceptor(token)], maximum_concurrent_rpcs=calls,
+                             options=server_options(args.max_dump_bytes, calls, reuse_port=True))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    try:
+        port = server.add_insecure_port(args.listen)
+    except RuntimeError:
+        port = 0
+    if not port:   # the judge says the one line (--listen: cannot bind ...)
+        return 2
+    await server.start()
+    if args.port_file:
+        write_atomic(args.port_file, str(port).encode())
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    loop = asyncio.get_running_loop()
+    relay = asyncio.ensure_future(ingest.relay(args.link))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, relay.cancel)
+    try:
+        await relay
+    except asyncio.CancelledError:
+        pass
+    await server.stop(1.0)
+    return 0
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="xpu_diag collector: %(message)s")
+    p = argparse.ArgumentParser(prog="python -m diag.collector.ingest", description=__doc__.splitlines()[0])
+    p.add_argument("--listen", required=True, help="the collector's bound HOST:PORT")
+    p.add_argument("--link", required=True, help="unix:PATH of the judge's link socket")
+    p.add_argument("--max-agents", type=int, required=True)
+    p.add_argument("--max-dump-bytes", type=int, required=True)
+    p.add_argument("--port-file", default=None, help="write the bound port here (the first one, on port 0)")
+    return asyncio.run(serve(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

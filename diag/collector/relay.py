@@ -1,0 +1,126 @@
+"""The judge's end of the ingest processes' links (--ingest-procs; the other
+end is diag/collector/ingest.py, docs/collector.md "Ingest processes").
+
+One Relay stream per ingest process. Its reports arrive many to a message, as
+the bytes their agents sent: each is parsed and ingested here exactly as a
+Connect stream's would be, so the state, the rules and the tick never know
+which process an agent's stream lives in. Each relayed agent stream gets an
+AgentSession whose ``wake`` is the link's: a broadcast wakes the link's
+writer, which sends every queued command down in one message. Refusals (a
+report for another job, --max-agents, a bad report) go down as an abort for
+that stream only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from diag.collector.servicer import AgentSession, CollectorServicer, SessionRegistry
+from diag.collector.state import JobState, ReportError
+from diag.pb import collector_pb2 as pb
+from diag.pb import ingest_pb2 as ipb
+from diag.pb import ingest_pb2_grpc as ipb_grpc
+
+log = logging.getLogger("diag.collector")
+
+
+class _Link:
+    """One ingest process's streams, on the judge's loop."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[int, AgentSession] = {}
+        self.refused: set[int] = set()            # aborted: their later reports are dropped
+        self.aborts: collections.deque = collections.deque()
+        self.wake = asyncio.Event()
+
+    def abort(self, stream: int, code: grpc.StatusCode, message: str) -> None:
+        self.refused.add(stream)
+        self.aborts.append(ipb.RelayedCommand(stream=stream, abort_code=code.value[0], abort_message=message))
+        self.wake.set()
+
+
+class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
+    def __init__(self, servicer: CollectorServicer, state: JobState, registry: SessionRegistry) -> None:
+        self._servicer = servicer
+        self._state = state
+        self._registry = registry
+        self.links = 0   # open now (tests, logs)
+
+    async def Relay(self, request_iterator, context):
+        link = _Link()
+        self.links += 1
+        writer = asyncio.ensure_future(self._push(link, context))
+        gate = self._registry.gate
+        try:
+            while True:
+                if gate is not None and not gate.is_set():
+                    await gate.wait()   # the declaring tick holds ingest: these reports wait too
+                up = await context.read()
+                if up is grpc.aio.EOF:
+                    break
+                for relayed in up.reports:
+                    self._ingest(link, relayed)
+                for stream in up.closed:
+                    link.refused.discard(stream)
+                    session = link.sessions.pop(stream, None)
+                    if session is not None:
+                        self._end(session, "ended")
+        finally:
+            writer.cancel()
+            self.links -= 1
+            for session in link.sessions.values():   # the ingest process is gone, and its agents' streams with it
+                self._end(session, "link lost")
+
+    def _ingest(self, link: _Link, relayed: ipb.RelayedReport) -> None:
+        stream = relayed.stream
+        if stream in link.refused:
+            return
+        try:
+            report = pb.NodeReport.FromString(relayed.report)
+        except DecodeError as exc:
+            link.abort(stream, grpc.StatusCode.INTERNAL, f"failed to parse the NodeReport: {exc}")
+            return
+        session = link.sessions.get(stream)
+        if session is None:
+            session, refused = self._servicer.open_session(report, link.wake)
+            if refused is not None:
+                link.abort(stream, *refused)
+                return
+            link.sessions[stream] = session
+            if session.commands:
+                link.wake.set()
+        try:
+            self._state.ingest(report, relayed.arrived_mono_ns / 1e9, session.clock)
+        except ReportError as exc:
+            link.abort(stream, grpc.StatusCode.INVALID_ARGUMENT, f"bad NodeReport: {exc}")
+            del link.sessions[stream]
+            self._end(session, "ReportError")
+
+    def _end(self, session: AgentSession, how: str) -> None:
+        self._servicer.streams[how] += 1
+        self._servicer.close_session(session)
+
+    async def _push(self, link: _Link, context) -> None:
+        """The link's writer: every stream's queued commands in one message,
+        in each stream's order (a KillWorkers never overtakes its DumpStacks)."""
+        try:
+            while True:
+                await link.wake.wait()
+                link.wake.clear()
+                down = ipb.RelayDown()
+                while link.aborts:
+                    down.commands.append(link.aborts.popleft())
+                for stream, session in list(link.sessions.items()):
+                    while session.commands:
+                        down.commands.add(stream=stream, command=session.commands.popleft().SerializeToString())
+                if down.commands:
+                    await context.write(down)
+        except asyncio.CancelledError:
+            raise
+        except Exception:   # the link ended under the write: Relay cleans up
+            return
