@@ -23,7 +23,6 @@ import logging
 import os
 import signal
 import sys
-import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -42,6 +41,11 @@ UNARY = ("UploadStacks", "UploadTimeline", "GetTimeline", "GetPerfView", "Report
 # the judge pays its per-message cost once for many reports. Far below a
 # report interval, and the HANG path does not notice it.
 BATCH_S = 0.005
+# Reports waiting for the link at most: past this the streams stop reading
+# (their agents' writes wait, and the agents build their next report when
+# gRPC takes it), so a judge that falls behind never makes this process
+# buffer without bound; the judge sees the wait as report lag (pace.py).
+MAX_PENDING = 2048
 
 
 class _Stream:
@@ -60,6 +64,8 @@ class Ingest:
         self._up: list = []
         self._closed: list[int] = []
         self._kick = asyncio.Event()
+        self._room = asyncio.Event()   # clear: MAX_PENDING reports wait for the link, streams stop reading
+        self._room.set()
         self._link: grpc.aio.Channel | None = None
         self._codes = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -76,8 +82,11 @@ class Ingest:
                 data = await context.read()
                 if data is grpc.aio.EOF:
                     break
-                self._up.append(ipb.RelayedReport(stream=sid, report=data, arrived_mono_ns=time.monotonic_ns()))
+                self._up.append(ipb.RelayedReport(stream=sid, report=data))
                 self._kick.set()
+                if len(self._up) >= MAX_PENDING:   # the judge is behind: stop reading, let gRPC push back
+                    self._room.clear()
+                    await self._room.wait()
         except asyncio.CancelledError:
             if stream.abort is None:
                 raise
@@ -126,6 +135,7 @@ class Ingest:
                 await asyncio.sleep(BATCH_S)
                 reports, closed, self._up, self._closed = self._up, self._closed, [], []
                 await call.write(ipb.RelayUp(reports=reports, closed=closed))
+                self._room.set()
         except grpc.aio.AioRpcError as exc:
             log.warning("ingest process %d: link to the collector lost: %s", os.getpid(), exc.code().name)
         finally:

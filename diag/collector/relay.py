@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -63,8 +64,9 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
                 up = await context.read()
                 if up is grpc.aio.EOF:
                     break
+                now = time.monotonic()   # when the judge ingests: time spent in the relay counts as behind (pace.py)
                 for relayed in up.reports:
-                    self._ingest(link, relayed)
+                    self._ingest(link, relayed, now)
                 for stream in up.closed:
                     link.refused.discard(stream)
                     session = link.sessions.pop(stream, None)
@@ -76,7 +78,7 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
             for session in link.sessions.values():   # the ingest process is gone, and its agents' streams with it
                 self._end(session, "link lost")
 
-    def _ingest(self, link: _Link, relayed: ipb.RelayedReport) -> None:
+    def _ingest(self, link: _Link, relayed: ipb.RelayedReport, now: float) -> None:
         stream = relayed.stream
         if stream in link.refused:
             return
@@ -95,7 +97,7 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
             if session.commands:
                 link.wake.set()
         try:
-            self._state.ingest(report, relayed.arrived_mono_ns / 1e9, session.clock)
+            self._state.ingest(report, now, session.clock)
         except ReportError as exc:
             link.abort(stream, grpc.StatusCode.INVALID_ARGUMENT, f"bad NodeReport: {exc}")
             del link.sessions[stream]

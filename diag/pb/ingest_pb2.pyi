@@ -6,14 +6,12 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RelayedReport(_message.Message):
-    __slots__ = ("stream", "report", "arrived_mono_ns")
+    __slots__ = ("stream", "report")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
-    ARRIVED_MONO_NS_FIELD_NUMBER: _ClassVar[int]
     stream: int
     report: bytes
-    arrived_mono_ns: int
-    def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ..., arrived_mono_ns: _Optional[int] = ...) -> None: ...
+    def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ...) -> None: ...
 
 class RelayUp(_message.Message):
     __slots__ = ("reports", "closed")
