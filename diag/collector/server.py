@@ -239,10 +239,16 @@ class IngestProcs:
         self.procs.append(first)
         deadline = time.monotonic() + timeout_s
         while not os.path.exists(port_file):
-            if first.poll() is not None or time.monotonic() > deadline:
+            code = first.poll()
+            if code == 2:   # its bind failed: the same line as without ingest processes
                 self.stop()
                 raise ConfigError(f"--listen: cannot bind {listen_addr!r} (address in use or not local); "
                                   f"pick another HOST:PORT")
+            if code is not None or time.monotonic() > deadline:
+                self.stop()
+                why = f"exited with status {code}" if code is not None else f"did not bind within {timeout_s:g} s"
+                raise ConfigError(f"--ingest-procs: the first ingest process {why} (its lines above); "
+                                  f"run with --ingest-procs 0")
             time.sleep(0.02)
         with open(port_file) as f:
             port = int(f.read())
