@@ -11,6 +11,13 @@ A collector that falls behind sends ReportPace (docs/collector.md, Scale):
 report every ``interval_ms`` and the perf window with one report in
 ``perf_every``, within bounds (never faster than our own interval, never
 slower than MAX_PACE_S); an empty one, or a new stream, is our own pace again.
+
+Under --nodes-per-relay the collector may ask this agent to serve its group's
+report relay (ServeRelay: report_relay.py) and tells the group to report
+through it (RelayVia): the stream moves to the relay; only Connect does, the
+uploads still go to the collector. A relay that cannot be reached or whose
+stream fails is left for RELAY_RETRY_S and the agent reports directly again
+(said once); the collector sends it to a new relay when there is one.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import time
 
 import grpc
 
+from diag.agent.report_relay import ReportRelay
 from diag.common import envnames
 from diag.pb import collector_pb2_grpc as pb_grpc
 
@@ -27,6 +35,7 @@ TOKEN_KEY = "x-xpu-diag-token"
 HEALTHY_AFTER = 10.0   # a stream that lived this long resets the backoff
 MAX_PACE_S = 10.0      # the slowest report interval a collector may ask for
 MAX_PERF_EVERY = 60
+RELAY_RETRY_S = 60.0   # a relay that failed this agent is not taken again for this long
 
 
 class Connection:
@@ -40,6 +49,11 @@ class Connection:
         self._call_lock = threading.Lock()
         self.interval = config.report_interval   # as paced by the collector
         self.perf_every = 1
+        self.relay = ReportRelay(config, agent.log)   # the relay this agent serves, if asked
+        self.via: str | None = None                   # the relay this agent reports through (RelayVia)
+        self._via_channel: grpc.Channel | None = None
+        self._via_failed: dict[str, float] = {}
+        self._moving = False                          # the stream was ended to move to the relay
 
     def run(self) -> None:
         """Connection thread body: stream, and on failure back off and retry."""
@@ -47,34 +61,78 @@ class Connection:
         stop = self.agent.stopping
         while not stop.is_set():
             began = time.monotonic()
+            via = self.via
             try:
-                self._stream_once()
+                self._stream_once(via)
             except grpc.RpcError as exc:
+                if self._moving:   # we ended it ourselves, to report through the relay
+                    self._moving = False
+                    continue
+                if via is not None:
+                    self._leave_relay(via, exc)
+                    continue       # straight back to the collector: no backoff
                 self._say_why(exc)
             except Exception as exc:
                 self.agent.log(f"collector stream failed: {exc!r}")
+            if via is not None and self.via == via and not stop.is_set():
+                self._leave_relay(via, None)   # the relay ended the stream (it is going away)
+                continue
             if time.monotonic() - began > HEALTHY_AFTER:
                 backoff = self.config.backoff_min
             if stop.wait(backoff):
                 return
             backoff = min(backoff * 2, self.config.backoff_max)
 
-    def _stream_once(self) -> None:
+    def _stream_once(self, via: str | None) -> None:
         ended = threading.Event()
-        call = self._stub.Connect(self._reports(ended), metadata=self._metadata)
+        stub = self._stub
+        if via is not None:
+            if self._via_channel is None:
+                self._via_channel = grpc.insecure_channel(via)
+            stub = pb_grpc.CollectorStub(self._via_channel)
+        call = stub.Connect(self._reports(ended), metadata=self._metadata)
         with self._call_lock:
             self._call = call
         self.pace(None)   # a new stream starts at our own pace
         try:
             for command in call:
-                if command.WhichOneof("command") == "report_pace":
+                which = command.WhichOneof("command")
+                if which == "report_pace":
                     self.pace(command.report_pace)
+                elif which == "serve_relay":
+                    self.relay.serve(command.serve_relay)
+                elif which == "relay_via":
+                    self._move_to(command.relay_via.address, call)
                 else:
                     self.agent.submit(command)
         finally:
             ended.set()
             with self._call_lock:
                 self._call = None
+
+    def _move_to(self, address: str, call) -> None:
+        """RelayVia: end this stream and report through ``address``, unless
+        it failed us lately or is where we report already."""
+        failed = self._via_failed.get(address)
+        if not address or address == self.via or (failed is not None and time.monotonic() - failed < RELAY_RETRY_S):
+            return
+        self._drop_via_channel()
+        self.via = address
+        self._moving = True
+        call.cancel()
+
+    def _leave_relay(self, via: str, exc) -> None:
+        why = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else "it ended the stream"
+        self.agent.log(f"the report relay at {via} failed ({why}); reporting to the collector at "
+                       f"{self.config.collector} directly", every=0)
+        self._via_failed[via] = time.monotonic()
+        self.via = None
+        self._drop_via_channel()
+
+    def _drop_via_channel(self) -> None:
+        if self._via_channel is not None:
+            self._via_channel.close()
+            self._via_channel = None
 
     def pace(self, pace) -> None:
         """Apply a ReportPace (None or empty: our own pace), within bounds."""
@@ -171,3 +229,5 @@ class Connection:
             if self._call is not None:
                 self._call.cancel()
         self._channel.close()
+        self._drop_via_channel()
+        self.relay.stop()

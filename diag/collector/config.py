@@ -54,6 +54,7 @@ class Config:
     max_dump_bytes: int = 64 << 20
     max_agents: int = 16384
     ingest_procs: int = 0
+    nodes_per_relay: int = 0
     eval_interval_s: float = 0.5
     stats_interval_s: float = 60.0
     perf_window_s: float = 60.0
@@ -71,6 +72,9 @@ class Config:
         if not self.token:
             raise ConfigError(f"no job token: set {TOKEN_ENV} (xpu_timer_launch sets it for its children)")
         options.job_token(self.token, TOKEN_ENV)
+        if self.ingest_procs and self.nodes_per_relay:
+            raise ConfigError(f"--ingest-procs {self.ingest_procs} and --nodes-per-relay {self.nodes_per_relay}: "
+                              f"choose one (relays merge the reports before the collector; docs/collector.md)")
         if not self.eval_interval_s > 0:
             raise ConfigError(f"eval interval: {self.eval_interval_s!r} must be a positive duration")
 

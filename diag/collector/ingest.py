@@ -13,6 +13,14 @@ this process saves the judge is gRPC's own work per message, more than half
 of a report's CPU on one process (bench/collector_ingest.py --transport-floor).
 It exits when its link to the judge ends. The judge holds no agent's stream:
 the first ingest process binds the collector's address and tells it the port.
+
+The same process is a report relay (--nodes-per-relay, docs/collector.md
+"Report relays") when an agent starts it on its own node with ``--group``:
+it binds there, links to the collector's public address with the job token,
+tells it ``GROUP@HOST:PORT`` in the link's metadata, and gathers its group's
+reports for ``--batch-s`` (a report a second from each of a few dozen nodes:
+a longer window than an ingest process's 5 ms, or no two would share a
+message).
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ import logging
 import os
 import signal
 import sys
+import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from diag.collector.auth import TOKEN_METADATA_KEY as TOKEN_METADATA, TokenInterceptor
+from diag.collector.relays import RELAY_METADATA
 from diag.collector.server import SERVICE_NAME, SPARE_CALLS, raise_file_limit, server_options
 from diag.common import envnames
 from diag.common.atomic import write_atomic
@@ -56,8 +66,9 @@ class _Stream:
 
 
 class Ingest:
-    def __init__(self, token: str, max_dump_bytes: int) -> None:
+    def __init__(self, token: str, max_dump_bytes: int, batch_s: float = BATCH_S) -> None:
         self._token = token
+        self._batch_s = batch_s
         self._max_message = max_dump_bytes + (1 << 20)
         self._streams: dict[int, _Stream] = {}
         self._next = 0
@@ -82,7 +93,7 @@ class Ingest:
                 data = await context.read()
                 if data is grpc.aio.EOF:
                     break
-                self._up.append(ipb.RelayedReport(stream=sid, report=data))
+                self._up.append((sid, data, time.monotonic()))
                 self._kick.set()
                 if len(self._up) >= MAX_PENDING:   # the judge is behind: stop reading, let gRPC push back
                     self._room.clear()
@@ -119,21 +130,25 @@ class Ingest:
         return grpc.unary_unary_rpc_method_handler(call)
 
     # -- the judge's side ---------------------------------------------------
-    async def relay(self, link_address: str) -> None:
-        """Until the link ends: reports up, commands down."""
+    async def relay(self, link_address: str, relay_of: str | None = None) -> None:
+        """Until the link ends: reports up, commands down. ``relay_of``:
+        GROUP@HOST:PORT when this is a report relay."""
         options = [("grpc.max_receive_message_length", self._max_message),
                    ("grpc.max_send_message_length", self._max_message)]
         self._link = grpc.aio.insecure_channel(link_address, options=options)
         # wait_for_ready: the first of us binds before the judge serves its link
-        call = ipb_grpc.IngestLinkStub(self._link).Relay(metadata=((TOKEN_METADATA, self._token),),
-                                                         wait_for_ready=True)
+        metadata = ((TOKEN_METADATA, self._token),) + (((RELAY_METADATA, relay_of),) if relay_of else ())
+        call = ipb_grpc.IngestLinkStub(self._link).Relay(metadata=metadata, wait_for_ready=True)
         down = asyncio.ensure_future(self._down(call))
         try:
             while not down.done():
                 await self._kick.wait()
                 self._kick.clear()
-                await asyncio.sleep(BATCH_S)
-                reports, closed, self._up, self._closed = self._up, self._closed, [], []
+                await asyncio.sleep(self._batch_s)
+                up, closed, self._up, self._closed = self._up, self._closed, [], []
+                now, window = time.monotonic(), self._batch_s
+                reports = [ipb.RelayedReport(stream=sid, report=data, held_us=int(1e6 * min(now - at, window)))
+                           for sid, data, at in up]
                 await call.write(ipb.RelayUp(reports=reports, closed=closed))
                 self._room.set()
         except grpc.aio.AioRpcError as exc:
@@ -152,7 +167,7 @@ class Ingest:
 async def serve(args) -> int:
     token = os.environ.get(envnames.JOB_TOKEN, "")
     raise_file_limit(args.max_agents)
-    ingest = Ingest(token, args.max_dump_bytes)
+    ingest = Ingest(token, args.max_dump_bytes, args.batch_s)
     handlers = {"Connect": grpc.stream_stream_rpc_method_handler(ingest.connect)}
     handlers.update({method: ingest.forward(method) for method in UNARY})
     calls = args.max_agents + SPARE_CALLS
@@ -173,7 +188,10 @@ async def serve(args) -> int:
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     loop = asyncio.get_running_loop()
-    relay = asyncio.ensure_future(ingest.relay(args.link))
+    relay_of = None
+    if args.group is not None:   # a report relay: the collector sends its group here
+        relay_of = f"{args.group}@{_host(args.listen)}:{port}"
+    relay = asyncio.ensure_future(ingest.relay(args.link, relay_of))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, relay.cancel)
     try:
@@ -184,14 +202,21 @@ async def serve(args) -> int:
     return 0
 
 
+def _host(listen: str) -> str:
+    return listen.rsplit(":", 1)[0]   # an IPv6 host keeps its brackets: HOST:PORT for gRPC
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="xpu_diag collector: %(message)s")
     p = argparse.ArgumentParser(prog="python -m diag.collector.ingest", description=__doc__.splitlines()[0])
     p.add_argument("--listen", required=True, help="the collector's bound HOST:PORT")
-    p.add_argument("--link", required=True, help="unix:PATH of the judge's link socket")
+    p.add_argument("--link", required=True, help="unix:PATH of the judge's link socket, or the collector's "
+                   "HOST:PORT for a report relay")
     p.add_argument("--max-agents", type=int, required=True)
     p.add_argument("--max-dump-bytes", type=int, required=True)
     p.add_argument("--port-file", default=None, help="write the bound port here (the first one, on port 0)")
+    p.add_argument("--group", type=int, default=None, help="a report relay for this group of nodes")
+    p.add_argument("--batch-s", type=float, default=BATCH_S, help="how long reports gather before going up")
     return asyncio.run(serve(p.parse_args(argv)))
 
 

@@ -21,6 +21,7 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
+from diag.collector.relays import RELAY_METADATA
 from diag.collector.servicer import AgentSession, CollectorServicer, SessionRegistry
 from diag.collector.state import JobState, ReportError
 from diag.pb import collector_pb2 as pb
@@ -53,6 +54,16 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
         self.links = 0   # open now (tests, logs)
 
     async def Relay(self, request_iterator, context):
+        relay_of = _metadata(context, RELAY_METADATA)
+        board = self._servicer.relays
+        group = None
+        if relay_of is not None:   # a report relay on an agent's node (--nodes-per-relay)
+            linked = board.link(relay_of) if board is not None else None
+            if linked is None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"relay {relay_of[:80]!r}: this collector runs no --nodes-per-relay, "
+                                    f"or that is not GROUP@HOST:PORT")
+            group, address = linked
         link = _Link()
         self.links += 1
         writer = asyncio.ensure_future(self._push(link, context))
@@ -64,9 +75,11 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
                 up = await context.read()
                 if up is grpc.aio.EOF:
                     break
-                now = time.monotonic()   # when the judge ingests: time spent in the relay counts as behind (pace.py)
+                # When the judge ingests: time spent in the relay counts as
+                # behind (pace.py), but for its batch window, which is by design.
+                now = time.monotonic()
                 for relayed in up.reports:
-                    self._ingest(link, relayed, now)
+                    self._ingest(link, relayed, now - relayed.held_us * 1e-6)
                 for stream in up.closed:
                     link.refused.discard(stream)
                     session = link.sessions.pop(stream, None)
@@ -75,6 +88,8 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
         finally:
             writer.cancel()
             self.links -= 1
+            if group is not None:
+                board.lost(group, address)
             for session in link.sessions.values():   # the ingest process is gone, and its agents' streams with it
                 self._end(session, "link lost")
 
@@ -126,3 +141,10 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
             raise
         except Exception:   # the link ended under the write: Relay cleans up
             return
+
+
+def _metadata(context, key: str) -> str | None:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return v
+    return None

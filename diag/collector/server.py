@@ -32,6 +32,7 @@ from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
 from diag.collector.relay import IngestLinkServicer
+from diag.collector.relays import RelayBoard
 from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState
 from diag.collector.watchdog import Watchdog
@@ -113,7 +114,9 @@ class CollectorServer:
                                           self._pool)
         pb_grpc.add_CollectorServicer_to_server(self.servicer, inner)
         self.relay = None
-        if self.config.ingest_procs:
+        if self.config.nodes_per_relay:   # the servicer asks agents to serve relays and sends the rest to them
+            self.servicer.relays = RelayBoard(self.config.nodes_per_relay)
+        if self.config.ingest_procs or self.config.nodes_per_relay:
             self.relay = IngestLinkServicer(self.servicer, self.state, self.registry)
             ipb_grpc.add_IngestLinkServicer_to_server(self.relay, inner)
         health_servicer = health.aio.HealthServicer()

@@ -21,6 +21,7 @@ import grpc
 
 from diag.collector.config import Config
 from diag.collector.events import EventStore, UploadError
+from diag.collector.relays import ADVISE_EVERY_S
 from diag.collector.state import AgentClock, JobState, ReportError
 from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
@@ -40,6 +41,7 @@ class AgentSession:
         self.commands: collections.deque[pb.Command] = collections.deque()
         self.clock = AgentClock()
         self.wake: asyncio.Event | None = None   # set by the stream's handler, on the loop
+        self.advise_at = 0.0   # reporting directly under --nodes-per-relay: when to look at its group's relay next
 
 
 class SessionRegistry:
@@ -73,10 +75,14 @@ class SessionRegistry:
             self._sessions[session.node_rank] = session
             return True
 
-    def remove(self, session: AgentSession) -> None:
+    def remove(self, session: AgentSession) -> bool:
+        """False when a newer session of the same node replaced it (the agent
+        moved to a relay, or reconnected before the old stream ended)."""
         with self._lock:
             if self._sessions.get(session.node_rank) is session:
                 del self._sessions[session.node_rank]
+                return True
+            return False
 
     def broadcast(self, command: pb.Command) -> int:
         """Queue ``command`` for every connected agent and wake their writers
@@ -117,6 +123,7 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         self._timelines = timelines   # diag.timeline.gather.TimelineGatherer
         self._pool = pool             # concurrent.futures executor for blocking work (None: the loop's default)
         self.streams: collections.Counter = collections.Counter()   # how Connect streams ended (logs, bench)
+        self.relays = None   # diag.collector.relays.RelayBoard under --nodes-per-relay
 
     async def _blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -140,6 +147,8 @@ class CollectorServicer(pb_grpc.CollectorServicer):
                     self._state.ingest(report, now, session.clock)
                 except ReportError as exc:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad NodeReport: {exc}")
+                if self.relays is not None and now >= session.advise_at:
+                    self._advise(session, now)
             how = "ended"
         except Exception as exc:
             how = type(exc).__name__
@@ -150,6 +159,15 @@ class CollectorServicer(pb_grpc.CollectorServicer):
                 writer.cancel()
             if session is not None:
                 self._close(session)
+
+    def _advise(self, session: AgentSession, now: float) -> None:
+        """--nodes-per-relay: a directly reporting agent serves its group's
+        relay, or reports through it (relays.py)."""
+        session.advise_at = now + ADVISE_EVERY_S
+        command = self.relays.advice(session.node_rank, now)
+        if command is not None:
+            session.commands.append(command)
+            session.wake.set()
 
     async def _push(self, session: AgentSession, context) -> None:
         """The stream's writer: commands go out as soon as they are queued,
@@ -194,8 +212,8 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         self._close(session)
 
     def _close(self, session: AgentSession) -> None:
-        self._registry.remove(session)
-        self._state.agent_left(session.node_rank, session.agent_pid)
+        if self._registry.remove(session):   # not when its agent already came back on a newer stream
+            self._state.agent_left(session.node_rank, session.agent_pid)
         log.log(self._level(), "agent disconnected: node %d (%s, pid %d)", session.node_rank, session.hostname,
                 session.agent_pid)
 

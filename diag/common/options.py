@@ -463,6 +463,11 @@ MAX_AGENTS = Option("--max-agents", None, "16384",
 INGEST_PROCS = Option("--ingest-procs", envnames.INGEST_PROCS, "0", integer(0, "4", 64, "one per spare core at most"),
                       help="processes that serve the agents' streams beside the judge, on the same address "
                            "(SO_REUSEPORT), for jobs past ~5,000 nodes; 0: one process (docs/collector.md)")
+NODES_PER_RELAY = Option("--nodes-per-relay", envnames.NODES_PER_RELAY, "0",
+                         integer(0, "32", 4096, "a relay's streams"),
+                         help="one report relay per this many nodes, served by one of their agents, merging "
+                              "their reports into few messages, for jobs past ~5,000 nodes; 0: every agent "
+                              "reports to the collector (docs/collector.md)")
 STATS_INTERVAL = Option("--stats-interval", None, "60s", duration, dest="stats_interval_s",
                         format=seconds_text, help="log an ingest-rate line this often")
 
@@ -503,14 +508,15 @@ LAUNCHER: tuple[Option, ...] = (
     PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION,
     GPU_SAMPLE_INTERVAL, NVML_REPLAY,
     RING_CAPACITY, TRACER_DISABLE, TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,
-    HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN, CKPT_PERSIST_EVERY, CKPT_DIR, INGEST_PROCS)
+    HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN, CKPT_PERSIST_EVERY, CKPT_DIR, INGEST_PROCS,
+    NODES_PER_RELAY)
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
-    DUMP_TIMEOUT, LAST_WORDS_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, INGEST_PROCS, STATS_INTERVAL, PERF_WINDOW,
-    SLOW_THRESHOLD, SLOW_ACTION)
+    DUMP_TIMEOUT, LAST_WORDS_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, INGEST_PROCS, NODES_PER_RELAY, STATS_INTERVAL,
+    PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher forwards from its Config to the collector it starts.
 TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, HANG_ACTION, PERF_WINDOW, INGEST_PROCS,
-                                    SLOW_THRESHOLD, SLOW_ACTION)
+                                    NODES_PER_RELAY, SLOW_THRESHOLD, SLOW_ACTION)
 # What the launcher hands to the agent's AgentConfig (same field names).
 AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW, PERF_WINDOW, PERF_STEP, METRICS_PORT,
                              METRICS_ADDR, CKPT_PERSIST_EVERY, CKPT_DIR, GPU_SAMPLE_INTERVAL, NVML_REPLAY)

@@ -8,6 +8,7 @@ import sys
 import time
 
 from diag.common import envnames, options
+from diag.common.children import die_with_parent
 
 
 def collector_argv(config, address_file: str) -> list[str]:
@@ -52,7 +53,7 @@ def start(config, token: str, workdir: str, env: dict) -> tuple[subprocess.Popen
     argv = [sys.executable, "-m", "diag.collector", *collector_argv(config, address_file)]
     child_env = {**env, envnames.JOB_TOKEN: token}
     proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=_die_with_parent)
+                            start_new_session=True, preexec_fn=die_with_parent)
     try:
         return proc, _wait_for_address(proc, address_file)
     except BaseException:  # also a stop signal while waiting: no orphan collector
@@ -73,16 +74,6 @@ def _wait_for_address(proc: subprocess.Popen, address_file: str) -> str:
                                  proc.returncode)
         time.sleep(0.05)
     raise CollectorError("the collector did not start serving within 60 s")
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the launcher dies, so no collector outlives it."""
-    try:
-        import ctypes
-        import signal
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:

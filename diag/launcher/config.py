@@ -62,6 +62,7 @@ class Config:
     slow_threshold: float = 0.10
     slow_action: str = "report"
     ingest_procs: int = 0               # node 0's collector: --ingest-procs (docs/collector.md)
+    nodes_per_relay: int = 0            # node 0's collector: --nodes-per-relay (docs/collector.md)
     gpu_sample_interval_s: float = 5.0  # the agent's NVML sampling (docs/gpu.md); 0: off
     nvml_replay: str | None = None      # the agent's NVML answers from a recording
     # Read in the workers (env only; None: unset, the reader's default). The

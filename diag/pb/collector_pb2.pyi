@@ -403,18 +403,36 @@ class NodeReport(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., report_seq: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., local_world_size: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline", "persist_last_words", "report_pace")
+    __slots__ = ("dump_stacks", "kill_workers", "collect_timeline", "persist_last_words", "report_pace", "serve_relay", "relay_via")
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     KILL_WORKERS_FIELD_NUMBER: _ClassVar[int]
     COLLECT_TIMELINE_FIELD_NUMBER: _ClassVar[int]
     PERSIST_LAST_WORDS_FIELD_NUMBER: _ClassVar[int]
     REPORT_PACE_FIELD_NUMBER: _ClassVar[int]
+    SERVE_RELAY_FIELD_NUMBER: _ClassVar[int]
+    RELAY_VIA_FIELD_NUMBER: _ClassVar[int]
     dump_stacks: DumpStacks
     kill_workers: KillWorkers
     collect_timeline: CollectTimeline
     persist_last_words: PersistLastWords
     report_pace: ReportPace
-    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ..., persist_last_words: _Optional[_Union[PersistLastWords, _Mapping]] = ..., report_pace: _Optional[_Union[ReportPace, _Mapping]] = ...) -> None: ...
+    serve_relay: ServeRelay
+    relay_via: RelayVia
+    def __init__(self, dump_stacks: _Optional[_Union[DumpStacks, _Mapping]] = ..., kill_workers: _Optional[_Union[KillWorkers, _Mapping]] = ..., collect_timeline: _Optional[_Union[CollectTimeline, _Mapping]] = ..., persist_last_words: _Optional[_Union[PersistLastWords, _Mapping]] = ..., report_pace: _Optional[_Union[ReportPace, _Mapping]] = ..., serve_relay: _Optional[_Union[ServeRelay, _Mapping]] = ..., relay_via: _Optional[_Union[RelayVia, _Mapping]] = ...) -> None: ...
+
+class ServeRelay(_message.Message):
+    __slots__ = ("group", "nodes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    nodes: int
+    def __init__(self, group: _Optional[int] = ..., nodes: _Optional[int] = ...) -> None: ...
+
+class RelayVia(_message.Message):
+    __slots__ = ("address",)
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    def __init__(self, address: _Optional[str] = ...) -> None: ...
 
 class ReportPace(_message.Message):
     __slots__ = ("interval_ms", "perf_every")

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x64iag/pb/ingest.proto\x12\x07\x64iag.pb\"/\n\rRelayedReport\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0e\n\x06report\x18\x02 \x01(\x0c\"B\n\x07RelayUp\x12\'\n\x07reports\x18\x01 \x03(\x0b\x32\x16.diag.pb.RelayedReport\x12\x0e\n\x06\x63losed\x18\x02 \x03(\r\"\\\n\x0eRelayedCommand\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\x0c\x12\x12\n\nabort_code\x18\x03 \x01(\x05\x12\x15\n\rabort_message\x18\x04 \x01(\t\"6\n\tRelayDown\x12)\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x17.diag.pb.RelayedCommand2?\n\nIngestLink\x12\x31\n\x05Relay\x12\x10.diag.pb.RelayUp\x1a\x12.diag.pb.RelayDown(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x64iag/pb/ingest.proto\x12\x07\x64iag.pb\"@\n\rRelayedReport\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0e\n\x06report\x18\x02 \x01(\x0c\x12\x0f\n\x07held_us\x18\x03 \x01(\r\"B\n\x07RelayUp\x12\'\n\x07reports\x18\x01 \x03(\x0b\x32\x16.diag.pb.RelayedReport\x12\x0e\n\x06\x63losed\x18\x02 \x03(\r\"\\\n\x0eRelayedCommand\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\x0c\x12\x12\n\nabort_code\x18\x03 \x01(\x05\x12\x15\n\rabort_message\x18\x04 \x01(\t\"6\n\tRelayDown\x12)\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x17.diag.pb.RelayedCommand2?\n\nIngestLink\x12\x31\n\x05Relay\x12\x10.diag.pb.RelayUp\x1a\x12.diag.pb.RelayDown(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -22,13 +22,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'diag.pb.ingest_pb2', _globa
 if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   _globals['_RELAYEDREPORT']._serialized_start=33
-  _globals['_RELAYEDREPORT']._serialized_end=80
-  _globals['_RELAYUP']._serialized_start=82
-  _globals['_RELAYUP']._serialized_end=148
-  _globals['_RELAYEDCOMMAND']._serialized_start=150
-  _globals['_RELAYEDCOMMAND']._serialized_end=242
-  _globals['_RELAYDOWN']._serialized_start=244
-  _globals['_RELAYDOWN']._serialized_end=298
-  _globals['_INGESTLINK']._serialized_start=300
-  _globals['_INGESTLINK']._serialized_end=363
+  _globals['_RELAYEDREPORT']._serialized_end=97
+  _globals['_RELAYUP']._serialized_start=99
+  _globals['_RELAYUP']._serialized_end=165
+  _globals['_RELAYEDCOMMAND']._serialized_start=167
+  _globals['_RELAYEDCOMMAND']._serialized_end=259
+  _globals['_RELAYDOWN']._serialized_start=261
+  _globals['_RELAYDOWN']._serialized_end=315
+  _globals['_INGESTLINK']._serialized_start=317
+  _globals['_INGESTLINK']._serialized_end=380
 # @@protoc_insertion_point(module_scope)

@@ -6,12 +6,14 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RelayedReport(_message.Message):
-    __slots__ = ("stream", "report")
+    __slots__ = ("stream", "report", "held_us")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
+    HELD_US_FIELD_NUMBER: _ClassVar[int]
     stream: int
     report: bytes
-    def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ...) -> None: ...
+    held_us: int
+    def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ..., held_us: _Optional[int] = ...) -> None: ...
 
 class RelayUp(_message.Message):
     __slots__ = ("reports", "closed")

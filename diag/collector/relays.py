@@ -1,0 +1,79 @@
+"""Report relays (--nodes-per-relay N, docs/collector.md "Report relays").
+
+Nodes are grouped by ``node_rank // N``. The collector asks one agent of a
+group that reports directly to serve the group's relay (ServeRelay); the
+relay links back with its address; from then on every agent of the group
+that reports directly is told to report through it (RelayVia). A relay whose
+link ends is forgotten: its agents fall back to reporting directly, and one
+of them is asked to serve a new one. The collector then takes one message per
+relay per batch instead of one per node per second, which is what one Python
+gRPC process cannot do for 12,500 nodes (docs/collector.md, "The floor").
+
+Pure logic over a clock; the servicer and the link call it on the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from diag.pb import collector_pb2 as pb
+
+log = logging.getLogger("diag.collector")
+# A directly reporting agent is looked at this often: soon after its group's
+# relay links, it is told to use it.
+ADVISE_EVERY_S = 2.0
+# An agent asked to serve that has not linked a relay by then (it could not
+# start or bind one) is passed over: the next direct agent of the group is asked.
+ASK_AGAIN_S = 15.0
+RELAY_METADATA = "x-xpu-diag-relay"   # GROUP@HOST:PORT, on a relay's link call (ingest.py)
+
+
+class RelayBoard:
+    def __init__(self, nodes_per_relay: int) -> None:
+        self.nodes = nodes_per_relay
+        self._relays: dict[int, str] = {}      # group -> HOST:PORT of its linked relay
+        self._asked: dict[int, float] = {}     # group -> when an agent was last asked to serve
+        self.linked = 0                        # relays linked now (logs, tests, bench)
+
+    def group(self, node_rank: int) -> int:
+        return node_rank // self.nodes
+
+    def advice(self, node_rank: int, now: float) -> pb.Command | None:
+        """What a directly reporting agent should be told now, if anything."""
+        group = node_rank // self.nodes
+        address = self._relays.get(group)
+        if address is not None:
+            return pb.Command(relay_via=pb.RelayVia(address=address))
+        asked = self._asked.get(group)
+        if asked is not None and now - asked < ASK_AGAIN_S:
+            return None
+        self._asked[group] = now
+        return pb.Command(serve_relay=pb.ServeRelay(group=group, nodes=self.nodes))
+
+    def link(self, relay_of: str) -> tuple[int, str] | None:
+        """A relay linked with ``GROUP@HOST:PORT``; (group, address), or None
+        when that is malformed (the link is refused)."""
+        group_text, sep, address = relay_of.partition("@")
+        if not sep or not group_text.isdigit() or ":" not in address:
+            return None
+        group = int(group_text)
+        if group in self._relays:
+            log.info("relay of nodes %d-%d now %s (was %s)", *self._span(group), address, self._relays[group])
+        else:
+            self.linked += 1
+            log.info("relay of nodes %d-%d linked: %s", *self._span(group), address)
+        self._relays[group] = address
+        self._asked.pop(group, None)
+        return group, address
+
+    def lost(self, group: int, address: str) -> None:
+        """The relay's link ended: its agents report directly until a new one links."""
+        if self._relays.get(group) != address:
+            return
+        del self._relays[group]
+        self.linked -= 1
+        log.warning("relay of nodes %d-%d at %s lost; they report to the collector directly until "
+                    "one of them serves a new one", *self._span(group), address)
+
+    def _span(self, group: int) -> tuple[int, int]:
+        return group * self.nodes, (group + 1) * self.nodes - 1

@@ -1,0 +1,126 @@
+"""--nodes-per-relay (docs/collector.md "Report relays"). Real parts: the
+collector on loopback, four real agents (diag.agent.Agent, node ranks 0-3)
+each reading a record region written for a live child process, the relays
+they start (python -m diag.collector.ingest), real py-spy for the stacks.
+
+Two relays form (nodes 0-1, 2-3) and every agent reports through one; a
+relay killed with SIGKILL: its agents report directly at once, one of them
+serves a new relay, and nothing is declared on the healthy job. A hang
+through the relays: the HANG line on time and every rank's stacks, the
+DumpStacks having gone down through the relays."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from diag.agent.agent import Agent
+from diag.agent.config import AgentConfig
+from diag.collector.config import Config
+from diag.collector.server import create_server
+from diag.common.options import ConfigError
+from diag.records import format as fmt
+from diag.records.writer import RecordWriter
+from tests.waiting import wait_for
+
+SLEEPER = os.path.join(os.path.dirname(__file__), "..", "scripts", "sleeper.py")
+NODES, WORLD = 4, 4
+TOKEN = "relaytoken"
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def job(tmp_path):
+    """start(hang_timeout_s, stalled) -> (server, agents, writers); one rank a node."""
+    made = {"children": [], "agents": [], "servers": []}
+
+    def start(hang_timeout_s: float, stalled: bool):
+        server, port = create_server("127.0.0.1:0", Config(
+            job_id="relayjob", token=TOKEN, timeline_path=str(tmp_path / "timeline"),
+            hang_timeout_s=hang_timeout_s, eval_interval_s=0.1, nodes_per_relay=2))
+        server.start()
+        made["servers"].append(server)
+        writers = []
+        for node in range(NODES):
+            child = subprocess.Popen([sys.executable, SLEEPER, "300"], stdout=subprocess.PIPE, text=True)
+            made["children"].append(child)
+            assert child.stdout.readline().strip() == "READY"
+            shm = tmp_path / f"shm{node}"
+            shm.mkdir()
+            writer = RecordWriter(str(shm), producer=fmt.PRODUCER_PYTHON, rank=node, local_rank=0,
+                                  world_size=WORLD, pid=child.pid)
+            op = writer.start(fmt.KIND_COLLECTIVE, "all_reduce", seq=7)
+            if not stalled:
+                writer.end(op, fmt.KIND_COLLECTIVE, "all_reduce", duration_ns=1000, seq=7)
+            writers.append(writer)
+            agent = Agent(AgentConfig(shm_dir=str(shm), collector=f"127.0.0.1:{port}", token=TOKEN,
+                                      job_id="relayjob", node_rank=node, local_world_size=1,
+                                      report_interval=0.2, backoff_min=0.1, backoff_max=0.5,
+                                      dump_tools=("py-spy",)))
+            made["agents"].append(agent)
+            agent.start()
+        return server, made["agents"], writers
+
+    yield start
+    for agent in made["agents"]:
+        agent.stop()
+    for server in made["servers"]:
+        server.stop(grace=0).wait(5)
+    for child in made["children"]:
+        child.kill()
+        child.wait()
+
+
+def _all_relayed(server, agents) -> bool:
+    return (server.servicer.relays.linked == 2 and server.relay.links == 2 and len(server.registry) == NODES
+            and all(a.connection.via is not None for a in agents))
+
+
+def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
+    server, agents, _ = job(hang_timeout_s=30.0, stalled=False)
+    wait_for(lambda: _all_relayed(server, agents), "two relays linked, every agent reporting through one", 60)
+    served = [a for a in agents if a.connection.relay.pid is not None]
+    assert len(served) == 2 and {a.config.node_rank // 2 for a in served} == {0, 1}   # one per group
+    vias = {a.config.node_rank: a.connection.via for a in agents}
+    assert vias[0] == vias[1] != vias[2] == vias[3]
+    reports = server.state.reports
+    wait_for(lambda: server.state.reports >= reports + 4 * NODES, "reports coming in through the relays", 10)
+
+    victim = served[0]
+    group = victim.config.node_rank // 2
+    os.kill(victim.connection.relay.pid, signal.SIGKILL)
+    wait_for(lambda: all(a.connection.via is None for a in agents if a.config.node_rank // 2 == group),
+             "the killed relay's agents reporting directly", 15)
+    wait_for(lambda: _all_relayed(server, agents), "a new relay for the group, every agent through one again", 60)
+    assert {a.connection.via for a in agents if a.config.node_rank // 2 == group} != {vias[victim.config.node_rank]}
+    time.sleep(1.0)
+    assert not server.watchdog.declared
+    err = capfd.readouterr().err
+    assert not [line for line in err.splitlines() if line.startswith(("HANG", "SILENT", "OVERLOAD"))], err
+    assert f"the report relay at {vias[victim.config.node_rank]} failed" in err   # said once by each of its agents
+
+
+def test_a_hang_through_the_relays_is_declared_on_time_with_every_ranks_stacks(job, tmp_path):
+    timeout = 6.0
+    server, agents, _ = job(hang_timeout_s=timeout, stalled=True)
+    stalled_at = time.monotonic()
+    wait_for(lambda: _all_relayed(server, agents), "every agent reporting through a relay", 60)
+    assert not server.watchdog.declared
+    wait_for(lambda: server.watchdog.declared, "the HANG", 30)
+    late = server.watchdog.declared[0].declared - (stalled_at + timeout)
+    assert -0.3 <= late <= 2.0, f"HANG {late:+.2f} s after the op crossed the timeout"
+    # DumpStacks went down through the relays; the dumps came back to the collector.
+    wait_for(lambda: len(glob.glob(str(tmp_path / "timeline" / "**" / "rank*-of-00004.py.json"),
+                                   recursive=True)) == WORLD, "every rank's py-spy dump", 60)
+    assert all(a.connection.via is not None for a in agents)
+
+
+def test_relays_and_ingest_processes_are_one_or_the_other(tmp_path):
+    with pytest.raises(ConfigError, match="--ingest-procs 2 and --nodes-per-relay 32: choose one"):
+        Config(job_id="j", token=TOKEN, timeline_path=str(tmp_path), ingest_procs=2, nodes_per_relay=32)
