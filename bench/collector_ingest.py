@@ -39,11 +39,13 @@ import sys
 import tempfile
 import threading
 import time
+from types import SimpleNamespace
 
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
+from diag.agent.report_relay import ReportRelay  # noqa: E402
 from diag.common import envnames  # noqa: E402
 from diag.pb import collector_pb2 as pb  # noqa: E402
 
@@ -72,6 +74,9 @@ def parse_args(argv):
                    help="agents that send no sent_mono_ns and ignore ReportPace (the previous release's)")
     p.add_argument("--ingest-procs", type=int, default=0,
                    help="the collector's --ingest-procs (its CPU and memory then count them too)")
+    p.add_argument("--nodes-per-relay", type=int, default=0,
+                   help="the collector's --nodes-per-relay: the simulated agents serve and use report relays as "
+                        "agents do (diag/agent/report_relay.py); the relays' CPU is printed apart")
     p.add_argument("--transport-floor", action="store_true",
                    help="then drive bench/grpc_floor_server.py (reads the reports, does nothing) with the same "
                         "load, and print the collector's CPU per report against that floor")
@@ -150,6 +155,8 @@ def start_collector(workdir: str, token: str, args, floor: bool = False) -> tupl
            "--max-agents", str(args.agents + 16), "--stats-interval", "1s"]
     if args.ingest_procs:
         cmd += ["--ingest-procs", str(args.ingest_procs)]
+    if args.nodes_per_relay:
+        cmd += ["--nodes-per-relay", str(args.nodes_per_relay)]
     if floor:
         cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpc_floor_server.py"),
                "--address-file", addr_file, "--max-agents", str(args.agents + 16)]
@@ -245,6 +252,8 @@ class Load:
         self.world = args.agents * RANKS_PER_AGENT
         self.sent = 0
         self.connected = 0
+        self.relayed = 0                         # agents whose stream goes through a relay now
+        self.relays: dict[int, ReportRelay] = {}  # node -> the relay it serves (ServeRelay)
         self.errors: list[str] = []
         self.stall_since: float | None = None    # agent 0 reports a stall from then on
         self.dump_at: float | None = None
@@ -253,33 +262,52 @@ class Load:
         self.stop = asyncio.Event()
         self._channels: dict[int, grpc.aio.Channel] = {}
 
-    def channel(self, node: int):
-        """Agents node // K share one connection (K = --streams-per-connection)."""
-        key = node // max(1, self.args.streams_per_connection)
+    def channel(self, node: int, via: str | None = None):
+        """Agents node // K share one connection (K = --streams-per-connection);
+        through a relay, this driver's agents of its group share one."""
+        key = via or node // max(1, self.args.streams_per_connection)
         if key not in self._channels:
-            self._channels[key] = grpc.aio.insecure_channel(self.address,
+            self._channels[key] = grpc.aio.insecure_channel(via or self.address,
                                                             options=[("grpc.use_local_subchannel_pool", 1)])
         return self._channels[key]
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels.values()), return_exceptions=True)
+        for relay in self.relays.values():
+            relay.stop()
 
     async def agent(self, node: int, phase: float) -> None:
+        """One agent: its stream to the collector, and under --nodes-per-relay
+        the stream through its group's relay once told (as connection.py)."""
+        route = {"via": None, "moving": False}
+        await asyncio.sleep(phase)
+        first = True
+        while not self.stop.is_set():
+            await self._stream(node, route, first)
+            first = False
+            if not route["moving"]:
+                return
+            route["moving"] = False
+
+    async def _stream(self, node: int, route: dict, first: bool) -> None:
         # Pre-serialized reports (bytes pass through a None serializer): the
         # load generator must not be the bottleneck on a 2-core machine.
-        connect = self.channel(node).stream_stream("/diag.pb.Collector/Connect", request_serializer=None,
-                                                   response_deserializer=pb.Command.FromString)
+        via = route["via"]
+        connect = self.channel(node, via).stream_stream("/diag.pb.Collector/Connect", request_serializer=None,
+                                                        response_deserializer=pb.Command.FromString)
         call = connect(metadata=self.metadata)
         pace = {"interval": self.args.interval, "perf_every": 1}
-        reader = asyncio.ensure_future(self.read(call, node, pace))
+        reader = asyncio.ensure_future(self.read(call, node, pace, route))
         full = make_report(node, self.world, None, 0.0).SerializeToString()
         bare = make_report(node, self.world, None, 0.0, perf=False).SerializeToString()
+        relayed = False
         try:
-            await asyncio.sleep(phase)
             await call.initial_metadata()   # the collector sends headers once it serves the stream
-            self.connected += 1
+            self.connected += first
+            relayed = via is not None
+            self.relayed += relayed
             next_at, n = time.monotonic(), 0
-            while not self.stop.is_set():
+            while not self.stop.is_set() and not route["moving"]:
                 with_perf = n % pace["perf_every"] == 0
                 payload = full if with_perf else bare
                 if node == 0 and self.stall_since is not None:
@@ -293,6 +321,8 @@ class Load:
                 n += 1
                 next_at = max(next_at + pace["interval"], time.monotonic() - pace["interval"])
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if route["moving"]:
+                return
             await call.done_writing()
             # The collector ends the stream once it has read every report.
             await asyncio.wait_for(asyncio.shield(reader), timeout=60)
@@ -300,14 +330,22 @@ class Load:
             if not self.stop.is_set() or isinstance(exc, asyncio.TimeoutError):
                 self.errors.append(f"agent {node}: {exc!r:.200}")
         finally:
+            self.relayed -= relayed
             call.cancel()
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
 
-    async def read(self, call, node: int, pace: dict) -> None:
+    async def read(self, call, node: int, pace: dict, route: dict) -> None:
         try:
             async for command in call:
                 which = command.WhichOneof("command")
+                if which == "serve_relay":   # as diag/agent/connection.py, with the agent's own relay class
+                    relay = self.relays.setdefault(node, ReportRelay(SimpleNamespace(
+                        collector=self.address, token=self.metadata[0][1]), lambda *a, **k: None))
+                    relay.serve(command.serve_relay)
+                elif which == "relay_via" and command.relay_via.address != route["via"]:
+                    route["via"], route["moving"] = command.relay_via.address, True
+                    return
                 if which == "dump_stacks" and node == 0 and self.dump_at is None:
                     self.dump_at = time.monotonic()
                 elif which == "report_pace" and not self.args.old_agents:   # as diag/agent/connection.py
@@ -336,18 +374,22 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     began, deadline = time.monotonic(), time.monotonic() + 120 + args.agents / 200
     while load.connected < args.agents and not load.errors and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
+    while args.nodes_per_relay and load.relayed < args.agents and not load.errors and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)   # every agent through its group's relay
     connect_s = time.monotonic() - began
     await asyncio.sleep(2 * args.interval)
     await settle(seen)
     t0, sent0, cpu0, judge0 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
+    relays0 = relay_cpu_seconds()
     stall_at = args.seconds / 2 - args.hang_timeout
     await asyncio.sleep(max(0.0, stall_at))
     load.stall_since = time.monotonic()
     await asyncio.sleep(args.seconds - max(0.0, stall_at))
     t1, sent1, cpu1, judge1 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
+    relays1 = relay_cpu_seconds()
     rss = rss_mib(proc.pid)
     load.stop.set()
-    return t0, t1, sent1 - sent0, (cpu1 - cpu0, judge1 - judge0), rss, connect_s
+    return t0, t1, sent1 - sent0, (cpu1 - cpu0, judge1 - judge0, relays1[0] - relays0[0], relays1[1]), rss, connect_s
 
 
 async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
@@ -355,8 +397,27 @@ async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
     t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
     await load.close()
-    return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], t0=t0, t1=t1, rss=rss, connect_s=connect_s,
-                connected=load.connected)
+    return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
+                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected)
+
+
+def relay_cpu_seconds() -> tuple[float, int]:
+    """(CPU seconds, count) of the report relays running on this host: in the
+    bench they are the simulated agents' children, on a real job each on its
+    own node."""
+    total, count = 0.0, 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"diag.collector.ingest" in cmd and b"--group" in cmd:
+            total += cpu_seconds(int(name), children_too=False)
+            count += 1
+    return total, count
 
 
 class Drivers:
@@ -367,11 +428,12 @@ class Drivers:
         ctx = multiprocessing.get_context("spawn")   # no gRPC state crosses a fork
         n = args.drivers
         self._sent, self._conn, self._err = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
-        self._paced = ctx.Array("q", n)
+        self._paced, self._relayed = ctx.Array("q", n), ctx.Array("q", n)
         self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
         self._first = ctx.Queue()
         cuts = [args.agents * i // n for i in range(n + 1)]
-        shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced)
+        shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced,
+                  self._relayed)
         self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
                                   daemon=True) for i in range(n)]
         self.stop = self._stop
@@ -380,6 +442,7 @@ class Drivers:
     sent = property(lambda self: sum(self._sent[:]))
     connected = property(lambda self: sum(self._conn[:]))
     paced = property(lambda self: sum(self._paced[:]))
+    relayed = property(lambda self: sum(self._relayed[:]))
     dump_at = property(lambda self: self._dump.value or None)
 
     @property
@@ -404,12 +467,13 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
-    sent, conn, err, stall, dump, stop, first, paced = shared
+    sent, conn, err, stall, dump, stop, first, paced, relayed = shared
     args = load.args
     tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(lo, hi)]
 
     def publish():
         sent[index], conn[index], err[index], paced[index] = load.sent, load.connected, len(load.errors), load.paced
+        relayed[index] = load.relayed
         if load.dump_at is not None and not dump.value:
             dump.value = load.dump_at
         if load.errors and err[index] == 1:
@@ -432,8 +496,8 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
     t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     for p in load.procs:
         await asyncio.to_thread(p.join, 90)
-    return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], t0=t0, t1=t1, rss=rss, connect_s=connect_s,
-                connected=load.connected)
+    return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
+                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected)
 
 
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
@@ -495,7 +559,7 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
                                                         if args.collector_tree else ""))
     print(f"  {fds}")
     print(f"  connected           {m['connected']} of {args.agents} agents' streams served within "
-          f"{m['connect_s']:.1f} s of the first")
+          f"{m['connect_s']:.1f} s of the first" + (", every one through its relay" if args.nodes_per_relay else ""))
     got = ingested_rate(seen["stats"], m["t0"], m["t1"]) or 0.0
     print(f"  sent by the agents  {rate:8.0f} node-reports/s")
     print(f"  ingested, sustained {got:8.0f} node-reports/s  ({got * RANKS_PER_AGENT:.0f} ranks/s; "
@@ -510,6 +574,11 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
         print(f"  of which the judge  {judge:.1f} s = {judge / m['wall']:.2f} cores, "
               f"{1e6 * judge / max(1, m['reports']):.0f} us per report; {args.ingest_procs} ingest process(es) "
               f"{(m['cpu'] - judge) / m['wall']:.2f} cores")
+    if args.nodes_per_relay:
+        print(f"  report relays       {m['relays']} (one per {args.nodes_per_relay} nodes), {m['relay_cpu']:.1f} s = "
+              f"{m['relay_cpu'] / m['wall']:.2f} cores in all, {m['relay_cpu'] / m['wall'] / max(1, m['relays']):.3f} "
+              f"of a core each on its node; with the collector {1e6 * (m['cpu'] + m['relay_cpu']) / max(1, m['reports']):.0f}"
+              f" us per report")
     print(f"  collector memory    {m['rss']:.0f} MiB resident (VmRSS) at the end of the window")
     behind = [b for t, _, _, b in seen["stats"] if m["t0"] <= t <= m["t1"]]
     if behind:

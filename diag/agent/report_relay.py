@@ -2,7 +2,7 @@
 (ServeRelay, --nodes-per-relay; docs/collector.md "Report relays").
 
 The relay is ``python -m diag.collector.ingest`` in relay mode, a child of the
-agent (it dies with it): it binds this host's address on the route to the
+agent (it dies with it, --parent-pid): it binds this host's address on the route to the
 collector (where the job already talks to it), links to the collector with
 the job token and takes its group's Connect streams. The agent itself then
 reports through it like the rest of its group, when the collector says so.
@@ -18,7 +18,6 @@ import sys
 import threading
 
 from diag.common import envnames
-from diag.common.children import die_with_parent
 from diag.common.net import resolve_ipv4, route_source
 
 # A report a second from each of the group's nodes: gathered this long, the
@@ -50,10 +49,13 @@ class ReportRelay:
                 cmd = [sys.executable, "-m", "diag.collector.ingest", "--listen", f"{host}:0",
                        "--link", self._config.collector, "--group", str(request.group),
                        "--max-agents", str(max(1, request.nodes)), "--max-dump-bytes", str(MAX_DUMP_BYTES),
-                       "--batch-s", str(BATCH_S)]
+                       "--batch-s", str(BATCH_S), "--parent-pid", str(os.getpid())]
                 env = dict(os.environ, **{envnames.JOB_TOKEN: self._config.token})
                 env.pop("LD_PRELOAD", None)
-                self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                # No preexec_fn: this process runs gRPC's threads, and a plain
+                # fork would run gRPC's fork handlers; the relay arranges to
+                # die with us itself (--parent-pid).
+                self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
             except (OSError, ValueError) as exc:
                 self._log(f"cannot serve the report relay of group {request.group}: {exc}; "
                           f"this group reports to the collector directly", every=0)

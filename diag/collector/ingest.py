@@ -40,6 +40,7 @@ from diag.collector.auth import TOKEN_METADATA_KEY as TOKEN_METADATA, TokenInter
 from diag.collector.relays import RELAY_METADATA
 from diag.collector.server import SERVICE_NAME, SPARE_CALLS, raise_file_limit, server_options
 from diag.common import envnames
+from diag.common.children import die_with_parent
 from diag.common.atomic import write_atomic
 from diag.pb import ingest_pb2 as ipb
 from diag.pb import ingest_pb2_grpc as ipb_grpc
@@ -207,7 +208,17 @@ def _host(listen: str) -> str:
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="xpu_diag collector: %(message)s")
+    args = _parser().parse_args(argv)
+    if args.parent_pid is not None:   # a report relay: it dies with the agent that started it
+        die_with_parent()
+        if os.getppid() != args.parent_pid:
+            return 0
+    who = "relay" if args.group is not None else "collector"
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"xpu_diag {who}: %(message)s")
+    return asyncio.run(serve(args))
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m diag.collector.ingest", description=__doc__.splitlines()[0])
     p.add_argument("--listen", required=True, help="the collector's bound HOST:PORT")
     p.add_argument("--link", required=True, help="unix:PATH of the judge's link socket, or the collector's "
@@ -217,7 +228,8 @@ def main(argv=None) -> int:
     p.add_argument("--port-file", default=None, help="write the bound port here (the first one, on port 0)")
     p.add_argument("--group", type=int, default=None, help="a report relay for this group of nodes")
     p.add_argument("--batch-s", type=float, default=BATCH_S, help="how long reports gather before going up")
-    return asyncio.run(serve(p.parse_args(argv)))
+    p.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the agent) does")
+    return p
 
 
 if __name__ == "__main__":

@@ -107,6 +107,8 @@ class CollectorServer:
         self.registry.gate = asyncio.Event()
         self.registry.gate.set()
         calls = self.config.max_agents + SPARE_CALLS
+        if self.config.nodes_per_relay:   # the relays' links, beside every agent's stream before it moves
+            calls += self.config.max_agents // self.config.nodes_per_relay + 1
         options = server_options(self.config.max_dump_bytes, calls)
         inner = grpc.aio.server(migration_thread_pool=self._pool, interceptors=[TokenInterceptor(self.config.token)],
                                 maximum_concurrent_rpcs=calls, options=options)
