@@ -45,9 +45,11 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
-from diag.agent.report_relay import ReportRelay  # noqa: E402
+from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
+from diag.collector.relays import RELAY_METADATA  # noqa: E402
 from diag.common import envnames  # noqa: E402
 from diag.pb import collector_pb2 as pb  # noqa: E402
+from diag.pb import ingest_pb2 as ipb  # noqa: E402
 
 RANKS_PER_AGENT = 8
 TARGET_REPORTS_PER_S = 2000.0
@@ -77,6 +79,10 @@ def parse_args(argv):
     p.add_argument("--nodes-per-relay", type=int, default=0,
                    help="the collector's --nodes-per-relay: the simulated agents serve and use report relays as "
                         "agents do (diag/agent/report_relay.py); the relays' CPU is printed apart")
+    p.add_argument("--simulated-relays", action="store_true",
+                   help="with --nodes-per-relay: drive the collector's relay links directly (one stream per group, "
+                        "the reports a relay would send); the collector's side at 12,500 agents on a small machine")
+    p.add_argument("--batch-s", type=float, default=RELAY_BATCH_S, help="--simulated-relays: a relay's batch window")
     p.add_argument("--transport-floor", action="store_true",
                    help="then drive bench/grpc_floor_server.py (reads the reports, does nothing) with the same "
                         "load, and print the collector's CPU per report against that floor")
@@ -234,10 +240,10 @@ def make_report(node: int, world: int, stall_since: float | None, now: float, pe
                          ranks=ranks, local_world_size=RANKS_PER_AGENT)
 
 
-def stamped(payload: bytes) -> bytes:
+def stamped(payload: bytes, at_ns: int | None = None) -> bytes:
     """``payload`` with NodeReport.sent_mono_ns (field 8, varint) appended: a
     serialised message followed by a field is that message with the field set."""
-    n, out = time.monotonic_ns(), bytearray(b"\x40")
+    n, out = time.monotonic_ns() if at_ns is None else at_ns, bytearray(b"\x40")
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
@@ -358,6 +364,102 @@ class Load:
                 self.errors.append(f"agent {node} (commands): {exc.code().name} {exc.details()}")
 
 
+class RelayLoad:
+    """--simulated-relays: the collector's side of --nodes-per-relay at any
+    scale on a small machine. One IngestLink stream per group of N agents
+    sends what a relay (diag/collector/ingest.py) sends: every --batch-s, the
+    pre-serialised reports of the group's agents that came due, with how long
+    each was held; commands come down per agent (DumpStacks, ReportPace).
+    What the relays themselves cost runs on the agents' nodes in a real job
+    and is measured by the plain --nodes-per-relay run."""
+
+    def __init__(self, address: str, token: str, args):
+        self.address, self.args = address, args
+        self.metadata = ((TOKEN_KEY, token),)
+        self.world = args.agents * RANKS_PER_AGENT
+        self.sent = self.connected = self.relayed = self.paced = 0
+        self.errors: list[str] = []
+        self.stall_since: float | None = None
+        self.dump_at: float | None = None
+        self.stop = asyncio.Event()
+        self.relays: dict = {}
+
+    def tasks(self) -> list:
+        n = self.args.nodes_per_relay
+        return [asyncio.ensure_future(self.relay(g, range(g * n, min((g + 1) * n, self.args.agents))))
+                for g in range(math.ceil(self.args.agents / n))]
+
+    async def relay(self, group: int, nodes: range) -> None:
+        args = self.args
+        channel = grpc.aio.insecure_channel(self.address, options=[("grpc.max_send_message_length", 64 << 20)])
+        relay_of = (RELAY_METADATA, f"{group}@127.0.0.1:{1 + group % 60000}")   # an address no agent is sent to
+        call = channel.stream_stream("/diag.pb.IngestLink/Relay", request_serializer=ipb.RelayUp.SerializeToString,
+                                     response_deserializer=ipb.RelayDown.FromString)(metadata=self.metadata + (relay_of,))
+        pace = {node: [args.interval, 1, 0] for node in nodes}   # interval, perf_every, reports sent
+        reader = asyncio.ensure_future(self.read(call, pace))
+        full = {node: make_report(node, self.world, None, 0.0).SerializeToString() for node in nodes}
+        bare = {node: make_report(node, self.world, None, 0.0, perf=False).SerializeToString() for node in nodes}
+        due = {node: time.monotonic() + args.interval * node / args.agents for node in nodes}
+        first = True
+        try:
+            while not self.stop.is_set():
+                await asyncio.sleep(args.batch_s)
+                now, up = time.monotonic(), ipb.RelayUp()
+                for node in nodes:
+                    if due[node] > now:
+                        continue
+                    interval, every, n = pace[node]
+                    with_perf = n % every == 0
+                    payload = full[node] if with_perf else bare[node]
+                    if node == 0 and self.stall_since is not None:
+                        payload = make_report(0, self.world, self.stall_since, now, perf=with_perf).SerializeToString()
+                    # Built by its agent when due, then held by the relay until now.
+                    up.reports.add(stream=node + 1, report=stamped(payload, int(due[node] * 1e9)),
+                                   held_us=int(1e6 * min(now - due[node], args.batch_s)))
+                    pace[node][2] += 1
+                    due[node] = max(due[node] + interval, now - interval)
+                if up.reports:
+                    await call.write(up)
+                    self.sent += len(up.reports)
+                    if first:
+                        self.connected += len(nodes)
+                        self.relayed += len(nodes)
+                        first = False
+            await call.done_writing()
+            await asyncio.wait_for(asyncio.shield(reader), timeout=60)
+        except (grpc.RpcError, asyncio.TimeoutError) as exc:
+            self.errors.append(f"relay {group}: {exc!r:.200}")
+        finally:
+            call.cancel()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await channel.close()
+
+    async def read(self, call, pace: dict) -> None:
+        try:
+            async for down in call:
+                for relayed in down.commands:
+                    node = relayed.stream - 1
+                    if relayed.abort_code:
+                        self.errors.append(f"agent {node}: aborted {relayed.abort_message}")
+                        continue
+                    command = pb.Command.FromString(relayed.command)
+                    which = command.WhichOneof("command")
+                    if which == "dump_stacks" and node == 0 and self.dump_at is None:
+                        self.dump_at = time.monotonic()
+                    elif which == "report_pace" and node in pace:   # as diag/agent/connection.py
+                        p = command.report_pace
+                        pace[node][0] = min(max(self.args.interval, p.interval_ms / 1000), 10.0)
+                        pace[node][1] = min(max(1, p.perf_every), 60)
+                        self.paced += 1
+        except grpc.RpcError as exc:
+            if not self.stop.is_set():
+                self.errors.append(f"relay (commands): {exc.code().name} {exc.details()}")
+
+    async def close(self) -> None:
+        pass
+
+
 async def settle(seen: dict, limit_s: float = 90.0) -> None:
     """If the connection storm overloaded the collector, measure from when it
     says it caught up (the agents are back at their own pace)."""
@@ -392,8 +494,9 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     return t0, t1, sent1 - sent0, (cpu1 - cpu0, judge1 - judge0, relays1[0] - relays0[0], relays1[1]), rss, connect_s
 
 
-async def drive(load: Load, proc: subprocess.Popen, seen: dict, args) -> dict:
-    tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(args.agents)]
+async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
+    tasks = (load.tasks() if isinstance(load, RelayLoad) else
+             [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(args.agents)])
     t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
     await load.close()
@@ -534,7 +637,10 @@ def run_load(token: str, args, floor: bool = False) -> tuple[dict, dict, object]
     with tempfile.TemporaryDirectory(prefix="collector-bench-") as workdir:
         proc, address, seen = start_collector(workdir, token, args, floor)
         try:
-            if args.drivers > 1:
+            if args.simulated_relays and not floor:
+                load = RelayLoad(address, token, args)
+                m = asyncio.run(drive(load, proc, seen, args))
+            elif args.drivers > 1:
                 load = Drivers(address, token, args)
                 m = asyncio.run(drive_many(load, proc, seen, args))
             else:
@@ -574,7 +680,11 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
         print(f"  of which the judge  {judge:.1f} s = {judge / m['wall']:.2f} cores, "
               f"{1e6 * judge / max(1, m['reports']):.0f} us per report; {args.ingest_procs} ingest process(es) "
               f"{(m['cpu'] - judge) / m['wall']:.2f} cores")
-    if args.nodes_per_relay:
+    if args.simulated_relays:
+        print(f"  report relays       {math.ceil(args.agents / args.nodes_per_relay)} simulated (one link each, "
+              f"{args.batch_s:g} s batches): their own CPU is on the agents' nodes (the run without "
+              f"--simulated-relays measures it)")
+    elif args.nodes_per_relay:
         print(f"  report relays       {m['relays']} (one per {args.nodes_per_relay} nodes), {m['relay_cpu']:.1f} s = "
               f"{m['relay_cpu'] / m['wall']:.2f} cores in all, {m['relay_cpu'] / m['wall'] / max(1, m['relays']):.3f} "
               f"of a core each on its node; with the collector {1e6 * (m['cpu'] + m['relay_cpu']) / max(1, m['reports']):.0f}"
