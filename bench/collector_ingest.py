@@ -46,7 +46,7 @@ import grpc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
-from diag.collector.relays import RELAY_METADATA  # noqa: E402
+from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames  # noqa: E402
 from diag.pb import collector_pb2 as pb  # noqa: E402
 from diag.pb import ingest_pb2 as ipb  # noqa: E402
@@ -72,6 +72,8 @@ def parse_args(argv):
     p.add_argument("--streams-per-connection", type=int, default=0,
                    help="agents' streams sharing one connection (0: one each, unless the file limit forbids)")
     p.add_argument("--verbose", action="store_true", help="print the collector's last lines")
+    p.add_argument("--collector-log", default=None,
+                   help="write every line the collector printed here, each with the bench's clock")
     p.add_argument("--old-agents", action="store_true",
                    help="agents that send no sent_mono_ns and ignore ReportPace (the previous release's)")
     p.add_argument("--ingest-procs", type=int, default=0,
@@ -171,7 +173,7 @@ def start_collector(workdir: str, token: str, args, floor: bool = False) -> tupl
         env["PYTHONPATH"] = os.path.abspath(args.collector_tree)
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=raise_fd_limit,
                             cwd=os.path.abspath(args.collector_tree) if args.collector_tree else None)
-    seen: dict = {"lines": []}
+    seen: dict = {"lines": [], "timed": []}
 
     seen["stats"] = []  # (time read, reports so far, seconds since its previous line), the collector's own count
 
@@ -186,6 +188,7 @@ def start_collector(workdir: str, token: str, args, floor: bool = False) -> tupl
                 seen["stats"].append((time.monotonic(), int(match.group(1)), float(match.group(2)),
                                       float(match.group(3) or 0)))
             seen["lines"].append(line.rstrip())
+            seen["timed"].append((time.monotonic(), line.rstrip()))
 
     threading.Thread(target=read_stderr, daemon=True).start()
     deadline = time.monotonic() + 60
@@ -285,7 +288,7 @@ class Load:
     async def agent(self, node: int, phase: float) -> None:
         """One agent: its stream to the collector, and under --nodes-per-relay
         the stream through its group's relay once told (as connection.py)."""
-        route = {"via": None, "moving": False}
+        route = {"via": None, "moving": False, "perf_every": 1}
         await asyncio.sleep(phase)
         first = True
         while not self.stop.is_set():
@@ -302,7 +305,7 @@ class Load:
         connect = self.channel(node, via).stream_stream("/diag.pb.Collector/Connect", request_serializer=None,
                                                         response_deserializer=pb.Command.FromString)
         call = connect(metadata=self.metadata)
-        pace = {"interval": self.args.interval, "perf_every": 1}
+        pace = {"interval": self.args.interval, "perf_every": route["perf_every"]}
         reader = asyncio.ensure_future(self.read(call, node, pace, route))
         full = make_report(node, self.world, None, 0.0).SerializeToString()
         bare = make_report(node, self.world, None, 0.0, perf=False).SerializeToString()
@@ -351,13 +354,14 @@ class Load:
                     relay.serve(command.serve_relay)
                 elif which == "relay_via" and command.relay_via.address != route["via"]:
                     route["via"], route["moving"] = command.relay_via.address, True
+                    route["perf_every"] = max(1, command.relay_via.perf_every)
                     return
                 if which == "dump_stacks" and node == 0 and self.dump_at is None:
                     self.dump_at = time.monotonic()
                 elif which == "report_pace" and not self.args.old_agents:   # as diag/agent/connection.py
                     p = command.report_pace
                     pace["interval"] = min(max(self.args.interval, p.interval_ms / 1000), 10.0)
-                    pace["perf_every"] = min(max(1, p.perf_every), 60)
+                    pace["perf_every"] = min(max(route["perf_every"], p.perf_every), 60)
                     self.paced += 1
         except grpc.RpcError as exc:
             if not self.stop.is_set():
@@ -383,6 +387,7 @@ class RelayLoad:
         self.dump_at: float | None = None
         self.stop = asyncio.Event()
         self.relays: dict = {}
+        self.late_s = 0.0   # the driver's own lateness: a batch sent this much after its time
 
     def tasks(self) -> list:
         n = self.args.nodes_per_relay
@@ -395,7 +400,8 @@ class RelayLoad:
         relay_of = (RELAY_METADATA, f"{group}@127.0.0.1:{1 + group % 60000}")   # an address no agent is sent to
         call = channel.stream_stream("/diag.pb.IngestLink/Relay", request_serializer=ipb.RelayUp.SerializeToString,
                                      response_deserializer=ipb.RelayDown.FromString)(metadata=self.metadata + (relay_of,))
-        pace = {node: [args.interval, 1, 0] for node in nodes}   # interval, perf_every, reports sent
+        # interval, perf_every, reports sent: as agents told RelayVia(perf_every) send
+        pace = {node: [args.interval, RELAY_PERF_EVERY, 0] for node in nodes}
         reader = asyncio.ensure_future(self.read(call, pace))
         full = {node: make_report(node, self.world, None, 0.0).SerializeToString() for node in nodes}
         bare = {node: make_report(node, self.world, None, 0.0, perf=False).SerializeToString() for node in nodes}
@@ -403,8 +409,13 @@ class RelayLoad:
         first = True
         try:
             while not self.stop.is_set():
-                await asyncio.sleep(args.batch_s)
+                wait = args.batch_s
+                if 0 in due and self.stall_since is not None:   # a relay sends a stalled op's report at once (ingest.py)
+                    wait = min(wait, max(0.0, due[0] - time.monotonic()))
+                woke = time.monotonic() + wait
+                await asyncio.sleep(wait)
                 now, up = time.monotonic(), ipb.RelayUp()
+                self.late_s = max(self.late_s, now - woke)
                 for node in nodes:
                     if due[node] > now:
                         continue
@@ -450,7 +461,7 @@ class RelayLoad:
                     elif which == "report_pace" and node in pace:   # as diag/agent/connection.py
                         p = command.report_pace
                         pace[node][0] = min(max(self.args.interval, p.interval_ms / 1000), 10.0)
-                        pace[node][1] = min(max(1, p.perf_every), 60)
+                        pace[node][1] = min(max(RELAY_PERF_EVERY, p.perf_every), 60)
                         self.paced += 1
         except grpc.RpcError as exc:
             if not self.stop.is_set():
@@ -622,6 +633,10 @@ def main(argv=None) -> int:
     token = secrets.token_urlsafe(16)
     m, seen, load = run_load(token, args)
     status = print_figures(args, m, seen, load, fds)
+    if args.collector_log:
+        with open(args.collector_log, "w") as f:
+            f.writelines(f"{t - m['t0']:+9.2f} {line}\n" for t, line in seen["timed"]
+                         if "agent connected" not in line and "agent disconnected" not in line)
     if args.transport_floor:
         floor, _, floor_load = run_load(token, args, floor=True)
         per = [1e6 * r["cpu"] / max(1, r["reports"]) for r in (m, floor)]
@@ -712,6 +727,8 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
         print(f"  detection latency   {what:20s} {late}")
     if isinstance(load, Load):
         print(f"  agent 0's longest write {load.probe_write_s:.2f} s")
+    if isinstance(load, RelayLoad):
+        print(f"  the driver's own lateness: a batch went out up to {load.late_s:.2f} s after its time")
     if load.errors:
         print(f"  {len(load.errors)} agent errors, first: {load.errors[0]}")
     for line in [l for l in seen["lines"] if "agent connected" not in l][-8:] if load.errors or args.verbose else []:

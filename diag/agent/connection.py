@@ -54,6 +54,7 @@ class Connection:
         self._via_channel: grpc.Channel | None = None
         self._via_failed: dict[str, float] = {}
         self._moving = False                          # the stream was ended to move to the relay
+        self._perf_base = 1                           # RelayVia.perf_every while reporting through a relay
 
     def run(self) -> None:
         """Connection thread body: stream, and on failure back off and retry."""
@@ -102,7 +103,7 @@ class Connection:
                 elif which == "serve_relay":
                     self.relay.serve(command.serve_relay)
                 elif which == "relay_via":
-                    self._move_to(command.relay_via.address, call)
+                    self._move_to(command.relay_via.address, command.relay_via.perf_every, call)
                 else:
                     self.agent.submit(command)
         finally:
@@ -110,7 +111,7 @@ class Connection:
             with self._call_lock:
                 self._call = None
 
-    def _move_to(self, address: str, call) -> None:
+    def _move_to(self, address: str, via_perf_every: int, call) -> None:
         """RelayVia: end this stream and report through ``address``, unless
         it failed us lately or is where we report already."""
         failed = self._via_failed.get(address)
@@ -118,6 +119,7 @@ class Connection:
             return
         self._drop_via_channel()
         self.via = address
+        self._perf_base = max(1, via_perf_every)
         self._moving = True
         call.cancel()
 
@@ -127,6 +129,7 @@ class Connection:
                        f"{self.config.collector} directly", every=0)
         self._via_failed[via] = time.monotonic()
         self.via = None
+        self._perf_base = 1
         self._drop_via_channel()
 
     def _drop_via_channel(self) -> None:
@@ -135,15 +138,16 @@ class Connection:
             self._via_channel = None
 
     def pace(self, pace) -> None:
-        """Apply a ReportPace (None or empty: our own pace), within bounds."""
+        """Apply a ReportPace (None or empty: our own pace), within bounds;
+        through a relay the perf window goes no more often than it asks."""
         own = self.config.report_interval
         interval = min(max(own, (pace.interval_ms if pace else 0) / 1000), max(own, MAX_PACE_S))
-        every = min(max(1, pace.perf_every if pace else 1), MAX_PERF_EVERY)
+        every = min(max(self._perf_base, pace.perf_every if pace else 1), MAX_PERF_EVERY)
         if (interval, every) == (self.interval, self.perf_every):
             return
         if pace is not None:
             self.agent.log(f"the collector is behind: reporting every {interval:g} s, the perf window "
-                           f"every {every} report(s)" if interval > own or every > 1
+                           f"every {every} report(s)" if interval > own or every > self._perf_base
                            else "the collector caught up: reporting at our own pace", every=0)
         self.interval, self.perf_every = interval, every
 

@@ -23,6 +23,9 @@ from diag.common.net import resolve_ipv4, route_source
 # A report a second from each of the group's nodes: gathered this long, the
 # collector gets a message of ~N/2 reports twice a second (docs/collector.md).
 BATCH_S = 0.5
+# A report with an op in flight this long goes up at once (the collector's
+# index takes ops from 1 s in flight): the HANG line never waits for a batch.
+URGENT_S = 1.0
 MAX_DUMP_BYTES = 64 << 20   # message size limit only: dumps go to the collector, not through the relay
 
 
@@ -49,7 +52,7 @@ class ReportRelay:
                 cmd = [sys.executable, "-m", "diag.collector.ingest", "--listen", f"{host}:0",
                        "--link", self._config.collector, "--group", str(request.group),
                        "--max-agents", str(max(1, request.nodes)), "--max-dump-bytes", str(MAX_DUMP_BYTES),
-                       "--batch-s", str(BATCH_S), "--parent-pid", str(os.getpid())]
+                       "--batch-s", str(BATCH_S), "--urgent-s", str(URGENT_S), "--parent-pid", str(os.getpid())]
                 env = dict(os.environ, **{envnames.JOB_TOKEN: self._config.token})
                 env.pop("LD_PRELOAD", None)
                 # No preexec_fn: this process runs gRPC's threads, and a plain

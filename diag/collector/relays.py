@@ -25,6 +25,10 @@ ADVISE_EVERY_S = 2.0
 # An agent asked to serve that has not linked a relay by then (it could not
 # start or bind one) is passed over: the next direct agent of the group is asked.
 ASK_AGAIN_S = 15.0
+# Through a relay, agents send their performance window with one report in
+# this many (RelayVia.perf_every): measured at 12,500 agents, the window is
+# about half of a report's collector CPU (docs/collector.md, Report relays).
+PERF_EVERY = 5
 RELAY_METADATA = "x-xpu-diag-relay"   # GROUP@HOST:PORT, on a relay's link call (ingest.py)
 
 
@@ -43,7 +47,7 @@ class RelayBoard:
         group = node_rank // self.nodes
         address = self._relays.get(group)
         if address is not None:
-            return pb.Command(relay_via=pb.RelayVia(address=address))
+            return pb.Command(relay_via=pb.RelayVia(address=address, perf_every=PERF_EVERY))
         asked = self._asked.get(group)
         if asked is not None and now - asked < ASK_AGAIN_S:
             return None

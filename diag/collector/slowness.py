@@ -31,6 +31,7 @@ log = logging.getLogger("diag.collector")
 # A rank whose perf view is older than this is not judged (its agent is slow or gone).
 STALE_AFTER_S = 5.0
 SLOW_DOC = dumpnames.SLOW_JSON
+PAUSE_EVERY = 500   # ranks: ~20 ms of windows between two pauses
 
 
 class SlowWatch:
@@ -47,15 +48,16 @@ class SlowWatch:
         self._next = 0.0
         self.declared: list[tuple[str, dict]] = []
 
-    def tick(self, snap: Snapshot, now_unix: float, hanging: bool) -> None:
-        """Judge the view if it is time; a job that hangs is not also slow."""
+    def tick(self, snap: Snapshot, now_unix: float, hanging: bool, pause=None) -> None:
+        """Judge the view if it is time; a job that hangs is not also slow.
+        ``pause``: called between chunks of ranks (watchdog.GilShare)."""
         if snap.now < self._next:
             return
         # reading every rank's window costs ~35 us a rank: big jobs are judged less often
         self._next = snap.now + max(self.every_s, len(snap.ranks) / 2000)
         if hanging:
             return
-        for event in self.detector.update(snap.now, windows_of(snap)):
+        for event in self.detector.update(snap.now, windows_of(snap, pause)):
             self._declare(event, snap, now_unix)
         for finding in self.detector.recovered:
             log.info("slow: ranks %s recovered (%s): the verdict is re-armed", fold(finding.ranks), finding.rule)
@@ -76,10 +78,13 @@ class SlowWatch:
         self._say(doc["verdict"])
 
 
-def windows_of(snap: Snapshot) -> dict[int, RankWindow]:
-    """Every live rank's window, as fresh as its last report."""
+def windows_of(snap: Snapshot, pause=None) -> dict[int, RankWindow]:
+    """Every live rank's window, as fresh as its last report. ``pause`` is
+    called every PAUSE_EVERY ranks: at 100,000 ranks this takes seconds."""
     out = {}
-    for rank, entry in snap.ranks.items():
+    for i, (rank, entry) in enumerate(snap.ranks.items()):
+        if pause is not None and i % PAUSE_EVERY == PAUSE_EVERY - 1:
+            pause()
         progress, perf = entry.progress, entry.perf   # the latest window (agents that pace send it less often)
         if (not progress.alive or perf is None or perf.window_s <= 0
                 or snap.now - entry.received > STALE_AFTER_S):

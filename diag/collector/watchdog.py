@@ -45,6 +45,11 @@ FULL_RANKS_PER_S = 20_000
 SLOW_TICK_S = 1.0
 HOLD_FOR_S = INDEX_SLACK_S + 2.0   # the window's width, and a little: the ticks that may declare
 FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice, not overload
+# The perf path's pass takes at most this share of the GIL: at 100,000 ranks
+# reading every window costs ~4 s of Python, and taking the GIL half the time
+# for that long put ingest 3 s behind (an OVERLOAD of our own making,
+# docs/collector.md "Report relays"). It runs every ~50 s at that size.
+PERF_PATH_SHARE = 0.25
 
 
 class Watchdog:
@@ -72,6 +77,7 @@ class Watchdog:
         self._quiet: set[int] = set()   # agents quiet at the last tick (silent candidates)
         self._full_at = 0.0
         self._side: threading.Thread | None = None   # the perf path's pass, when one runs
+        self._holding = False   # a declaring tick judges: the perf path's pass waits
         self._expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
         self._deferred: list = []   # a declaration's work the HANG line does not need: after the hold
@@ -129,6 +135,7 @@ class Watchdog:
             hold = self.detector.armed and self._newly_expired(expired, now)
             if hold:
                 self._registry.hold(True)
+                self._holding = True   # the perf path waits too (GilShare)
                 held_at = time.monotonic()
             try:
                 with gc_paused(hold):
@@ -136,6 +143,7 @@ class Watchdog:
             finally:
                 if hold:
                     self._registry.hold(False)
+                    self._holding = False
                 self._run_deferred()   # hang.json, after the line and the commands, ingest going again
                 if hold:
                     # The reports held, and those slowed by hang.json's build
@@ -185,7 +193,8 @@ class Watchdog:
         of their own (skipped while the last pass still runs) and its tick goes
         on with the hang path. Inline when tick() is driven directly (tests)."""
         def work():
-            self._no_throw(self.slow.tick, "judging slow ranks", snap, unix, self.pacer.overloaded)
+            self._no_throw(self.slow.tick, "judging slow ranks", snap, unix, self.pacer.overloaded,
+                           GilShare(PERF_PATH_SHARE, lambda: self._holding))
             self._no_throw(self.gpus.tick, "looking at the ranks' GPUs", snap)
 
         if self._thread is None:
@@ -320,6 +329,28 @@ class Watchdog:
 
     def _say(self, line: str) -> None:
         print(line, file=self._out or sys.stderr, flush=True)
+
+
+class GilShare:
+    """Called between chunks of a long pass on a side thread: sleeps (and so
+    lets the GIL go) long enough that the pass works at most ``share`` of the
+    time, and not at all while ``wait_while()`` (a hang being judged). Chunks
+    shorter than 10 ms in all never sleep: small jobs see no delay."""
+
+    def __init__(self, share: float, wait_while=lambda: False) -> None:
+        self._rest = (1 - share) / share
+        self._wait_while = wait_while
+        self._since = time.perf_counter()
+
+    def __call__(self) -> None:
+        worked = time.perf_counter() - self._since
+        if worked < 0.01 and not self._wait_while():
+            return
+        if worked >= 0.01:
+            time.sleep(worked * self._rest)
+        while self._wait_while():
+            time.sleep(0.05)
+        self._since = time.perf_counter()
 
 
 @contextlib.contextmanager

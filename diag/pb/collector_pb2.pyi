@@ -429,10 +429,12 @@ class ServeRelay(_message.Message):
     def __init__(self, group: _Optional[int] = ..., nodes: _Optional[int] = ...) -> None: ...
 
 class RelayVia(_message.Message):
-    __slots__ = ("address",)
+    __slots__ = ("address", "perf_every")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PERF_EVERY_FIELD_NUMBER: _ClassVar[int]
     address: str
-    def __init__(self, address: _Optional[str] = ...) -> None: ...
+    perf_every: int
+    def __init__(self, address: _Optional[str] = ..., perf_every: _Optional[int] = ...) -> None: ...
 
 class ReportPace(_message.Message):
     __slots__ = ("interval_ms", "perf_every")
