@@ -78,6 +78,7 @@ class Watchdog:
         self._full_at = 0.0
         self._side: threading.Thread | None = None   # the perf path's pass, when one runs
         self._holding = False   # a declaring tick judges: the perf path's pass waits
+        self._line_at = float("-inf")   # when the last HANG line was said (the slow-tick warning)
         self._expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
         self._deferred: list = []   # a declaration's work the HANG line does not need: after the hold
@@ -106,8 +107,9 @@ class Watchdog:
             took = time.monotonic() - began
             if took > SLOW_TICK_S and began - said > 60:   # the HANG path itself is late: say so, at most once a minute
                 said = began
-                log.warning("a watchdog tick took %.1f s (%d agents, %d ranks; %.1f s behind)", took,
-                            *self._state.size, self.pacer.lag_s)
+                line = (f"; its HANG line {self._line_at - began:.1f} s into it" if self._line_at >= began else "")
+                log.warning("a watchdog tick took %.1f s (%d agents, %d ranks; %.1f s behind%s)", took,
+                            *self._state.size, self.pacer.lag_s, line)
 
     @staticmethod
     def _no_throw(fn, doing: str, *args) -> None:
@@ -280,6 +282,7 @@ class Watchdog:
         if self.timelines is not None:   # the agents answer it on a thread of its own
             self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
         self._say(doc["verdict"])
+        self._line_at = time.monotonic()
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)
         self._deferred.append((lambda: self._write_document(event, doc, findings, snap), "writing hang.json"))
 

@@ -23,6 +23,7 @@ import pytest
 from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from diag.collector.config import Config
+from diag.collector.relays import PERF_EVERY
 from diag.collector.server import create_server
 from diag.common.options import ConfigError
 from diag.records import format as fmt
@@ -89,6 +90,7 @@ def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
     assert len(served) == 2 and {a.config.node_rank // 2 for a in served} == {0, 1}   # one per group
     vias = {a.config.node_rank: a.connection.via for a in agents}
     assert vias[0] == vias[1] != vias[2] == vias[3]
+    assert all(a.connection.perf_every == PERF_EVERY for a in agents)   # the perf window with one report in 5
     reports = server.state.reports
     wait_for(lambda: server.state.reports >= reports + 4 * NODES, "reports coming in through the relays", 10)
 
@@ -124,3 +126,58 @@ def test_a_hang_through_the_relays_is_declared_on_time_with_every_ranks_stacks(j
 def test_relays_and_ingest_processes_are_one_or_the_other(tmp_path):
     with pytest.raises(ConfigError, match="--ingest-procs 2 and --nodes-per-relay 32: choose one"):
         Config(job_id="j", token=TOKEN, timeline_path=str(tmp_path), ingest_procs=2, nodes_per_relay=32)
+
+
+def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
+    """A relay started by hand with a 4 s batch window: a healthy report
+    waits for the window, one with an op in flight for 2 s goes up at once."""
+    from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
+    server, port = create_server("127.0.0.1:0", Config(
+        job_id="job1", token=TOKEN, timeline_path=str(tmp_path / "timeline"), hang_timeout_s=60.0,
+        eval_interval_s=0.1, nodes_per_relay=2))
+    server.start()
+    port_file = tmp_path / "relay.port"
+    relay = subprocess.Popen([sys.executable, "-m", "diag.collector.ingest", "--listen", "127.0.0.1:0",
+                              "--link", f"127.0.0.1:{port}", "--group", "0", "--max-agents", "2",
+                              "--max-dump-bytes", str(1 << 20), "--batch-s", "4", "--urgent-s", "1",
+                              "--port-file", str(port_file), "--parent-pid", str(os.getpid())],
+                             env={**os.environ, "XPU_TIMER_JOB_TOKEN": TOKEN})
+    agent = None
+    try:
+        wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
+        agent = FakeAgent(f"127.0.0.1:{port_file.read_text()}", TOKEN)
+        sent = time.monotonic()
+        agent.send(node_report(0, [rank_progress(0, 2, started=5, completed=5)]))
+        wait_for(lambda: server.state.reports == 1, "the healthy report", 15)
+        assert time.monotonic() - sent >= 3.0, "a healthy report went up before the batch window ended"
+        sent = time.monotonic()
+        agent.send(node_report(0, [rank_progress(0, 2, op=ALL_REDUCE, age_s=2.0, seq=6, started=6, completed=5)]))
+        wait_for(lambda: server.state.reports == 2, "the stalled report", 15)
+        assert time.monotonic() - sent < 1.5, "a stalled op's report waited for the batch window"
+        assert len(server.registry) == 1 and not server.watchdog.declared
+    finally:
+        if agent is not None:
+            agent.close(clean=False)
+        relay.terminate()
+        relay.wait(10)
+        server.stop(grace=0).wait(5)
+
+
+def test_an_agent_that_ignores_the_relay_commands_goes_on_reporting_directly(tmp_path):
+    """An agent of an older release: ServeRelay and RelayVia are unknown to it."""
+    from tests.collector.fakes import FakeAgent, node_report, rank_progress
+    server, port = create_server("127.0.0.1:0", Config(
+        job_id="job1", token=TOKEN, timeline_path=str(tmp_path / "timeline"), hang_timeout_s=60.0,
+        eval_interval_s=0.1, nodes_per_relay=2))
+    server.start()
+    agent = FakeAgent(f"127.0.0.1:{port}", TOKEN)
+    stop = agent.report_every(0.2, lambda: node_report(1, [rank_progress(1, 2, started=5, completed=5)]))
+    try:
+        assert agent.next_command("serve_relay", timeout=10).serve_relay.group == 0
+        reports = server.state.reports
+        wait_for(lambda: server.state.reports >= reports + 10, "reports going on, directly", 10)
+        assert agent.error is None and len(server.registry) == 1 and server.servicer.relays.linked == 0
+    finally:
+        stop.set()
+        agent.close(clean=False)
+        server.stop(grace=0).wait(5)

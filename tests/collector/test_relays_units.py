@@ -1,0 +1,78 @@
+"""Report relays' pure parts (docs/collector.md "Report relays"): which
+agent is asked to serve, when the group is sent to its relay, what a lost
+relay means; the perf path's GIL share. The processes are in
+test_report_relays.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from diag.collector.relays import ASK_AGAIN_S, PERF_EVERY, RelayBoard
+from diag.collector.watchdog import GilShare
+
+
+def _which(command):
+    return None if command is None else command.WhichOneof("command")
+
+
+def test_one_agent_a_group_is_asked_then_the_group_is_sent_to_its_relay():
+    board = RelayBoard(32)
+    first = board.advice(40, now=100.0)                       # node 40: group 1
+    assert _which(first) == "serve_relay" and first.serve_relay.group == 1 and first.serve_relay.nodes == 32
+    assert board.advice(41, now=101.0) is None                 # the group's relay is on its way: no second one
+    assert _which(board.advice(0, now=101.0)) == "serve_relay"  # group 0 is another group
+    assert board.link("1@10.0.0.7:4242") == (1, "10.0.0.7:4242") and board.linked == 1
+    via = board.advice(63, now=102.0)
+    assert _which(via) == "relay_via" and via.relay_via.address == "10.0.0.7:4242"
+    assert via.relay_via.perf_every == PERF_EVERY
+
+
+def test_an_agent_that_never_links_a_relay_is_passed_over():
+    board = RelayBoard(8)
+    assert _which(board.advice(3, now=0.0)) == "serve_relay"
+    assert board.advice(4, now=ASK_AGAIN_S - 1) is None
+    assert _which(board.advice(4, now=ASK_AGAIN_S + 1)) == "serve_relay"   # the next direct agent of the group
+
+
+def test_a_lost_relay_sends_its_group_back_and_a_new_one_is_asked_at_once():
+    board = RelayBoard(8)
+    board.advice(0, now=0.0)
+    board.link("0@h:1")
+    board.lost(0, "h:9")                        # an older relay of the group: not the one in use
+    assert board.linked == 1 and _which(board.advice(5, now=1.0)) == "relay_via"
+    board.lost(0, "h:1")
+    assert board.linked == 0
+    assert _which(board.advice(5, now=2.0)) == "serve_relay"   # asked when it linked, not 15 s ago
+
+
+def test_a_malformed_relay_is_refused():
+    board = RelayBoard(8)
+    for bad in ("", "x@h:1", "1h:1", "1@host-without-port"):
+        assert board.link(bad) is None
+    assert board.linked == 0
+
+
+def test_gil_share_keeps_a_long_pass_to_its_share_and_waits_while_a_hang_is_judged():
+    pause = GilShare(0.5)
+    began = time.perf_counter()
+    for _ in range(4):                         # 4 chunks of 20 ms of work
+        end = time.perf_counter() + 0.02
+        while time.perf_counter() < end:
+            pass
+        pause()
+    assert time.perf_counter() - began >= 0.15   # 80 ms of work took at least as long again in pauses
+
+    quick = GilShare(0.25)
+    began = time.perf_counter()
+    for _ in range(100):
+        quick()                                # no work between: a small job never sleeps
+    assert time.perf_counter() - began < 0.01
+
+    judging = threading.Event()
+    judging.set()
+    waits = GilShare(0.25, judging.is_set)
+    threading.Timer(0.3, judging.clear).start()
+    began = time.perf_counter()
+    waits()
+    assert time.perf_counter() - began >= 0.25   # held until the hang's judging ended
