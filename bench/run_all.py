@@ -21,6 +21,7 @@ BENCHES = {
     "tracer_overhead": ["tracer_overhead.py"],
     "cpp_collective_overhead": ["cpp_collective_overhead.py"],
     "collector_ingest": ["collector_ingest.py", "--agents", "2000", "--seconds", "20"],
+    "collector_relays": ["collector_ingest.py", "--agents", "2000", "--seconds", "20", "--nodes-per-relay", "32"],
     "collector_tick": ["collector_tick.py", "--agents", "2000"],
     "viewer_scale": ["viewer_scale.py"],
     "hook_cpu": ["hook_cpu_bench.py"],
