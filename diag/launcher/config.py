@@ -176,6 +176,9 @@ def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Conf
     _check_nproc(ns.nproc_per_node)
     nnodes_max = _nnodes_max(ns.nnodes)
     _check_recover(own, ns)
+    if own.get("ingest_procs") and own.get("nodes_per_relay"):
+        raise ConfigError(f"--ingest-procs {own['ingest_procs']} and --nodes-per-relay {own['nodes_per_relay']}: "
+                          f"choose one (relays merge the reports before the collector; docs/collector.md)")
     rdzv_host, rdzv_port = _rendezvous(ns)
     if nnodes_max > 1 and own.get("collector") is None:
         _check_collector_listen(rdzv_host, rdzv_port)

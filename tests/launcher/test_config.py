@@ -110,12 +110,21 @@ def test_multi_node_collector_address():
     (["--nnodes", "x:y", "t.py"], "--nnodes"),
     (["python", "-c", "print(1)"], "python option"),
     (["--no-such-option", "t.py"], "--no-such-option"),
+    (["--nodes-per-relay", "-1", "t.py"], "--nodes-per-relay"),
+    (["--nodes-per-relay", "8", "--ingest-procs", "2", "t.py"], "--nodes-per-relay 8: choose one"),
 ])
 def test_bad_values_are_one_line_errors_naming_the_option(argv, option):
     with pytest.raises(ConfigError) as info:
         parse(*argv)
     message = str(info.value)
     assert option in message and "\n" not in message
+
+
+def test_nodes_per_relay_goes_to_node_zeros_collector():
+    from diag.launcher.collector_proc import collector_argv
+    cfg = parse("--nodes-per-relay", "32", "t.py")
+    argv = collector_argv(cfg, "addr")
+    assert argv[argv.index("--nodes-per-relay") + 1] == "32"
 
 
 def test_parsing_creates_nothing(tmp_path):
