@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh cpu12500|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -32,6 +32,9 @@
 # then its step-time cost on GPT-2 small, paired in one job (bench/link_step_pairs.py).
 # x2link: issue 22's acceptance run on 2 GPUs (socket transport, one direction dropped: the link named),
 # then the paired step-time cost at 2 ranks (where NCCL has proxy peers).
+# cpu12500: issue 21 on the device host's 16 cores (no GPU used): 12,500 agents
+# through 391 real report relays (--nodes-per-relay 32), the same with the
+# relays simulated (the collector's side alone), and the declaring tick in-process.
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
@@ -66,6 +69,9 @@ case $label in
       run link_step_pairs 280 python3 bench/link_step_pairs.py --pairs 150 --out $R/link_step_pairs.json ;;
   x2link) run link_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py
       run link_step_pairs 170 python3 bench/link_step_pairs.py --nproc 2 --pairs 100 --out $R/link_step_pairs.json ;;
+  cpu12500) run relays_12500 290 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_12500_collector.log
+      run relays_12500_simulated 170 python3 bench/collector_ingest.py --agents 12500 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --simulated-relays --collector-log $R/relays_12500_simulated_collector.log
+      run collector_tick_12500 100 python3 bench/collector_tick.py --agents 12500 --stall one ;;
   x1recover) run recover_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_gpu.py
       run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --out $R/ckpt_snapshot.json
       run ckpt_snapshot_b16 240 python3 bench/ckpt_snapshot.py --cuda --batch 16 --out $R/ckpt_snapshot_b16.json ;;
