@@ -137,21 +137,34 @@ def test_bad_options_give_one_line_errors(launches, tmp_path, args, option):
     assert len(err) == 1 and option in err[0] and err[0].startswith("xpu_timer_launch: "), err
 
 
-def test_two_nodes_share_node_zeros_collector(launches, tmp_path):
+@pytest.mark.parametrize("relay", [False, True], ids=["direct", "through-a-relay"])
+def test_two_nodes_share_node_zeros_collector(launches, tmp_path, relay):
     """Two launchers on this host play nodes 0 and 1 (static rendezvous); node
-    1's agent dials the collector that node 0 started at master port + 1."""
+    1's agent dials the collector that node 0 started at master port + 1.
+    Through a relay (--nodes-per-relay 2): one of the two agents serves the
+    group's report relay and both report through it; the HANG and the
+    stacks come as without it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {"XPU_TIMER_JOB_TOKEN": "shared-by-the-scheduler", "XPU_TIMER_DUMP_TOOLS": "py-spy"}
     common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
               "--master-port", str(port), "--hang-timeout", "4s", "--rdzv-id", "twonodes",
-              "--timeline-path", str(tmp_path), STALL, "15", "8"]
+              "--timeline-path", str(tmp_path)] + (["--nodes-per-relay", "2"] if relay else []) + [STALL, "15", "8"]
     node1 = launches(["--node-rank", "1"] + common, env=env)
     node0 = launches(["--node-rank", "0"] + common, env=env)
     assert node0.wait(180) == 0 and node1.wait(60) == 0, node0.output() + node1.output()
     assert node0.matching(r"serving job twonodes on 127\.0\.0\.1:%d" % (port + 1))
-    assert len(node0.matching(r"agent connected: node [01]")) == 2, node0.output()
+    if relay:
+        assert node0.matching(r"relay of nodes 0-1 linked: 127\.0\.0\.1:\d+"), node0.output()
+        served = node0.matching(r"serving the report relay of nodes 0-1") + node1.matching(
+            r"serving the report relay of nodes 0-1")
+        assert len(served) == 1, node0.output() + node1.output()
+        # each agent connected twice: directly, then through the relay
+        assert len(node0.matching(r"agent connected: node [01]")) == 4, node0.output()
+        assert not node0.matching(r"report relay at .* failed") + node1.matching(r"report relay at .* failed")
+    else:
+        assert len(node0.matching(r"agent connected: node [01]")) == 2, node0.output()
     assert node0.matching(r"^HANG: ranks 0-1,3 in all_reduce"), node0.output()
     event = _wait_for_stacks(tmp_path, 4, 10)
     assert "wait_for_data" in frame_names(os.path.join(event, "rank00002-of-00004.py.json"))
