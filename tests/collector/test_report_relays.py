@@ -38,7 +38,9 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def job(tmp_path):
-    """start(hang_timeout_s, stalled) -> (server, agents, writers); one rank a node."""
+    """start(hang_timeout_s, stalled) -> (server, agents, writers); one rank a node.
+    ``start.stalled_at()``: a time before any op started (the agents start
+    after their records, and a loaded machine takes seconds for that)."""
     made = {"children": [], "agents": [], "servers": []}
 
     def start(hang_timeout_s: float, stalled: bool):
@@ -48,6 +50,7 @@ def job(tmp_path):
         server.start()
         made["servers"].append(server)
         writers = []
+        made["stalled_at"] = time.monotonic()   # before the first op starts: no op is older than this
         for node in range(NODES):
             child = subprocess.Popen([sys.executable, SLEEPER, "300"], stdout=subprocess.PIPE, text=True)
             made["children"].append(child)
@@ -68,6 +71,7 @@ def job(tmp_path):
             agent.start()
         return server, made["agents"], writers
 
+    start.stalled_at = lambda: made["stalled_at"]
     yield start
     for agent in made["agents"]:
         agent.stop()
@@ -109,9 +113,9 @@ def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
 
 
 def test_a_hang_through_the_relays_is_declared_on_time_with_every_ranks_stacks(job, tmp_path):
-    timeout = 6.0
+    timeout = 10.0   # the relays form first, in a few seconds even on a loaded machine
     server, agents, _ = job(hang_timeout_s=timeout, stalled=True)
-    stalled_at = time.monotonic()
+    stalled_at = job.stalled_at()
     wait_for(lambda: _all_relayed(server, agents), "every agent reporting through a relay", 60)
     assert not server.watchdog.declared
     wait_for(lambda: server.watchdog.declared, "the HANG", 30)
