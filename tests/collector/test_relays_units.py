@@ -5,10 +5,8 @@ test_report_relays.py."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 from diag.collector.relays import ASK_AGAIN_S, PERF_EVERY, RelayBoard
+from diag.collector import watchdog
 from diag.collector.watchdog import GilShare
 
 
@@ -53,26 +51,47 @@ def test_a_malformed_relay_is_refused():
     assert board.linked == 0
 
 
-def test_gil_share_keeps_a_long_pass_to_its_share_and_waits_while_a_hang_is_judged():
-    pause = GilShare(0.5)
-    began = time.perf_counter()
-    for _ in range(4):                         # 4 chunks of 20 ms of work
-        end = time.perf_counter() + 0.02
-        while time.perf_counter() < end:
-            pass
+class _Clock:
+    """perf_counter and sleep for GilShare: work advances it, sleep records."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 0.0, []
+        self.on_sleep = None
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(round(s, 6))
+        self.now += s
+        if self.on_sleep is not None:
+            self.on_sleep()
+
+
+def test_gil_share_keeps_a_long_pass_to_its_share(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(watchdog, "time", clock)
+    pause = GilShare(0.25)
+    for _ in range(4):          # 4 chunks of 20 ms of work
+        clock.now += 0.02
         pause()
-    assert time.perf_counter() - began >= 0.15   # 80 ms of work took at least as long again in pauses
+    assert clock.slept == [0.06] * 4   # three times the work again: a quarter of the time working
 
-    quick = GilShare(0.25)
-    began = time.perf_counter()
+
+def test_gil_share_never_sleeps_on_a_small_pass(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(watchdog, "time", clock)
+    pause = GilShare(0.25)
     for _ in range(100):
-        quick()                                # no work between: a small job never sleeps
-    assert time.perf_counter() - began < 0.01
+        clock.now += 0.00005     # 100 chunks of 50 us: 5 ms in all, below the 10 ms it lets pass
+        pause()
+    assert clock.slept == []
 
-    judging = threading.Event()
-    judging.set()
-    waits = GilShare(0.25, judging.is_set)
-    threading.Timer(0.3, judging.clear).start()
-    began = time.perf_counter()
-    waits()
-    assert time.perf_counter() - began >= 0.25   # held until the hang's judging ended
+
+def test_gil_share_waits_while_a_hang_is_judged(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(watchdog, "time", clock)
+    judging = [True]
+    clock.on_sleep = lambda: judging.__setitem__(0, len(clock.slept) < 3)
+    GilShare(0.25, lambda: judging[0])()
+    assert clock.slept == [0.05, 0.05, 0.05]   # held until the judging ended, then on at once
