@@ -45,6 +45,7 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
+from diag.agent.connection import bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
 from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames  # noqa: E402
@@ -285,6 +286,12 @@ class Load:
         for relay in self.relays.values():
             relay.stop()
 
+    def tasks(self, lo: int = 0, hi: int | None = None) -> list:
+        """Agents lo..hi (all by default), their phases spread over an interval."""
+        args = self.args
+        return [asyncio.ensure_future(self.agent(n, args.interval * n / args.agents))
+                for n in range(lo, args.agents if hi is None else hi)]
+
     async def agent(self, node: int, phase: float) -> None:
         """One agent: its stream to the collector, and under --nodes-per-relay
         the stream through its group's relay once told (as connection.py)."""
@@ -359,9 +366,8 @@ class Load:
                 if which == "dump_stacks" and node == 0 and self.dump_at is None:
                     self.dump_at = time.monotonic()
                 elif which == "report_pace" and not self.args.old_agents:   # as diag/agent/connection.py
-                    p = command.report_pace
-                    pace["interval"] = min(max(self.args.interval, p.interval_ms / 1000), 10.0)
-                    pace["perf_every"] = min(max(route["perf_every"], p.perf_every), 60)
+                    pace["interval"], pace["perf_every"] = bounded_pace(self.args.interval, route["perf_every"],
+                                                                        command.report_pace)
                     self.paced += 1
         except grpc.RpcError as exc:
             if not self.stop.is_set():
@@ -386,7 +392,6 @@ class RelayLoad:
         self.stall_since: float | None = None
         self.dump_at: float | None = None
         self.stop = asyncio.Event()
-        self.relays: dict = {}
         self.late_s = 0.0   # the driver's own lateness: a batch sent this much after its time
 
     def tasks(self) -> list:
@@ -459,9 +464,7 @@ class RelayLoad:
                     if which == "dump_stacks" and node == 0 and self.dump_at is None:
                         self.dump_at = time.monotonic()
                     elif which == "report_pace" and node in pace:   # as diag/agent/connection.py
-                        p = command.report_pace
-                        pace[node][0] = min(max(self.args.interval, p.interval_ms / 1000), 10.0)
-                        pace[node][1] = min(max(RELAY_PERF_EVERY, p.perf_every), 60)
+                        pace[node][:2] = bounded_pace(self.args.interval, RELAY_PERF_EVERY, command.report_pace)
                         self.paced += 1
         except grpc.RpcError as exc:
             if not self.stop.is_set():
@@ -506,8 +509,7 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
 
 
 async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
-    tasks = (load.tasks() if isinstance(load, RelayLoad) else
-             [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(args.agents)])
+    tasks = load.tasks()
     t0, t1, reports, cpu, rss, connect_s = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
     await load.close()
@@ -582,8 +584,7 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
     sent, conn, err, stall, dump, stop, first, paced, relayed = shared
-    args = load.args
-    tasks = [asyncio.ensure_future(load.agent(n, args.interval * n / args.agents)) for n in range(lo, hi)]
+    tasks = load.tasks(lo, hi)
 
     def publish():
         sent[index], conn[index], err[index], paced[index] = load.sent, load.connected, len(load.errors), load.paced

@@ -38,6 +38,17 @@ MAX_PERF_EVERY = 60
 RELAY_RETRY_S = 60.0   # a relay that failed this agent is not taken again for this long
 
 
+def bounded_pace(own_interval: float, perf_base: int, pace) -> tuple[float, int]:
+    """(report interval, perf window every N reports) under a ReportPace
+    (None or empty: our own): never faster than our own interval nor slower
+    than MAX_PACE_S, the perf window no more often than ``perf_base``
+    (RelayVia.perf_every through a relay, else 1) and at least every
+    MAX_PERF_EVERY reports. bench/collector_ingest.py's agents obey it too."""
+    interval = min(max(own_interval, (pace.interval_ms if pace else 0) / 1000), max(own_interval, MAX_PACE_S))
+    every = min(max(perf_base, pace.perf_every if pace else 1), MAX_PERF_EVERY)
+    return interval, every
+
+
 class Connection:
     def __init__(self, config, agent):
         self.config = config
@@ -141,8 +152,7 @@ class Connection:
         """Apply a ReportPace (None or empty: our own pace), within bounds;
         through a relay the perf window goes no more often than it asks."""
         own = self.config.report_interval
-        interval = min(max(own, (pace.interval_ms if pace else 0) / 1000), max(own, MAX_PACE_S))
-        every = min(max(self._perf_base, pace.perf_every if pace else 1), MAX_PERF_EVERY)
+        interval, every = bounded_pace(own, self._perf_base, pace)
         if (interval, every) == (self.interval, self.perf_every):
             return
         if pace is not None:

@@ -18,6 +18,14 @@ from diag.common import envnames
 TOKEN_METADATA_KEY = "x-xpu-diag-token"
 
 
+def metadata_value(metadata, key: str):
+    """The value of ``key`` in gRPC metadata pairs, or None."""
+    for k, v in metadata or ():
+        if k == key:
+            return v
+    return None
+
+
 async def _refuse(request_or_iterator, context):
     await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                         f"missing or wrong job token: send metadata {TOKEN_METADATA_KEY} = ${envnames.JOB_TOKEN}")
@@ -44,10 +52,8 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         self._token = token.encode()
 
     async def intercept_service(self, continuation, handler_call_details):
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == TOKEN_METADATA_KEY:
-                given = value.encode() if isinstance(value, str) else value
-                if hmac.compare_digest(given, self._token):
-                    return await continuation(handler_call_details)
-                break
+        given = metadata_value(handler_call_details.invocation_metadata, TOKEN_METADATA_KEY)
+        if given is not None and hmac.compare_digest(given.encode() if isinstance(given, str) else given,
+                                                     self._token):
+            return await continuation(handler_call_details)
         return _refusing_handler(await continuation(handler_call_details))

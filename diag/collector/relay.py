@@ -21,6 +21,7 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
+from diag.collector.auth import metadata_value
 from diag.collector.relays import RELAY_METADATA
 from diag.collector.servicer import AgentSession, CollectorServicer, SessionRegistry
 from diag.collector.state import JobState, ReportError
@@ -54,7 +55,7 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
         self.links = 0   # open now (tests, logs)
 
     async def Relay(self, request_iterator, context):
-        relay_of = _metadata(context, RELAY_METADATA)
+        relay_of = metadata_value(context.invocation_metadata(), RELAY_METADATA)
         board = self._servicer.relays
         group = None
         if relay_of is not None:   # a report relay on an agent's node (--nodes-per-relay)
@@ -141,10 +142,3 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
             raise
         except Exception:   # the link ended under the write: Relay cleans up
             return
-
-
-def _metadata(context, key: str) -> str | None:
-    for k, v in context.invocation_metadata() or ():
-        if k == key:
-            return v
-    return None
