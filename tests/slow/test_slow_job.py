@@ -16,9 +16,9 @@ pytestmark = pytest.mark.alone     # wait shares of real ranks: no other test's 
 WINDOW = "10s"
 
 
-def _launch(tmp, job, env):
+def _launch(tmp, job, env, extra=()):
     return Launch(["--nproc-per-node", "4", "--rdzv-id", job, "--timeline-path", str(tmp),
-                   "--perf-window", WINDOW, "--no-hook", TRAIN], env=env)
+                   "--perf-window", WINDOW, "--no-hook", *extra, TRAIN], env=env)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,12 @@ def jobs(tmp_path_factory):
     slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": "0-25,50-80",
                                       "RUN_S": "80"})
     # healthy for 90 s: every rank pauses 20 s at 30 s (a checkpoint), rank 0 writes 6 s more,
-    # then three full windows of steps after it
-    healthy = _launch(tmp, "healthy", {"PAUSE_AT": "30", "PAUSE_S": "20", "SOLO_S": "6", "RUN_S": "90"})
+    # then three full windows of steps after it. It reports through a report
+    # relay (its agent serves it: --nodes-per-relay 1), so its perf windows
+    # come with one report in 5, as at scale; the frameworks' tests keep the
+    # direct path quiet.
+    healthy = _launch(tmp, "healthy", {"PAUSE_AT": "30", "PAUSE_S": "20", "SOLO_S": "6", "RUN_S": "90"},
+                      ["--nodes-per-relay", "1"])
     try:
         codes = (slow.wait(300), healthy.wait(300))
         yield {"tmp": tmp, "slow": slow, "healthy": healthy, "codes": codes}
@@ -65,3 +69,6 @@ def test_a_healthy_job_with_a_checkpoint_stays_quiet(jobs):
     assert jobs["codes"][1] == 0, healthy.output()
     assert healthy.matching(r"SLOW: |HANG: ") == [], healthy.output()
     assert not glob.glob(str(jobs["tmp"] / "healthy" / "*" / "slow.json"))
+    assert healthy.matching(r"relay of nodes 0-0 linked"), healthy.output()       # through the relay
+    assert len(healthy.matching(r"agent connected: node 0")) == 2, healthy.output()  # directly, then through it
+    assert not healthy.matching(r"report relay at .* failed"), healthy.output()
