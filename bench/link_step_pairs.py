@@ -1,6 +1,6 @@
 """Step-time cost of the NCCL profiler plugin on GPT-2 small in DDP (docs/link.md), on GPUs.
 
-    python3 bench/link_step_pairs.py [--nproc 1] [--warmup 10] [--pairs 150] [--out FILE]
+    python3 bench/link_step_pairs.py [--nproc 1] [--warmup 10] [--pairs 150] [--transport default|socket] [--out FILE]
 
 One job under xpu_timer_launch (so NCCL loads the plugin from the
 NCCL_PROFILER_PLUGIN the launcher sets with --link-plugin): after --warmup steps, --pairs pairs
@@ -10,6 +10,12 @@ every rank switching at the same step (tests/gpu/scripts/link_ddp.py). Paired
 inside one job, so the job-to-job level spread (docs/kernel_hook.md) does not
 enter. Prints the medians, the mean paired difference in % with a bootstrap
 95 % interval, and what the plugin's table held. Needs CUDA.
+
+--transport socket forces NCCL onto its socket transport over loopback (no
+P2P, no SHM), where every channel's traffic goes through NCCL's proxy thread
+as between nodes: the proxy-step events the plugin counts. With the default
+transport on one host (NVLink P2P) NCCL's proxy carries nothing and only the
+kernel-channel events reach the plugin.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--pairs", type=int, default=150)
+    ap.add_argument("--transport", choices=("default", "socket"), default="default")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     try:
@@ -54,6 +61,9 @@ def main(argv=None) -> int:
     subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "kernel_hook")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+        if args.transport == "socket":
+            env.update(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1", NCCL_NET="Socket",
+                       NCCL_SOCKET_IFNAME="lo")
         run = subprocess.run([sys.executable, "-m", "diag.launcher.main", "--link-plugin", "--nproc-per-node", str(args.nproc),
                               "--hang-timeout", "300s", "--timeline-path", os.path.join(tmp, "tl"), SCRIPT, tmp,
                               str(args.warmup), str(args.pairs)], cwd=ROOT, env=env, capture_output=True, text=True)
@@ -64,10 +74,10 @@ def main(argv=None) -> int:
             doc = json.load(f)
     res = summarize(doc["pairs"]["on"], doc["pairs"]["bypassed"])
     entries = doc["table"].get("entries", [])
-    res.update(model=doc["model"], world_size=doc["world_size"], nccl=doc["nccl"], table_entries=len(entries),
+    res.update(transport=args.transport, model=doc["model"], world_size=doc["world_size"], nccl=doc["nccl"], table_entries=len(entries),
                proxy_steps=sum(e["steps_total"] for e in entries if e["kind"] in (0, 1)),
                kernel_ops=sum(e["ops"] for e in entries if e["kind"] == 2))
-    print(f"{res['model']}, {res['world_size']} rank(s), NCCL {'.'.join(map(str, res['nccl']))}: "
+    print(f"{res['model']}, {res['world_size']} rank(s), {args.transport} transport, NCCL {'.'.join(map(str, res['nccl']))}: "
           f"{res['pairs']} pairs, plugin on {res['median_on_ms']:.2f} ms vs bypassed "
           f"{res['median_bypassed_ms']:.2f} ms per step (medians); paired mean {res['mean_diff_pct']:+.3f} % "
           f"[{res['ci95_pct'][0]:+.3f}, {res['ci95_pct'][1]:+.3f}] (95 % bootstrap)")

@@ -18,6 +18,12 @@ Two GPUs (the issue's acceptance run; skipped with the reason on fewer):
   rank 1 -> rank 0 (and may name 0 -> 1 too: TCP's ACKs of rank 0's data are
   rank 1's segments as well), hang.json carries it and faults.json lists the
   node. Needs iptables and CAP_NET_ADMIN; the rules are removed afterwards.
+  tests/gpu/scripts/carried_iptables.sh puts a carried iptables on PATH where
+  the image has none. Where netfilter is not lent at all (no CAP_NET_ADMIN),
+  the same direction is cut at the socket API instead: drop_sends.so,
+  preloaded, makes rank 1's TCP sends fail with EAGAIN from the moment it is
+  told (its acknowledgements still flow, so only 1 -> 0 breaks). The test
+  prints which way was used; XPU_LINK_TEST_DROP=iptables|sockets forces one.
 """
 
 import glob
@@ -97,13 +103,28 @@ def _established_ports(pid: int) -> set[int]:
     return ports
 
 
+def _drop_method() -> str:
+    """iptables where netfilter is lent, else the preloaded socket shim (the module's docstring)."""
+    forced = os.environ.get("XPU_LINK_TEST_DROP")
+    if forced:
+        return forced
+    usable = shutil.which("iptables") and not subprocess.run(["iptables", "-L", "OUTPUT"], capture_output=True).returncode
+    return "iptables" if usable else "sockets"
+
+
 @pytest.mark.gpus(2)
 def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
-    if not shutil.which("iptables") or subprocess.run(["iptables", "-L", "OUTPUT"], capture_output=True).returncode:
-        pytest.skip("needs iptables with CAP_NET_ADMIN to drop one direction of NCCL's socket traffic")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
                NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1", NCCL_NET="Socket",
                NCCL_SOCKET_IFNAME="lo", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
+    method = _drop_method()
+    print("dropping rank 1's sends with", method)
+    if method == "sockets":
+        shim, drop_dir = tmp_path / "drop_sends.so", tmp_path / "drop"
+        drop_dir.mkdir()
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(shim), os.path.join(SCRIPTS, "drop_sends.c"), "-ldl"],
+                       check=True)
+        env.update(LD_PRELOAD=" ".join(filter(None, [str(shim), env.get("LD_PRELOAD")])), XPU_DROP_SENDS_DIR=str(drop_dir))
     proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--link-plugin", "--nproc-per-node", "2", "--hang-timeout",
                              "20s", "--timeline-path", str(tmp_path / "tl"), SCRIPT, str(tmp_path), "100000"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -115,6 +136,11 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
             lines.append(line.rstrip())
             if not rules and "rank 1 step 20" in line:
                 pids = _rank_pids()
+                if method == "sockets":
+                    (drop_dir / str(pids[1])).touch()
+                    print(f"rank 1 (pid {pids[1]}) sends nothing from now")
+                    rules.append("sockets")
+                    continue
                 ports = _established_ports(pids[1])
                 print(f"dropping what rank 1 (pid {pids[1]}) sends from ports {sorted(ports)}")
                 for port in sorted(ports):
@@ -141,7 +167,8 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
         print("nccl_ras.txt:", open(ras).read()[:2000] if os.path.exists(ras) else "(none)")
     finally:
         for rule in rules:
-            subprocess.run(["iptables", "-D", *rule], capture_output=True)
+            if rule != "sockets":
+                subprocess.run(["iptables", "-D", *rule], capture_output=True)
         try:
             os.killpg(proc.pid, 9)
         except ProcessLookupError:
