@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh cpu12500|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh cpu12500|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -33,6 +33,7 @@
 # x2link: issue 22's acceptance run on 2 GPUs (socket transport, one direction dropped: the link named;
 # carry .carry/ipt-debs for an iptables where the image has none), then the paired step-time cost
 # at 2 ranks over NVLink P2P and over the socket transport (where NCCL's proxy carries every channel).
+# x2linkhang: only x2link's acceptance test (the link tables before the drop and at the HANG kept in link/).
 # cpu12500: issue 21 on the device host's 16 cores (no GPU used): 12,500 agents
 # through 391 real report relays (--nodes-per-relay 32), the same with the
 # relays simulated (the collector's side alone), and the declaring tick in-process.
@@ -68,8 +69,10 @@ case $label in
   x1tracer) run tracer_before_after 560 bash tests/gpu/scripts/tracer_before_after.sh .carry/old $R ;;
   x1link) run link_gpu 300 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py -k one_gpu
       run link_step_pairs 280 python3 bench/link_step_pairs.py --pairs 150 --out $R/link_step_pairs.json ;;
+  x2linkhang) source tests/gpu/scripts/carried_iptables.sh > $R/iptables.log 2>&1; cat $R/iptables.log
+      LINK_GPU_OUT=$R/link run link_gpu 280 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py -k two_gpus ;;
   x2link) source tests/gpu/scripts/carried_iptables.sh > $R/iptables.log 2>&1; cat $R/iptables.log
-      run link_gpu 280 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py
+      LINK_GPU_OUT=$R/link run link_gpu 280 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py
       run link_step_pairs 110 python3 bench/link_step_pairs.py --nproc 2 --pairs 80 --out $R/link_step_pairs.json
       run link_step_pairs_socket 140 python3 bench/link_step_pairs.py --nproc 2 --pairs 40 --transport socket --out $R/link_step_pairs_socket.json ;;
   cpu12500) run relays_12500 290 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_12500_collector.log

@@ -26,6 +26,7 @@ Two GPUs (the issue's acceptance run; skipped with the reason on fewer):
   prints which way was used; XPU_LINK_TEST_DROP=iptables|sockets forces one.
 """
 
+import dataclasses
 import glob
 import json
 import os
@@ -103,6 +104,31 @@ def _established_ports(pid: int) -> set[int]:
     return ports
 
 
+def _tables(pid: int) -> dict:
+    """Every link table of the job's node as the agent would read it (all
+    entries, in flight or not): the evidence kept beside the verdict."""
+    from diag.link import table
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    out = {}
+    for path, (rank, _pid) in sorted(table.find(env[b"XPU_TIMER_SHM_DIR"].decode()).items()):
+        tab = table.LinkTable(path)
+        try:
+            out[f"rank{rank}"] = [dataclasses.asdict(e) for e in tab.read()]
+        finally:
+            tab.close()
+    return out
+
+
+def _keep(name: str, doc) -> None:
+    """Into $LINK_GPU_OUT (session.sh: the run's outputs) when set."""
+    where = os.environ.get("LINK_GPU_OUT")
+    if where:
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, name), "w") as f:
+            json.dump(doc, f, indent=1)
+
+
 def _drop_method() -> str:
     """iptables where netfilter is lent, else the preloaded socket shim (the module's docstring)."""
     forced = os.environ.get("XPU_LINK_TEST_DROP")
@@ -136,6 +162,7 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
             lines.append(line.rstrip())
             if not rules and "rank 1 step 20" in line:
                 pids = _rank_pids()
+                _keep("tables_before_drop.json", _tables(pids[1]))
                 if method == "sockets":
                     (drop_dir / str(pids[1])).touch()
                     print(f"rank 1 (pid {pids[1]}) sends nothing from now")
@@ -147,19 +174,23 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
                     rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(port), "-j", "DROP"]
                     subprocess.run(["iptables", "-I", *rule], check=True)
                     rules.append(rule)
-            if line.startswith("HANG: ") or "HANG: " in line or time.time() > deadline:
+            if "HANG: " in line or time.time() > deadline:
+                if rules:
+                    _keep("tables_at_hang.json", _tables(pids[1]))
                 break
         verdict = next((l[l.index("HANG: "):] for l in lines if "HANG: " in l), None)
         print(verdict)
         assert rules, "never reached step 20:\n" + "\n".join(lines[-60:])
         assert verdict, "no HANG:\n" + "\n".join(lines[-60:])
-        assert re.search(r"link rank 1 -> rank 0 \(node [^)]+\), channels? [\d,-]+, stuck at step \d+",
-                         verdict), verdict
+        _keep("launcher_tail.json", lines[-300:])
         time.sleep(2)
         [hang] = glob.glob(str(tmp_path / "tl" / "*" / "*" / "hang.json"))
         with open(hang) as f:
             doc = json.load(f)
-        print(json.dumps(doc["link"], indent=1))
+        _keep("hang.json", doc)
+        print(json.dumps(doc.get("link"), indent=1))
+        assert re.search(r"link rank 1 -> rank 0 \(node [^)]+\), channels? [\d,-]+, stuck at step \d+",
+                         verdict), verdict
         assert any((l["src_rank"], l["dst_rank"]) == (1, 0) for l in doc["link"]["links"])
         faults = os.path.join(os.path.dirname(hang), "faults.json")
         assert os.path.exists(faults)
