@@ -6,14 +6,15 @@ LinkEntry list and its node's name.
 
 For each receive that waits (an op started, not all its steps arrived), the
 matching send of the peer (same communicator and channel, the receiver as its
-peer, the same op count) tells a broken link from a starved one:
-- broken: the sender moved more steps than the receiver got, or it waits on
-  the network or on the peer (SendWait, SendPeerWait) with a step posted that
-  the receiver never got;
+peer) in the same op (``ops_done``: the op's number on both ends) tells a
+broken link from a starved one:
+- broken: the sender moved more steps than the receiver got (or finished that
+  op and is on a later one), or it waits on the network or on the peer
+  (SendWait, SendPeerWait) with a step posted that the receiver never got;
 - starved: the sender itself waits for its GPU (SendGPUWait) and moved what
   the receiver got: it has nothing to send because its own input stopped
   upstream. Not named: the broken link is upstream of it on the ring.
-No matching send, or the two sides in different ops: no claim.
+No matching send, or a sender still on an earlier op: no claim.
 """
 
 from __future__ import annotations
@@ -66,12 +67,17 @@ def _global_ranks(members: Mapping[int, list[LinkEntry]]) -> dict[int, int]:
     return out
 
 
-def _broken(send: LinkEntry, recv: LinkEntry) -> bool:
-    if not send.in_flight or send.ops != recv.ops:
-        return False
+def _sender_moved(send: LinkEntry, recv: LinkEntry) -> int | None:
+    """Steps of the receiver's op the sender moved when the link is broken, else None."""
+    if send.ops_done > recv.ops_done:   # it finished that op: every step left it
+        return max(recv.nsteps, 1)
+    if send.ops_done < recv.ops_done or not send.in_flight:
+        return None
     if send.moved > recv.moved:
-        return True
-    return send.last_state in (STATE_SEND_WAIT, STATE_SEND_PEER_WAIT) and send.posted > recv.moved
+        return send.moved
+    if send.last_state in (STATE_SEND_WAIT, STATE_SEND_PEER_WAIT) and send.posted > recv.moved:
+        return send.moved
+    return None
 
 
 def _links(comm_hash: int, members: Mapping[int, list[LinkEntry]], nodes, node_ranks) -> list[StuckLink]:
@@ -84,8 +90,9 @@ def _links(comm_hash: int, members: Mapping[int, list[LinkEntry]], nodes, node_r
                 continue
             src = to_global[recv.peer]
             send = sends.get((src, recv.channel, recv.comm_rank))
-            if send is not None and _broken(send, recv):
-                stuck[(src, dst)].append((recv.channel, send, recv))
+            moved = None if send is None else _sender_moved(send, recv)
+            if moved is not None:
+                stuck[(src, dst)].append((recv.channel, send, recv, moved))
     if not stuck:
         return []
     # Channels where anything waits; a link's own channels starve downstream of it.
@@ -94,11 +101,11 @@ def _links(comm_hash: int, members: Mapping[int, list[LinkEntry]], nodes, node_r
     out = []
     for (src, dst), found in sorted(stuck.items()):
         found.sort(key=lambda f: f[0])
-        _, send, recv = found[0]
-        channels = tuple(ch for ch, _, _ in found)
+        _, send, recv, moved = found[0]
+        channels = tuple(f[0] for f in found)
         waiting = tuple(sorted(waiting_any - set(channels)))
         out.append(StuckLink(comm_hash, src, dst, nodes.get(src, "?"), nodes.get(dst, "?"), channels,
-                             min(r.moved for _, _, r in found), send.state_name, recv.state_name, send.moved,
+                             min(f[2].moved for f in found), send.state_name, recv.state_name, moved,
                              not waiting, waiting, node_ranks.get(src), node_ranks.get(dst)))
     return out
 

@@ -36,10 +36,12 @@ class LinkTableError(ValueError):
 class LinkEntry:
     """One (communicator, channel, peer, direction), or one channel's kernel.
 
-    Steps count within the entry's current proxy op: ``posted`` started,
-    ``moved`` whose data arrived (recv) or completed (send), ``done``
-    finished; ``ops``/``ops_done`` count the ops (kernel entries: the
-    channel's kernels) started and stopped.
+    Steps count within the entry's oldest proxy op in flight (NCCL starts
+    the ops of every queued collective at once; the last op's when none is in
+    flight): ``posted`` started, ``moved`` whose data arrived (recv) or
+    completed (send), ``done`` finished; ``ops``/``ops_done`` count the ops
+    (kernel entries: the channel's kernels) started and stopped, so
+    ``ops_done`` is the shown op's number on both ends of a connection.
     """
 
     comm_hash: int

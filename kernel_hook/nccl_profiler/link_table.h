@@ -58,8 +58,11 @@ struct Entry {                // at kHeaderSize + i * kEntrySize
   uint32_t last_state;        // the last ncclProfilerEventState_t recorded (0 none)
   uint64_t ops;               // proxy ops (kernel: channel kernels) started
   uint64_t ops_done;          // ... and stopped
-  uint32_t nsteps;            // steps of the current op
-  uint32_t posted;            // steps of the current op started: highest step + 1
+  // The oldest op in flight's progress (the last op's when none is): NCCL
+  // starts the proxy ops of every queued collective at once, and the peer's
+  // counters are compared op for op (ops_done is the op's number on both sides).
+  uint32_t nsteps;            // steps of that op
+  uint32_t posted;            // steps of that op started: highest step + 1
   uint32_t moved;             // send: steps completed; recv: steps whose data arrived
   uint32_t done;              // steps of the current op stopped
   uint64_t steps_total;       // steps stopped, all ops: a counter that only grows

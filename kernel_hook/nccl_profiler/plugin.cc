@@ -25,7 +25,11 @@ namespace {
 using namespace xt_link;
 
 constexpr uint32_t kProbe = 512;          // per communicator: (channel, peer, direction) slots
-constexpr uint32_t kGens = 2;             // ops of one entry that may overlap
+// Proxy ops of one entry in flight at once. NCCL starts the proxy ops of every
+// collective it has queued, not one at a time: 12 per channel were seen with
+// DDP's buckets on two H100s (docs/link.md). An op beyond this is not counted
+// (said once), rather than overwrite one still in flight.
+constexpr uint32_t kGens = 64;
 constexpr uint32_t kStepSlots = 8;        // NCCL_STEPS: steps of one op in flight at once
 constexpr uint32_t kNoSlot = 0xffffffffu;
 constexpr uint32_t kTagOp = 0x58544f50, kTagStep = 0x58545354;
@@ -36,6 +40,14 @@ struct Handle {
   uint32_t entry;
   uint64_t gen;   // the op's number on its entry (Entry::ops when it started)
   int step;
+};
+
+// An op's own progress: the table shows the oldest op in flight's, the one the
+// peer's counters are compared with (ops stop in order on one connection).
+struct OpHandle {
+  Handle h;
+  uint32_t nsteps, posted, moved, done, last_state;
+  bool stopped;
 };
 
 struct CommCtx {
@@ -54,8 +66,9 @@ struct Plugin {
   Entry* entries = nullptr;
   uint32_t comms_claimed = 0;
   CommCtx comms[kMaxComms];
-  Handle op_handles[kCapacity * kGens];
+  OpHandle op_handles[kCapacity * kGens];
   Handle step_handles[kCapacity * kGens * kStepSlots];
+  uint64_t oldest[kCapacity];   // per entry: the lowest op number not stopped
   int said = 0;
 };
 Plugin g;
@@ -230,22 +243,41 @@ uint32_t entry_of(CommCtx* ctx, uint8_t kind, uint8_t channel, int peer) {
   return kNoSlot;
 }
 
-Handle* begin_op(uint32_t idx, uint32_t nsteps) {
+OpHandle* op_slot(uint32_t idx, uint64_t gen) { return &g.op_handles[idx * kGens + gen % kGens]; }
+
+// The oldest op in flight's progress into the table (or the last one's, all
+// done, when none is in flight). Single writer: the entry's proxy thread.
+void publish(uint32_t idx) {
   Entry& e = g.entries[idx];
-  uint64_t gen = load(e.ops);
-  store(e.nsteps, nsteps);
-  store(e.posted, 0u);
-  store(e.moved, 0u);
-  store(e.done, 0u);
-  store(e.last_state, 0u);
-  store(e.t_ns, mono_ns());
-  store(e.ops, gen + 1);
-  Handle* h = &g.op_handles[idx * kGens + gen % kGens];
-  *h = Handle{kTagOp, idx, gen, 0};
-  return h;
+  uint64_t gen = g.oldest[idx];
+  if (gen >= load(e.ops) && gen > 0) --gen;   // none in flight: the last op stays shown
+  const OpHandle* o = op_slot(idx, gen);
+  if (o->h.tag != kTagOp || o->h.gen != gen) return;
+  store(e.nsteps, o->nsteps);
+  store(e.posted, o->posted);
+  store(e.moved, o->moved);
+  store(e.done, o->done);
+  store(e.last_state, o->last_state);
 }
 
-inline bool current(const Handle* h) { return load(g.entries[h->entry].ops) == h->gen + 1; }
+OpHandle* begin_op(uint32_t idx, uint32_t nsteps) {
+  Entry& e = g.entries[idx];
+  uint64_t gen = load(e.ops);
+  OpHandle* o = op_slot(idx, gen);
+  if (o->h.tag == kTagOp && !o->stopped) {   // kGens ops of this entry still in flight
+    say_once(8, "more than %s proxy ops of one channel in flight; later ones are not counted%s", "64", "");
+    return nullptr;
+  }
+  *o = OpHandle{Handle{kTagOp, idx, gen, 0}, nsteps, 0, 0, 0, 0, false};
+  store(e.t_ns, mono_ns());
+  store(e.ops, gen + 1);
+  if (gen == g.oldest[idx]) publish(idx);
+  return o;
+}
+
+// Whether the table shows this handle's op (the oldest in flight): a step's
+// change is then copied into the entry field by field, not republished.
+inline bool shown(const Handle& h) { return h.gen == g.oldest[h.entry]; }
 
 int start_event(void* context, void** handle, uint64_t type, void* parent, const xtDescrUnion& u) {
   *handle = nullptr;
@@ -256,17 +288,15 @@ int start_event(void* context, void** handle, uint64_t type, void* parent, const
     uint32_t idx = entry_of(ctx, kind, u.proxyOp.channelId, u.proxyOp.peer);
     if (idx != kNoSlot) *handle = begin_op(idx, uint32_t(u.proxyOp.nSteps > 0 ? u.proxyOp.nSteps : 0));
   } else if (type == xtProfileProxyStep) {
-    const Handle* op = static_cast<const Handle*>(parent);
-    if (!op || op->tag != kTagOp) return xtNcclSuccess;
+    OpHandle* op = static_cast<OpHandle*>(parent);
     int step = u.proxyStep.step;
-    if (current(op) && step >= 0) {
-      Entry& e = g.entries[op->entry];
-      raise_to(e.posted, uint32_t(step + 1));
-    }
-    Handle* h = &g.step_handles[(op->entry * kGens + op->gen % kGens) * kStepSlots +
+    if (!op || op->h.tag != kTagOp || step < 0) return xtNcclSuccess;
+    raise_to(op->posted, uint32_t(step + 1));
+    Handle* h = &g.step_handles[(op->h.entry * kGens + op->h.gen % kGens) * kStepSlots +
                                 uint32_t(step) % kStepSlots];
-    *h = Handle{kTagStep, op->entry, op->gen, step};
+    *h = Handle{kTagStep, op->h.entry, op->h.gen, step};
     *handle = h;
+    if (shown(op->h)) store(g.entries[op->h.entry].posted, op->posted);
   } else if (type == xtProfileKernelCh) {
     uint32_t idx = entry_of(ctx, kKernel, u.kernelCh.channelId, -1);
     if (idx != kNoSlot) *handle = begin_op(idx, 0);
@@ -274,14 +304,25 @@ int start_event(void* context, void** handle, uint64_t type, void* parent, const
   return xtNcclSuccess;
 }
 
+// The op a handle belongs to, if its slot still holds it.
+OpHandle* op_of(const Handle* h) {
+  OpHandle* o = op_slot(h->entry, h->gen);
+  return o->h.tag == kTagOp && o->h.gen == h->gen ? o : nullptr;
+}
+
 int record_state(void* handle, int state, xtStateArgs*) {
   Handle* h = static_cast<Handle*>(handle);
-  if (!h || !current(h)) return xtNcclSuccess;
+  if (!h) return xtNcclSuccess;
+  OpHandle* o = op_of(h);
+  if (!o) return xtNcclSuccess;
+  o->last_state = uint32_t(state);
+  if (h->tag == kTagStep && (state == xtStateRecvFlushWait || state == xtStateRecvGPUWait))
+    raise_to(o->moved, uint32_t(h->step + 1));
   Entry& e = g.entries[h->entry];
-  store(e.last_state, uint32_t(state));
-  if (h->tag == kTagStep && (state == xtStateRecvFlushWait || state == xtStateRecvGPUWait)) {
-    raise_to(e.moved, uint32_t(h->step + 1));
-    store(e.t_ns, mono_ns());
+  store(e.t_ns, mono_ns());
+  if (shown(*h)) {
+    store(e.last_state, o->last_state);
+    store(e.moved, o->moved);
   }
   return xtNcclSuccess;
 }
@@ -290,16 +331,29 @@ int stop_event(void* handle) {
   Handle* h = static_cast<Handle*>(handle);
   if (!h) return xtNcclSuccess;
   Entry& e = g.entries[h->entry];
+  OpHandle* o = op_of(h);
   if (h->tag == kTagStep) {
     store(e.steps_total, load(e.steps_total) + 1);
-    if (current(h)) {
-      raise_to(e.done, uint32_t(h->step + 1));
-      raise_to(e.moved, uint32_t(h->step + 1));
+    if (o) {
+      raise_to(o->done, uint32_t(h->step + 1));
+      raise_to(o->moved, uint32_t(h->step + 1));
+      if (shown(*h)) {
+        store(e.done, o->done);
+        store(e.moved, o->moved);
+      }
     }
-  } else if (h->tag == kTagOp) {
+  } else if (h->tag == kTagOp && o) {
+    o->stopped = true;
     store(e.ops_done, load(e.ops_done) + 1);
+    uint64_t& oldest = g.oldest[h->entry];   // past every stopped op: the next one in flight
+    // A slot holding a later op means this one stopped (a slot in flight is never reused).
+    for (const OpHandle* n; oldest < load(e.ops); ++oldest) {
+      n = op_slot(h->entry, oldest);
+      if (!n->stopped && n->h.gen == oldest) break;
+    }
   }
   store(e.t_ns, mono_ns());
+  if (o && h->tag == kTagOp) publish(h->entry);   // the next op in flight is shown now
   return xtNcclSuccess;
 }
 

@@ -194,3 +194,34 @@ def test_within_a_node_the_channel_whose_kernel_never_stopped_is_named(built, tm
         for p in procs:
             p.kill()
             p.wait(10)
+
+
+def test_proxy_ops_started_ahead_as_nccl_does_still_name_the_link(built, tmp_path):
+    """NCCL starts the proxy ops of every queued collective at once (12 per
+    channel on two H100s with DDP): the table shows each entry's oldest op in
+    flight, so the broken all-reduce's counters are not hidden by the ops
+    queued behind it. Four all-reduces enqueued at a time, the 6th hangs with
+    the link 0 -> 1 broken on channel 1 at step 2."""
+    extra = dict(FAKE_NCCL_QUEUE=1, LINKPROG_AHEAD=4, FAKE_HANG="ncclAllReduce:6", FAKE_NCCL_BREAK="0>1:1:2@6")
+    procs = [subprocess.Popen([LINKPROG, "ring", "8", "0"], env=_env(tmp_path, r, 2, **extra),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    try:
+        deadline, per_rank = time.time() + 20, {}
+        while time.time() < deadline:   # every queued op started, the broken one's steps played
+            per_rank = {rank: table.LinkTable(path).read() for path, (rank, _) in table.find(str(tmp_path)).items()}
+            sends = [e for v in per_rank.values() for e in v if e.kind == KIND_SEND and e.channel == 1]
+            if len(per_rank) == 2 and len(sends) == 2 and all(e.ops == 8 and e.posted for e in sends):
+                break
+            time.sleep(0.05)
+        [send] = [e for e in per_rank[0] if e.kind == KIND_SEND and e.channel == 1]
+        [recv] = [e for e in per_rank[1] if e.kind == KIND_RECV and e.channel == 1]
+        # 8 ops started, 5 done: the 6th (ops_done 5 on both ends) is the one shown.
+        assert (send.ops, send.ops_done, send.moved, send.state_name) == (8, 5, 4, "SendWait")
+        assert (recv.ops, recv.ops_done, recv.moved, recv.state_name) == (8, 5, 2, "RecvWait")
+        sent = {r: analysis.worth_sending(v, 512) for r, v in per_rank.items()}
+        [link] = analysis.analyse(sent, {0: "a", 1: "b"}).links
+        assert (link.src_rank, link.dst_rank, link.channels, link.step) == (0, 1, (1,), 2)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)

@@ -3,6 +3,8 @@ step counters every member reports (docs/link.md). Pure: entries built as the
 plugin fills them for a ring (tests/kernel_hook/fake/fake_nccl_profiler.cc
 plays the same shapes through the real plugin)."""
 
+import dataclasses
+
 from diag.link import analysis
 from diag.link.api import (KIND_KERNEL, KIND_RECV, KIND_SEND, STATE_KERNEL_CH_STOP, STATE_RECV_GPU_WAIT,
                            STATE_RECV_WAIT, STATE_SEND_GPU_WAIT, STATE_SEND_PEER_WAIT, STATE_SEND_WAIT, LinkEntry)
@@ -112,12 +114,32 @@ def test_another_channel_still_waiting_is_said():
     assert analysis.link_phrase(link).endswith("channel 1, stuck at step 3; channel 2 wait too")
 
 
-def test_sides_in_different_ops_make_no_claim():
+def test_a_sender_that_finished_the_receivers_op_is_named():
     per_rank = stuck_ring(4, 1, src=1, step=3)
-    # Rank 1's send on channel 1 is one op ahead of rank 2's receive: not the same op.
-    per_rank[1][0] = entry(1, 4, 1, KIND_SEND, 2, ops=5, done_ops=4, posted=6, moved=5, done=5,
+    # Rank 1 finished op 4 on channel 1 (every step left it) and is on op 5; rank 2 still waits in op 4.
+    per_rank[1][0] = entry(1, 4, 1, KIND_SEND, 2, ops=5, done_ops=4, posted=1, moved=0, done=0,
+                           state=STATE_SEND_GPU_WAIT)
+    [link] = analysis.analyse(per_rank, NODES).links
+    assert (link.src_rank, link.dst_rank, link.step, link.sender_moved) == (1, 2, 3, 8)
+
+
+def test_a_sender_still_on_an_earlier_op_makes_no_claim():
+    per_rank = stuck_ring(4, 1, src=1, step=3)
+    # Rank 1's send on channel 1 has not finished op 3 while rank 2 waits in op 4: not the same op.
+    per_rank[1][0] = entry(1, 4, 1, KIND_SEND, 2, ops=4, done_ops=2, posted=6, moved=5, done=5,
                            state=STATE_SEND_WAIT)
     assert not analysis.analyse(per_rank, NODES)
+
+
+def test_queued_ops_compare_the_oldest_in_flight():
+    """As two H100s over NCCL's socket transport showed: NCCL starts the proxy
+    ops of every queued collective (12 here), and the table shows each
+    entry's oldest op in flight; the link is judged op for op (ops_done)."""
+    per_rank = stuck_ring(2, 0, src=1, step=5)
+    for r in per_rank:
+        per_rank[r] = [dataclasses.replace(e, ops=e.ops_done + 12) for e in per_rank[r]]
+    [link] = analysis.analyse(per_rank, {0: "a", 1: "b"}).links
+    assert (link.src_rank, link.dst_rank, link.step) == (1, 0, 5)
 
 
 def test_a_missing_sender_makes_no_claim():

@@ -15,7 +15,11 @@
 // STEP (sends in SendGPUWait, receives in RecvWait), and that channel's kernel
 // never stops. Its other channels complete. FAKE_NCCL_TRANSPORT=p2p: ranks of one
 // node over P2P, no proxy ops, kernel-channel events only (the broken channel's
-// kernel never stops).
+// kernel never stops). FAKE_NCCL_QUEUE=1 (default 0): as NCCL's proxy, the proxy
+// ops of every collective queued are started at once, before the oldest one's
+// steps move (NCCL 2.28 on two H100s had 12 per channel started with DDP); a
+// rank whose link broke still starts the ops of what is queued after it,
+// and plays none of them.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -25,7 +29,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 #include <thread>
 
 #include "../../../kernel_hook/nccl_profiler/nccl_profiler_abi.h"
@@ -154,6 +161,20 @@ void play_steps(FakeProfComm* c, void* send, void* recv, int from, int to) {
   }
 }
 
+// Proxy ops started ahead of their collective's turn (FAKE_NCCL_QUEUE), by (comm, seq):
+// per channel its send and receive op. Proxy thread only.
+std::map<std::pair<FakeProfComm*, uint64_t>, std::vector<std::pair<void*, void*>>>& g_started =
+    *new std::map<std::pair<FakeProfComm*, uint64_t>, std::vector<std::pair<void*, void*>>>;
+
+void start_ops(FakeProfComm* c, uint64_t seq, int nch) {
+  auto key = std::make_pair(c, seq);
+  if (g_p2p || g_started.count(key)) return;
+  int n = c->nranks, next = (c->rank + 1) % n, prev = (c->rank + n - 1) % n;
+  int nsteps = env_int("FAKE_NCCL_STEPS", 8);
+  std::vector<std::pair<void*, void*>>& ops = g_started[key];
+  for (int ch = 0; ch < nch; ++ch) ops.emplace_back(op(c, ch, next, nsteps, 1), op(c, ch, prev, nsteps, 0));
+}
+
 // One channel of a ring collective on comm c; false: it stops (a broken link).
 void play_channel(FakeProfComm* c, int channel, uint64_t seq, const Break& b) {
   int n = c->nranks, next = (c->rank + 1) % n, prev = (c->rank + n - 1) % n;
@@ -172,8 +193,9 @@ void play_channel(FakeProfComm* c, int channel, uint64_t seq, const Break& b) {
     }
     return;
   }
-  void* send = op(c, channel, next, nsteps, 1);
-  void* recv = op(c, channel, prev, nsteps, 0);
+  auto started = g_started.find(std::make_pair(c, seq));
+  void* send = started != g_started.end() ? started->second[channel].first : op(c, channel, next, nsteps, 1);
+  void* recv = started != g_started.end() ? started->second[channel].second : op(c, channel, prev, nsteps, 0);
   if (!broken) {
     play_steps(c, send, recv, 0, nsteps);
     stop(send);
@@ -207,15 +229,26 @@ void proxy_loop() {
   const char* transport = getenv("FAKE_NCCL_TRANSPORT");
   g_p2p = transport && strcmp(transport, "p2p") == 0;
   int nch = env_int("FAKE_NCCL_CHANNELS", 2);
+  bool queue = env_int("FAKE_NCCL_QUEUE", 0) != 0;
+  bool stuck = false;   // a link of this rank broke: what comes after never moves
   for (;;) {
     Job j;
+    std::vector<Job> ahead;
     {
       std::unique_lock<std::mutex> lock(g_mu);
       g_cv.wait(lock, [] { return !g_jobs.empty(); });
       j = g_jobs.front();
       g_jobs.pop_front();
+      if (queue) ahead.assign(g_jobs.begin(), g_jobs.end());
     }
-    for (int ch = 0; ch < nch; ++ch) play_channel(j.comm, ch, j.seq, b);
+    if (queue) {
+      start_ops(j.comm, j.seq, nch);
+      for (const Job& a : ahead) start_ops(a.comm, a.seq, nch);
+    }
+    if (!stuck)
+      for (int ch = 0; ch < nch; ++ch) play_channel(j.comm, ch, j.seq, b);
+    stuck = stuck || (queue && b.seq == j.seq && j.comm->nranks > 1);
+    g_started.erase(std::make_pair(j.comm, j.seq));
     std::lock_guard<std::mutex> lock(g_mu);
     ++g_played;
     g_cv.notify_all();

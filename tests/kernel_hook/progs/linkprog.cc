@@ -2,7 +2,8 @@
 //   (WORLD_SIZE ranks, this one RANK; unique id from LINK_ID, hex), each waited
 //   for, GAP_MS apart; the fake NCCL plays each one's ring on its proxy thread
 //   through the profiler plugin (FAKE_NCCL_BREAK breaks a link). A hung
-//   all-reduce (FAKE_HANG) blocks it like a training step.
+//   all-reduce (FAKE_HANG) blocks it like a training step. LINKPROG_AHEAD=K: K
+//   all-reduces are enqueued before the stream is waited for.
 // linkprog bench OPS STEPS: times OPS send+receive proxy ops of STEPS steps
 //   through the plugin driver (bench/link_plugin_bench.py); prints ns per event.
 #include <time.h>
@@ -44,9 +45,10 @@ int ring(int steps, int gap_ms) {
                               env_int("RANK", 0));
   cudaStream_t s;
   cudaStreamCreate(&s);
+  int ahead = env_int("LINKPROG_AHEAD", 1);   // all-reduces enqueued before one is waited for (DDP's buckets)
   for (int i = 0; i < steps; ++i) {
     ncclAllReduce(nullptr, nullptr, 1 << 20, 7, 0, comm, s);
-    cudaStreamSynchronize(s);
+    if ((i + 1) % ahead == 0 || i + 1 == steps) cudaStreamSynchronize(s);
     usleep(useconds_t(gap_ms) * 1000);
   }
   ncclCommDestroy(comm);   // the fake's proxy thread plays what is queued first
