@@ -65,7 +65,7 @@ def main(argv=None) -> int:
             env.update(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1", NCCL_NET="Socket",
                        NCCL_SOCKET_IFNAME="lo")
         run = subprocess.run([sys.executable, "-m", "diag.launcher.main", "--link-plugin", "--nproc-per-node", str(args.nproc),
-                              "--hang-timeout", "300s", "--timeline-path", os.path.join(tmp, "tl"), SCRIPT, tmp,
+                              "--hang-timeout", "20s", "--timeline-path", os.path.join(tmp, "tl"), SCRIPT, tmp,
                               str(args.warmup), str(args.pairs)], cwd=ROOT, env=env, capture_output=True, text=True)
         if run.returncode != 0:
             print(run.stdout[-3000:], run.stderr[-3000:], sep="\n")
@@ -73,6 +73,9 @@ def main(argv=None) -> int:
         with open(os.path.join(tmp, "link_rank0.json")) as f:
             doc = json.load(f)
     res = summarize(doc["pairs"]["on"], doc["pairs"]["bypassed"])
+    # A healthy job with the plugin, under the same 20 s hang timeout as the
+    # acceptance test: any HANG or SLOW line here is a false alarm.
+    res["false_alarms"] = [l for l in (run.stdout + run.stderr).splitlines() if l.startswith(("HANG: ", "SLOW: "))]
     entries = doc["table"].get("entries", [])
     res.update(transport=args.transport, model=doc["model"], world_size=doc["world_size"], nccl=doc["nccl"], table_entries=len(entries),
                proxy_steps=sum(e["steps_total"] for e in entries if e["kind"] in (0, 1)),
@@ -82,11 +85,12 @@ def main(argv=None) -> int:
           f"{res['median_bypassed_ms']:.2f} ms per step (medians); paired mean {res['mean_diff_pct']:+.3f} % "
           f"[{res['ci95_pct'][0]:+.3f}, {res['ci95_pct'][1]:+.3f}] (95 % bootstrap)")
     print(f"rank 0's table: {res['table_entries']} entries, {res['proxy_steps']} proxy steps, "
-          f"{res['kernel_ops']} channel kernels")
+          f"{res['kernel_ops']} channel kernels; HANG/SLOW lines under a 20 s hang timeout: "
+          f"{len(res['false_alarms'])}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"result": res, "pairs": doc["pairs"]}, f)
-    return 0
+    return 1 if res["false_alarms"] else 0
 
 
 if __name__ == "__main__":

@@ -95,9 +95,7 @@ def _links(comm_hash: int, members: Mapping[int, list[LinkEntry]], nodes, node_r
                 stuck[(src, dst)].append((recv.channel, send, recv, moved))
     if not stuck:
         return []
-    # Channels where anything waits; a link's own channels starve downstream of it.
-    waiting_any = {e.channel for entries in members.values() for e in entries
-                   if e.kind in (KIND_SEND, KIND_RECV) and e.waiting}
+    waiting_any = _waiting_channels(members)
     out = []
     for (src, dst), found in sorted(stuck.items()):
         found.sort(key=lambda f: f[0])
@@ -107,6 +105,19 @@ def _links(comm_hash: int, members: Mapping[int, list[LinkEntry]], nodes, node_r
         out.append(StuckLink(comm_hash, src, dst, nodes.get(src, "?"), nodes.get(dst, "?"), channels,
                              min(f[2].moved for f in found), send.state_name, recv.state_name, moved,
                              not waiting, waiting, node_ranks.get(src), node_ranks.get(dst)))
+    return out
+
+
+def _waiting_channels(members: Mapping[int, list[LinkEntry]]) -> set[int]:
+    """Channels where a transfer waits (a link's own channels starve downstream
+    of it). Not a channel whose kernel has stopped on that rank: its proxy ops
+    belong to a later collective the GPU has not reached (NCCL starts the
+    proxy ops of every queued collective at once)."""
+    out = set()
+    for entries in members.values():
+        idle = {e.channel for e in entries if e.kind == KIND_KERNEL and not e.in_flight}
+        out.update(e.channel for e in entries
+                   if e.kind in (KIND_SEND, KIND_RECV) and e.waiting and e.channel not in idle)
     return out
 
 

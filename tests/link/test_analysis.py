@@ -188,3 +188,21 @@ def test_a_stuck_rank_sends_only_what_the_analysis_needs_and_it_still_names_the_
     assert analysis.analyse(sent, NODES) == analysis.analyse(per_rank, NODES)
     assert analysis.worth_sending([e for r in per_rank.values() for e in r], 5) == \
         analysis.worth_sending([e for r in per_rank.values() for e in r], 512)[:5]
+
+
+def test_a_channel_whose_kernel_stopped_is_not_said_to_wait():
+    """Two H100s, socket transport: channel 1's proxy ops wait for the next
+    collective's data, but its kernel of the stuck one stopped: only the
+    broken channel 0 is stuck, every other channel advanced."""
+    per_rank = stuck_ring(2, 0, src=1, step=1)
+    for r in per_rank:
+        nxt = (r + 1) % 2
+        per_rank[r] += [entry(r, 2, 1, KIND_SEND, nxt, ops=10, done_ops=5, posted=4, moved=0, done=0,
+                              state=STATE_SEND_GPU_WAIT),
+                        entry(r, 2, 1, KIND_RECV, nxt, ops=10, done_ops=5, posted=4, moved=0, done=0,
+                              state=STATE_RECV_WAIT),
+                        entry(r, 2, 1, KIND_KERNEL, -1, ops=5, nsteps=0, posted=0, moved=0, done=0,
+                              state=STATE_KERNEL_CH_STOP)]
+    [link] = analysis.analyse(per_rank, {0: "a", 1: "b"}).links
+    assert link.others_advanced and link.channels == (0,)
+    assert analysis.link_phrase(link).endswith("channel 0, stuck at step 1; every other channel advanced")
