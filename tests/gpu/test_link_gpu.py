@@ -33,10 +33,12 @@ import dataclasses
 import glob
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -132,6 +134,12 @@ def _keep(name: str, doc) -> None:
             json.dump(doc, f, indent=1)
 
 
+def _pump(stream, into: queue.Queue) -> None:
+    """The launcher's lines into a queue, so the test's waits have deadlines."""
+    for line in stream:
+        into.put(line)
+
+
 def _drop_method() -> str:
     """iptables where netfilter is lent, else the preloaded socket shim (the module's docstring)."""
     forced = os.environ.get("XPU_LINK_TEST_DROP")
@@ -171,11 +179,20 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path, dr
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     rules, lines = [], []
+    arrived: queue.Queue = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, arrived), daemon=True).start()
     try:
-        deadline = time.time() + 400
-        for line in proc.stdout:
-            lines.append(line.rstrip())
+        deadline = time.time() + 300   # to step 20; then the hang timeout and a minute
+        while time.time() < deadline:
+            try:
+                line = arrived.get(timeout=1).rstrip()
+            except queue.Empty:
+                continue
+            lines.append(line)
+            if " step " not in line or line.endswith("0"):   # the launcher's own lines, every 10th step
+                print("  |", line[:400])
             if not rules and "rank 1 step 20" in line:
+                deadline = time.time() + 20 + 60
                 pids = _rank_pids()
                 _keep(f"tables_before_drop_{dropped}.json", _tables(pids[1]))
                 if method == "sockets":
@@ -191,10 +208,12 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path, dr
                         rule[-2:-2] = ["-m", "length", "--length", f"{PURE_ACK_MAX + 1}:65535"]
                     subprocess.run(["iptables", "-I", *rule], check=True)
                     rules.append(rule)
-            if "HANG: " in line or time.time() > deadline:
-                if rules:
-                    _keep(f"tables_at_hang_{dropped}.json", _tables(pids[1]))
+            if "HANG: " in line:
                 break
+        if rules:
+            _keep(f"tables_at_hang_{dropped}.json", _tables(pids[1]))
+        if rules and rules[0] != "sockets":   # what the rules dropped (packets, bytes)
+            print(subprocess.run(["iptables", "-L", "OUTPUT", "-v", "-n"], capture_output=True, text=True).stdout)
         verdict = next((l[l.index("HANG: "):] for l in lines if "HANG: " in l), None)
         print(verdict)
         assert rules, "never reached step 20:\n" + "\n".join(lines[-60:])
