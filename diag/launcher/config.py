@@ -46,7 +46,8 @@ class Config:
     collector: str | None = None      # HOST:PORT of an existing collector
     hang_action: str = "report"
     no_hook: bool = False
-    link_plugin: bool = False         # NCCL_PROFILER_PLUGIN -> ours (opt-in, docs/link.md)
+    link_plugin: bool = False         # asked for by name (it is the default)
+    no_link_plugin: bool = False      # NCCL_PROFILER_PLUGIN is not pointed at ours (docs/link.md)
     fault_list: str | None = None
     fault_list_max_age: float = 24 * 3600.0
     rank_order: str | None = None       # netcheck --rank-order's file (diag/launcher/rankorder.py)
@@ -179,6 +180,9 @@ def _build(ns, torchrun_argv, own, env, unbuffered, script, script_kind) -> Conf
     if own.get("ingest_procs") and own.get("nodes_per_relay"):
         raise ConfigError(f"--ingest-procs {own['ingest_procs']} and --nodes-per-relay {own['nodes_per_relay']}: "
                           f"choose one (relays merge the reports before the collector; docs/collector.md)")
+    if own.get("link_plugin") and own.get("no_link_plugin"):
+        raise ConfigError("--link-plugin and --no-link-plugin: choose one (the plugin is on by default; "
+                          "docs/link.md)")
     rdzv_host, rdzv_port = _rendezvous(ns)
     if nnodes_max > 1 and own.get("collector") is None:
         _check_collector_listen(rdzv_host, rdzv_port)

@@ -196,7 +196,7 @@ def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict
            "PYTHONPATH": os.pathsep.join(filter(None, [BOOTSTRAP_DIR, env.get("PYTHONPATH")]))}
     if not config.no_hook and os.path.exists(HOOK_LIB):
         out["LD_PRELOAD"] = " ".join(filter(None, [HOOK_LIB, env.get("LD_PRELOAD")]))
-    if not config.no_hook and config.link_plugin:
+    if not config.no_hook and not config.no_link_plugin:
         out.update(profiler_env(env))
     out.update(options.env_for(options.TO_WORKERS, config))
     if config.unbuffered:

@@ -33,7 +33,7 @@
 # x2link: issue 22's acceptance run on 2 GPUs (socket transport, one direction dropped: the link named;
 # carry .carry/ipt-debs for an iptables where the image has none), then the paired step-time cost
 # at 2 ranks over NVLink P2P and over the socket transport (where NCCL's proxy carries every channel).
-# x2linkhang: only x2link's acceptance tests (the link tables before the drop and at the HANG kept in link/).
+# x2linkhang: only x2link's acceptance test (the link tables before the drop and at the HANG kept in link/).
 # cpu12500: issue 21 on the device host's 16 cores (no GPU used): 12,500 agents
 # through 391 real report relays (--nodes-per-relay 32), the same with the
 # relays simulated (the collector's side alone), and the declaring tick in-process.

@@ -13,20 +13,14 @@ Two GPUs (the issue's acceptance run; skipped with the reason on fewer):
 - NCCL forced onto sockets over loopback (NCCL_P2P_DISABLE=1
   NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=lo),
   GPT-2 small in DDP; after 20
-  steps what rank 1's NCCL sockets send is dropped (iptables on lo, by the
-  sockets' local ports from /proc), twice: its data segments only (its ACKs
-  flow: exactly the direction 1 -> 0 breaks, and the HANG line must name link
-  rank 1 -> rank 0), and every segment, as a NIC that stops sending (rank 0's
-  data then stalls too for want of ACKs: a link between ranks 0 and 1 is
-  named, in whichever direction the counters show stopping first). hang.json
-  carries it and faults.json lists the node. Needs iptables and CAP_NET_ADMIN;
-  the rules are removed afterwards.
-  tests/gpu/scripts/carried_iptables.sh puts a carried iptables on PATH where
-  the image has none. Where netfilter is not lent at all (no CAP_NET_ADMIN),
-  the same direction is cut at the socket API instead: drop_sends.so,
-  preloaded, makes rank 1's TCP sends fail with EAGAIN from the moment it is
-  told (its acknowledgements still flow, so only 1 -> 0 breaks). The test
-  prints which way was used; XPU_LINK_TEST_DROP=iptables|sockets forces one.
+  steps every TCP segment rank 1's NCCL sockets send is dropped (iptables on
+  lo, by the sockets' local ports from /proc), as a NIC that stops sending:
+  the HANG line names a link between ranks 0 and 1, in whichever direction
+  the counters show stopping first (rank 0's data stalls too, for want of
+  ACKs: on two H100s that one was named), hang.json carries it and
+  faults.json lists the node. Needs iptables and CAP_NET_ADMIN
+  (tests/gpu/scripts/carried_iptables.sh puts a carried iptables on PATH
+  where the image has none); the rules are removed afterwards.
 """
 
 import dataclasses
@@ -140,42 +134,16 @@ def _pump(stream, into: queue.Queue) -> None:
         into.put(line)
 
 
-def _drop_method() -> str:
-    """iptables where netfilter is lent, else the preloaded socket shim (the module's docstring)."""
-    forced = os.environ.get("XPU_LINK_TEST_DROP")
-    if forced:
-        return forced
-    usable = shutil.which("iptables") and not subprocess.run(["iptables", "-L", "OUTPUT"], capture_output=True).returncode
-    return "iptables" if usable else "sockets"
-
-
-# What of rank 1's traffic is dropped: "data", the segments that carry data
-# (its ACKs of rank 0's data still flow: exactly one direction of the link
-# breaks, 1 -> 0, and that is what must be named); "all", every segment it
-# sends, as a NIC that stops transmitting: rank 0's data to it then stalls too,
-# for want of ACKs, and whichever direction the counters show stopping first
-# is named (both are the one link between the two ranks).
-PURE_ACK_MAX = 128   # bytes: IPv4 + TCP headers with options; loopback data segments are far larger
-
-
 @pytest.mark.gpus(2)
-@pytest.mark.parametrize("dropped", ["data", "all"])
-def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path, dropped):
+def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
                NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1", NCCL_NET="Socket",
                NCCL_SOCKET_IFNAME="lo", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
-    method = _drop_method()
-    if method == "sockets" and dropped == "all":
-        pytest.skip("without netfilter only rank 1's data can be cut (at the socket API; its ACKs still flow)")
-    print(f"dropping rank 1's sends ({dropped}) with", method)
-    if method == "sockets":
-        shim, drop_dir = tmp_path / "drop_sends.so", tmp_path / "drop"
-        drop_dir.mkdir()
-        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(shim), os.path.join(SCRIPTS, "drop_sends.c"), "-ldl"],
-                       check=True)
-        env.update(LD_PRELOAD=" ".join(filter(None, [str(shim), env.get("LD_PRELOAD")])), XPU_DROP_SENDS_DIR=str(drop_dir))
-    proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--link-plugin", "--nproc-per-node", "2", "--hang-timeout",
-                             "20s", "--timeline-path", str(tmp_path / "tl"), SCRIPT, str(tmp_path), "100000"],
+    if not shutil.which("iptables") or subprocess.run(["iptables", "-L", "OUTPUT"], capture_output=True).returncode:
+        pytest.skip("needs iptables with CAP_NET_ADMIN to drop what rank 1's NCCL sockets send")
+    # The plugin by default (no --link-plugin).
+    proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--hang-timeout", "20s",
+                             "--timeline-path", str(tmp_path / "tl"), SCRIPT, str(tmp_path), "100000"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     rules, lines = [], []
@@ -194,49 +162,40 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path, dr
             if not rules and "rank 1 step 20" in line:
                 deadline = time.time() + 20 + 60
                 pids = _rank_pids()
-                _keep(f"tables_before_drop_{dropped}.json", _tables(pids[1]))
-                if method == "sockets":
-                    (drop_dir / str(pids[1])).touch()
-                    print(f"rank 1 (pid {pids[1]}) sends nothing from now")
-                    rules.append("sockets")
-                    continue
+                _keep("tables_before_drop.json", _tables(pids[1]))
                 ports = _established_ports(pids[1])
                 print(f"dropping what rank 1 (pid {pids[1]}) sends from ports {sorted(ports)}")
                 for port in sorted(ports):
                     rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(port), "-j", "DROP"]
-                    if dropped == "data":
-                        rule[-2:-2] = ["-m", "length", "--length", f"{PURE_ACK_MAX + 1}:65535"]
                     subprocess.run(["iptables", "-I", *rule], check=True)
                     rules.append(rule)
             if "HANG: " in line:
                 break
-        if rules:
-            _keep(f"tables_at_hang_{dropped}.json", _tables(pids[1]))
-        if rules and rules[0] != "sockets":   # what the rules dropped (packets, bytes)
+        if rules:   # the tables at the end, and what the rules dropped (packets, bytes)
+            _keep("tables_at_hang.json", _tables(pids[1]))
             print(subprocess.run(["iptables", "-L", "OUTPUT", "-v", "-n"], capture_output=True, text=True).stdout)
         verdict = next((l[l.index("HANG: "):] for l in lines if "HANG: " in l), None)
         print(verdict)
         assert rules, "never reached step 20:\n" + "\n".join(lines[-60:])
         assert verdict, "no HANG:\n" + "\n".join(lines[-60:])
-        _keep(f"launcher_tail_{dropped}.json", lines[-300:])
+        _keep("launcher_tail.json", lines[-300:])
         time.sleep(2)
         [hang] = glob.glob(str(tmp_path / "tl" / "*" / "*" / "hang.json"))
         with open(hang) as f:
             doc = json.load(f)
-        _keep(f"hang_{dropped}.json", doc)
+        _keep("hang.json", doc)
         print(json.dumps(doc.get("link"), indent=1))
-        link = r"link rank 1 -> rank 0" if dropped == "data" else r"link rank (1 -> rank 0|0 -> rank 1)"
-        assert re.search(link + r" \(node [^)]+\), channels? [\d,-]+, stuck at step \d+", verdict), verdict
+        assert re.search(r"link rank (1 -> rank 0|0 -> rank 1) \(node [^)]+\), channels? [\d,-]+, stuck at step \d+",
+                         verdict), verdict
         pairs = {(l["src_rank"], l["dst_rank"]) for l in doc["link"]["links"]}
-        assert (1, 0) in pairs if dropped == "data" else pairs & {(1, 0), (0, 1)}, pairs
+        assert pairs & {(1, 0), (0, 1)}, pairs
         faults = os.path.join(os.path.dirname(hang), "faults.json")
         assert os.path.exists(faults)
         ras = os.path.join(os.path.dirname(hang), "nccl_ras.txt")
         print("nccl_ras.txt:", open(ras).read()[:2000] if os.path.exists(ras) else "(none)")
     finally:
         for rule in rules:
-            if rule != "sockets":
-                subprocess.run(["iptables", "-D", *rule], capture_output=True)
+            subprocess.run(["iptables", "-D", *rule], capture_output=True)
         try:
             os.killpg(proc.pid, 9)
         except ProcessLookupError:

@@ -1,10 +1,12 @@
-"""With --link-plugin the launcher hands NCCL our profiler plugin
-(docs/link.md), unless the user named their own: that one is kept, and said
-once. Without it (the default until the plugin has run on two GPUs) NCCL
-gets no plugin from us."""
+"""The launcher hands NCCL our profiler plugin by default (docs/link.md),
+unless the user named their own (that one is kept, and said once), or asked
+for none (--no-link-plugin, XPU_TIMER_NO_LINK_PLUGIN=1)."""
 
 import os
 
+import pytest
+
+from diag.common.options import ConfigError
 from diag.launcher import config as launcher_config
 from diag.launcher import runner
 
@@ -13,9 +15,16 @@ def env_of(args, env):
     return runner.worker_env(launcher_config.parse_args(args, env), "tok", "/d", env=env)
 
 
-def test_the_plugin_is_opt_in():
-    assert "NCCL_PROFILER_PLUGIN" not in env_of(["t.py"], {})
-    assert "NCCL_PROFILER_PLUGIN" in env_of(["t.py"], {"XPU_TIMER_LINK_PLUGIN": "1"})
+def test_the_plugin_is_on_by_default_and_can_be_left_out():
+    assert env_of(["t.py"], {})["NCCL_PROFILER_PLUGIN"] == runner.PROFILER_LIB
+    assert env_of(["--link-plugin", "t.py"], {})["NCCL_PROFILER_PLUGIN"] == runner.PROFILER_LIB   # the old opt-in
+    assert "NCCL_PROFILER_PLUGIN" not in env_of(["--no-link-plugin", "t.py"], {})
+    assert "NCCL_PROFILER_PLUGIN" not in env_of(["t.py"], {"XPU_TIMER_NO_LINK_PLUGIN": "1"})
+
+
+def test_asking_for_it_and_for_none_is_one_line():
+    with pytest.raises(ConfigError, match=r"^--link-plugin and --no-link-plugin: choose one"):
+        launcher_config.parse_args(["--link-plugin", "--no-link-plugin", "t.py"], {})
 
 
 def test_the_plugin_is_set_for_the_workers(capsys):
