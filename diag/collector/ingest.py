@@ -147,10 +147,13 @@ class Ingest:
         metadata = ((TOKEN_METADATA, self._token),) + (((RELAY_METADATA, relay_of),) if relay_of else ())
         call = ipb_grpc.IngestLinkStub(self._link).Relay(metadata=metadata, wait_for_ready=True)
         down = asyncio.ensure_future(self._down(call))
+        down.add_done_callback(lambda _: self._kick.set())   # a refused or lost link ends the loop at once
         try:
             while not down.done():
                 await self._kick.wait()
                 self._kick.clear()
+                if down.done():
+                    break
                 if not self._urgent.is_set():
                     try:   # the batch window, cut short by a report that may be a hang's
                         await asyncio.wait_for(self._urgent.wait(), self._batch_s)
@@ -167,6 +170,10 @@ class Ingest:
             log.warning("ingest process %d: link to the collector lost: %s", os.getpid(), exc.code().name)
         finally:
             down.cancel()
+        failed = down.exception() if down.done() and not down.cancelled() else None
+        if isinstance(failed, grpc.aio.AioRpcError):   # e.g. the collector had no call slot left
+            log.warning("ingest process %d: link to the collector ended: %s %s", os.getpid(), failed.code().name,
+                        (failed.details() or "")[:200])
 
     async def _down(self, call) -> None:
         async for message in call:

@@ -18,6 +18,7 @@ import sys
 from typing import Sequence
 
 from diag.common import options
+from diag.common.ranks import fold
 from diag.common.atomic import write_atomic
 from diag.timeline.api import DEFAULT_WAIT_S, TimelineError
 
@@ -128,8 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     other = json.loads(reply.trace_json).get("otherData", {})
     slices = reply.trace_json.count(b'"ph":"X"')
-    missing = (f"; nodes {list(reply.nodes_missing)} did not answer" if reply.nodes_missing
-               else "")
+    missing = f"; nodes {fold(reply.nodes_missing)} did not answer" if reply.nodes_missing else ""
     print(f"{PROG}: {reply.ranks} rank(s), {slices} spans, last {opts.last_s:g} s "
           f"(agents keep {_window(other)}) -> {opts.out}{missing}")
     return 0

@@ -21,6 +21,7 @@ import grpc
 
 from diag.collector.events import UploadError
 from diag.common.atomic import write_atomic
+from diag.common.ranks import fold
 from diag.pb import collector_pb2 as pb
 from diag.timeline import trace
 from diag.timeline.api import DEFAULT_WAIT_S, TIMELINE_FILE
@@ -165,7 +166,7 @@ class TimelineGatherer:
             path = os.path.join(pending.event_path, TIMELINE_FILE)
             write_atomic(path, trace.dumps(doc))
             self.written.append(path)
-            missing = f"; nodes {pending.missing} did not answer" if pending.missing else ""
+            missing = f"; nodes {fold(pending.missing)} did not answer" if pending.missing else ""
             log.info("event %s: %s with %d rank(s)%s", pending.request_id, TIMELINE_FILE,
                      len(doc["otherData"]["pids"]), missing)
         except Exception:  # never take the collector down over one file

@@ -185,3 +185,29 @@ def test_an_agent_that_ignores_the_relay_commands_goes_on_reporting_directly(tmp
         stop.set()
         agent.close(clean=False)
         server.stop(grace=0).wait(5)
+
+
+def test_a_relay_whose_link_is_refused_says_why_and_exits(tmp_path):
+    """A collector that refuses the link (here: it serves no relay links; at
+    12,500 agents: it had no call slot left) must not leave a relay waiting for
+    agents that will never be sent to it: it says why in one line and exits,
+    and the collector asks another agent of the group."""
+    server, port = create_server("127.0.0.1:0", Config(
+        job_id="job1", token=TOKEN, timeline_path=str(tmp_path / "timeline"), hang_timeout_s=60.0,
+        eval_interval_s=0.1))
+    server.start()
+    relay = subprocess.Popen([sys.executable, "-m", "diag.collector.ingest", "--listen", "127.0.0.1:0",
+                              "--link", f"127.0.0.1:{port}", "--group", "3", "--max-agents", "2",
+                              "--max-dump-bytes", str(1 << 20), "--parent-pid", str(os.getpid())],
+                             env={**os.environ, "XPU_TIMER_JOB_TOKEN": TOKEN}, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = relay.communicate(timeout=30)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert relay.returncode == 0 and len(lines) == 1, err
+        # Without --nodes-per-relay the collector serves no link at all.
+        assert lines[0].startswith("xpu_diag relay: ingest process ") and \
+            lines[0].endswith(": link to the collector ended: UNIMPLEMENTED Method not found!"), lines[0]
+    finally:
+        relay.kill()
+        relay.wait(10)
+        server.stop(grace=0).wait(5)
