@@ -143,6 +143,9 @@ def test_a_collector_stopping_before_the_answers_writes_what_it_has(start_collec
     agent = agents(address)
     stop = agent.report_every(0.2, stalled)
     event_id = agent.next_command("dump_stacks").dump_stacks.event_id
+    # The timeline request goes out just after DumpStacks: stopping before it is
+    # issued would find no agent connected (a CI run did), not one that did not answer.
+    agent.next_command("collect_timeline")
     stop.set()
     server.stop(grace=0).wait(5)   # no agent answered; the 10 s deadline is far off
     doc = json.loads((tmp_path / "timeline" / "job1" / event_id / "timeline.json").read_text())
