@@ -140,6 +140,8 @@ class CollectorServicer(pb_grpc.CollectorServicer):
                 if report is grpc.aio.EOF:
                     break
                 now = time.monotonic()
+                if session is not None and gate is not None and not gate.is_set():
+                    await gate.wait()   # read as the hold began (every stream has a read pending): it waits too
                 if session is None:
                     session = await self._open(report, context)
                     writer = asyncio.ensure_future(self._push(session, context))

@@ -13,6 +13,7 @@ from diag.pb import collector_pb2 as pb
 from tests.collector.conftest import TOKEN
 from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
 from tests.waiting import wait_for
+from tests.waiting import wait_for
 
 WAIT = 30.0
 
@@ -224,3 +225,21 @@ def test_agents_beyond_max_agents_are_refused(start_collector, agents):
     second.send(node_report(1, [rank_progress(1, 2)]))
     assert second.commands.get(timeout=WAIT) is None
     assert second.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-agents" in second.error.details()
+
+
+def test_a_report_read_while_ingest_is_held_waits_for_the_hold_to_end(start_collector, agents):
+    """The declaring tick holds ingest (registry.hold): every stream has a read
+    pending, so the report that read returns must wait too, not be ingested
+    against the tick for the GIL (at 12,500 nodes the relays' one message
+    each was 6,000 reports; docs/collector.md)."""
+    server, address = start_collector(hang_timeout_s=60.0)
+    agent = agents(address)
+    agent.send(node_report(0, [rank_progress(0, 2, started=5)]))
+    wait_for(lambda: server.state.reports == 1, "the first report", 10)
+    server.registry.hold(True)
+    time.sleep(0.3)   # the loop has cleared the gate
+    agent.send(node_report(0, [rank_progress(0, 2, started=6)], seq=2))
+    time.sleep(1.0)
+    assert server.state.reports == 1, "a report was ingested while the hold was on"
+    server.registry.hold(False)
+    wait_for(lambda: server.state.reports == 2, "the held report, once the hold ends", 10)
