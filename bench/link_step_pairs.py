@@ -77,10 +77,12 @@ def main(argv=None) -> int:
     # acceptance test: any HANG or SLOW line here is a false alarm.
     res["false_alarms"] = [l for l in (run.stdout + run.stderr).splitlines() if l.startswith(("HANG: ", "SLOW: "))]
     entries = doc["table"].get("entries", [])
-    res.update(transport=args.transport, model=doc["model"], world_size=doc["world_size"], nccl=doc["nccl"], table_entries=len(entries),
+    res.update(transport=args.transport, model=doc["model"], world_size=doc["world_size"], nccl=doc["nccl"],
+               table_entries=len(entries),
                proxy_steps=sum(e["steps_total"] for e in entries if e["kind"] in (0, 1)),
                kernel_ops=sum(e["ops"] for e in entries if e["kind"] == 2))
-    print(f"{res['model']}, {res['world_size']} rank(s), {args.transport} transport, NCCL {'.'.join(map(str, res['nccl']))}: "
+    print(f"{res['model']}, {res['world_size']} rank(s), {args.transport} transport, "
+          f"NCCL {'.'.join(map(str, res['nccl']))}: "
           f"{res['pairs']} pairs, plugin on {res['median_on_ms']:.2f} ms vs bypassed "
           f"{res['median_bypassed_ms']:.2f} ms per step (medians); paired mean {res['mean_diff_pct']:+.3f} % "
           f"[{res['ci95_pct'][0]:+.3f}, {res['ci95_pct'][1]:+.3f}] (95 % bootstrap)")

@@ -148,8 +148,9 @@ class Ingest:
         call = ipb_grpc.IngestLinkStub(self._link).Relay(metadata=metadata, wait_for_ready=True)
         down = asyncio.ensure_future(self._down(call))
         down.add_done_callback(lambda _: self._kick.set())   # a refused or lost link ends the loop at once
+        ended = None
         try:
-            while not down.done():
+            while True:
                 await self._kick.wait()
                 self._kick.clear()
                 if down.done():
@@ -167,13 +168,14 @@ class Ingest:
                 await call.write(ipb.RelayUp(reports=reports, closed=closed))
                 self._room.set()
         except grpc.aio.AioRpcError as exc:
-            log.warning("ingest process %d: link to the collector lost: %s", os.getpid(), exc.code().name)
+            ended = exc
         finally:
             down.cancel()
-        failed = down.exception() if down.done() and not down.cancelled() else None
-        if isinstance(failed, grpc.aio.AioRpcError):   # e.g. the collector had no call slot left
-            log.warning("ingest process %d: link to the collector ended: %s %s", os.getpid(), failed.code().name,
-                        (failed.details() or "")[:200])
+        if ended is None and down.done() and not down.cancelled():
+            ended = down.exception()   # e.g. refused: the collector had no call slot left
+        if isinstance(ended, grpc.aio.AioRpcError):   # one line, whichever side saw it first
+            log.warning("ingest process %d: link to the collector ended: %s %s", os.getpid(), ended.code().name,
+                        (ended.details() or "")[:200])
 
     async def _down(self, call) -> None:
         async for message in call:

@@ -142,8 +142,9 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
     if not shutil.which("iptables") or subprocess.run(["iptables", "-L", "OUTPUT"], capture_output=True).returncode:
         pytest.skip("needs iptables with CAP_NET_ADMIN to drop what rank 1's NCCL sockets send")
     # The plugin by default (no --link-plugin).
-    proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--hang-timeout", "20s",
-                             "--timeline-path", str(tmp_path / "tl"), SCRIPT, str(tmp_path), "100000"],
+    proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2",
+                             "--hang-timeout", "20s", "--timeline-path", str(tmp_path / "tl"), SCRIPT,
+                             str(tmp_path), "100000"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     rules, lines = [], []
