@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import multiprocessing
 import os
 import math
@@ -45,7 +46,7 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
-from diag.agent.connection import bounded_pace  # noqa: E402
+from diag.agent.connection import STALLED_WRITE_S, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
 from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames  # noqa: E402
@@ -271,6 +272,10 @@ class Load:
         self.probe_write_s = 0.0                 # longest write of agent 0
         self.stop = asyncio.Event()
         self._channels: dict[int, grpc.aio.Channel] = {}
+        # node -> where its agent is (a run whose agents do not all reach their
+        # relay prints these while it waits: which step they are stuck at)
+        self.phase: dict[int, str] = {}
+        self.stuck = 0   # streams ended for a report not taken in STALLED_WRITE_S (connected again)
 
     def channel(self, node: int, via: str | None = None):
         """Agents node // K share one connection (K = --streams-per-connection);
@@ -317,7 +322,9 @@ class Load:
         full = make_report(node, self.world, None, 0.0).SerializeToString()
         bare = make_report(node, self.world, None, 0.0, perf=False).SerializeToString()
         relayed = False
+        where = "relay" if via is not None else "direct"
         try:
+            self.phase[node] = f"{where}: awaiting headers"
             await call.initial_metadata()   # the collector sends headers once it serves the stream
             self.connected += first
             relayed = via is not None
@@ -330,7 +337,15 @@ class Load:
                     payload = make_report(0, self.world, self.stall_since, time.monotonic(),
                                           perf=with_perf).SerializeToString()
                 began = time.monotonic()
-                await call.write(payload if self.args.old_agents else stamped(payload))
+                self.phase[node] = f"{where}: writing"
+                try:   # as diag/agent/connection.py: a report not taken in time ends the stream
+                    await asyncio.wait_for(call.write(payload if self.args.old_agents else stamped(payload)),
+                                           STALLED_WRITE_S)
+                except asyncio.TimeoutError:
+                    self.stuck += 1
+                    route["via"], route["moving"] = None, True   # connect again: to the collector directly
+                    return
+                self.phase[node] = f"{where}: reporting"
                 if node == 0:   # the prober: how long its writes wait (a blocked stream shows here)
                     self.probe_write_s = max(self.probe_write_s, time.monotonic() - began)
                 self.sent += 1
@@ -343,6 +358,7 @@ class Load:
             # The collector ends the stream once it has read every report.
             await asyncio.wait_for(asyncio.shield(reader), timeout=60)
         except (grpc.RpcError, asyncio.TimeoutError) as exc:
+            self.phase[node] = f"{where}: failed"
             if not self.stop.is_set() or isinstance(exc, asyncio.TimeoutError):
                 self.errors.append(f"agent {node}: {exc!r:.200}")
         finally:
@@ -387,7 +403,7 @@ class RelayLoad:
         self.address, self.args = address, args
         self.metadata = ((TOKEN_KEY, token),)
         self.world = args.agents * RANKS_PER_AGENT
-        self.sent = self.connected = self.relayed = self.paced = 0
+        self.sent = self.connected = self.relayed = self.paced = self.stuck = 0
         self.errors: list[str] = []
         self.stall_since: float | None = None
         self.dump_at: float | None = None
@@ -518,7 +534,8 @@ async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
     await asyncio.gather(*tasks, return_exceptions=True)
     await load.close()
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
-                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed)
+                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
+                stuck=load.stuck)
 
 
 def relay_cpu_seconds() -> tuple[float, int]:
@@ -548,12 +565,12 @@ class Drivers:
         ctx = multiprocessing.get_context("spawn")   # no gRPC state crosses a fork
         n = args.drivers
         self._sent, self._conn, self._err = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
-        self._paced, self._relayed = ctx.Array("q", n), ctx.Array("q", n)
+        self._paced, self._relayed, self._stuck = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
         self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
         self._first = ctx.Queue()
         cuts = [args.agents * i // n for i in range(n + 1)]
         shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced,
-                  self._relayed)
+                  self._relayed, self._stuck)
         self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
                                   daemon=True) for i in range(n)]
         self.stop = self._stop
@@ -563,6 +580,7 @@ class Drivers:
     connected = property(lambda self: sum(self._conn[:]))
     paced = property(lambda self: sum(self._paced[:]))
     relayed = property(lambda self: sum(self._relayed[:]))
+    stuck = property(lambda self: sum(self._stuck[:]))
     dump_at = property(lambda self: self._dump.value or None)
 
     @property
@@ -587,21 +605,29 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
-    sent, conn, err, stall, dump, stop, first, paced, relayed = shared
+    sent, conn, err, stall, dump, stop, first, paced, relayed, stuck = shared
     tasks = load.tasks(lo, hi)
 
     def publish():
         sent[index], conn[index], err[index], paced[index] = load.sent, load.connected, len(load.errors), load.paced
-        relayed[index] = load.relayed
+        relayed[index], stuck[index] = load.relayed, load.stuck
         if load.dump_at is not None and not dump.value:
             dump.value = load.dump_at
         if load.errors and err[index] == 1:
             first.put(load.errors[0])
 
+    said_at = time.monotonic()
     while not stop.is_set():
         if stall.value and load.stall_since is None:
             load.stall_since = stall.value
         publish()
+        if load.args.nodes_per_relay and load.relayed < hi - lo and time.monotonic() - said_at > 15:
+            said_at = time.monotonic()
+            phases = collections.Counter(load.phase.get(n, "not started") for n in range(lo, hi))
+            serving = sum(r.pid is not None for r in load.relays.values())
+            print(f"  driver {index}: {hi - lo} agents, {load.relayed} through a relay; "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(phases.items()))
+                  + f"; {serving} relay(s) served here", file=sys.stderr, flush=True)
         await asyncio.sleep(0.05)
     load.stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -616,7 +642,8 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
     for p in load.procs:
         await asyncio.to_thread(p.join, 90)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
-                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed)
+                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
+                stuck=load.stuck)
 
 
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
@@ -686,7 +713,9 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
     print(f"  {fds}")
     print(f"  connected           {m['connected']} of {args.agents} agents' streams served within "
           f"{m['connect_s']:.1f} s of the first" + (f", {m['relayed']} through their relay" if args.nodes_per_relay
-                                                     else ""))
+                                                     else "")
+          + (f"; {m['stuck']} stream(s) took no report for {STALLED_WRITE_S:g} s and were opened again"
+             if m["stuck"] else ""))
     got = ingested_rate(seen["stats"], m["t0"], m["t1"]) or 0.0
     print(f"  sent by the agents  {rate:8.0f} node-reports/s")
     print(f"  ingested, sustained {got:8.0f} node-reports/s  ({got * RANKS_PER_AGENT:.0f} ranks/s; "
