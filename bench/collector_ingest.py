@@ -46,7 +46,8 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
-from diag.agent.connection import STALLED_WRITE_S, bounded_pace  # noqa: E402
+from diag.agent.config import AgentConfig  # noqa: E402
+from diag.agent.connection import HEALTHY_AFTER, STALLED_WRITE_S, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
 from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames  # noqa: E402
@@ -57,6 +58,7 @@ RANKS_PER_AGENT = 8
 TARGET_REPORTS_PER_S = 2000.0
 TOKEN_KEY = "x-xpu-diag-token"
 STATS_LINE = re.compile(r"ingest: (\d+) reports total, [0-9.]+/s over the last ([0-9.]+) s(?:.*; ([0-9.]+) s behind)?")
+BACKOFF_MIN_S, BACKOFF_MAX_S = AgentConfig.backoff_min, AgentConfig.backoff_max   # an agent's own
 FDS_SPARE = 256   # beyond the sockets: files, pipes, gRPC's own
 
 
@@ -276,6 +278,7 @@ class Load:
         # relay prints these while it waits: which step they are stuck at)
         self.phase: dict[int, str] = {}
         self.stuck = 0   # streams ended for a report not taken in STALLED_WRITE_S (connected again)
+        self.failed = 0  # streams that ended under the agent (connected again, as an agent does)
 
     def channel(self, node: int, via: str | None = None):
         """Agents node // K share one connection (K = --streams-per-connection);
@@ -300,12 +303,20 @@ class Load:
     async def agent(self, node: int, phase: float) -> None:
         """One agent: its stream to the collector, and under --nodes-per-relay
         the stream through its group's relay once told (as connection.py)."""
-        route = {"via": None, "moving": False, "perf_every": 1}
+        route = {"via": None, "moving": False, "perf_every": 1, "failed": False}
         await asyncio.sleep(phase)
-        first = True
+        first, backoff = True, BACKOFF_MIN_S
         while not self.stop.is_set():
+            began = time.monotonic()
             await self._stream(node, route, first)
             first = False
+            if route["failed"]:   # as connection.py: back off, then connect again
+                route["failed"] = False
+                if time.monotonic() - began > HEALTHY_AFTER:
+                    backoff = BACKOFF_MIN_S
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, BACKOFF_MAX_S)
+                continue
             if not route["moving"]:
                 return
             route["moving"] = False
@@ -357,10 +368,20 @@ class Load:
             await call.done_writing()
             # The collector ends the stream once it has read every report.
             await asyncio.wait_for(asyncio.shield(reader), timeout=60)
-        except (grpc.RpcError, asyncio.TimeoutError) as exc:
+        except (grpc.RpcError, asyncio.InvalidStateError) as exc:
+            # The call ended under us (refused, or cancelled by the collector's
+            # gRPC before its handler ran: the connection storm). An agent
+            # connects again; this one would have died silently.
             self.phase[node] = f"{where}: failed"
-            if not self.stop.is_set() or isinstance(exc, asyncio.TimeoutError):
-                self.errors.append(f"agent {node}: {exc!r:.200}")
+            if not self.stop.is_set():
+                self.failed += 1
+                if via is not None:
+                    route["via"], route["moving"] = None, True   # back to the collector directly, at once
+                else:
+                    route["failed"] = True
+        except asyncio.TimeoutError as exc:
+            self.phase[node] = f"{where}: failed"
+            self.errors.append(f"agent {node}: {exc!r:.200}")
         finally:
             self.relayed -= relayed
             call.cancel()
@@ -385,9 +406,8 @@ class Load:
                     pace["interval"], pace["perf_every"] = bounded_pace(self.args.interval, route["perf_every"],
                                                                         command.report_pace)
                     self.paced += 1
-        except grpc.RpcError as exc:
-            if not self.stop.is_set():
-                self.errors.append(f"agent {node} (commands): {exc.code().name} {exc.details()}")
+        except grpc.RpcError:   # the call ended: the writer sees it too, and connects again
+            pass
 
 
 class RelayLoad:
@@ -403,7 +423,7 @@ class RelayLoad:
         self.address, self.args = address, args
         self.metadata = ((TOKEN_KEY, token),)
         self.world = args.agents * RANKS_PER_AGENT
-        self.sent = self.connected = self.relayed = self.paced = self.stuck = 0
+        self.sent = self.connected = self.relayed = self.paced = self.stuck = self.failed = 0
         self.errors: list[str] = []
         self.stall_since: float | None = None
         self.dump_at: float | None = None
@@ -535,7 +555,7 @@ async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
     await load.close()
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
-                stuck=load.stuck)
+                stuck=load.stuck, failed=load.failed)
 
 
 def relay_cpu_seconds() -> tuple[float, int]:
@@ -566,11 +586,12 @@ class Drivers:
         n = args.drivers
         self._sent, self._conn, self._err = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
         self._paced, self._relayed, self._stuck = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
+        self._failed = ctx.Array("q", n)
         self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
         self._first = ctx.Queue()
         cuts = [args.agents * i // n for i in range(n + 1)]
         shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced,
-                  self._relayed, self._stuck)
+                  self._relayed, self._stuck, self._failed)
         self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
                                   daemon=True) for i in range(n)]
         self.stop = self._stop
@@ -581,6 +602,7 @@ class Drivers:
     paced = property(lambda self: sum(self._paced[:]))
     relayed = property(lambda self: sum(self._relayed[:]))
     stuck = property(lambda self: sum(self._stuck[:]))
+    failed = property(lambda self: sum(self._failed[:]))
     dump_at = property(lambda self: self._dump.value or None)
 
     @property
@@ -605,12 +627,12 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
-    sent, conn, err, stall, dump, stop, first, paced, relayed, stuck = shared
+    sent, conn, err, stall, dump, stop, first, paced, relayed, stuck, failed = shared
     tasks = load.tasks(lo, hi)
 
     def publish():
         sent[index], conn[index], err[index], paced[index] = load.sent, load.connected, len(load.errors), load.paced
-        relayed[index], stuck[index] = load.relayed, load.stuck
+        relayed[index], stuck[index], failed[index] = load.relayed, load.stuck, load.failed
         if load.dump_at is not None and not dump.value:
             dump.value = load.dump_at
         if load.errors and err[index] == 1:
@@ -643,7 +665,7 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
         await asyncio.to_thread(p.join, 90)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
-                stuck=load.stuck)
+                stuck=load.stuck, failed=load.failed)
 
 
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
@@ -715,7 +737,8 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
           f"{m['connect_s']:.1f} s of the first" + (f", {m['relayed']} through their relay" if args.nodes_per_relay
                                                      else "")
           + (f"; {m['stuck']} stream(s) took no report for {STALLED_WRITE_S:g} s and were opened again"
-             if m["stuck"] else ""))
+             if m["stuck"] else "")
+          + (f"; {m['failed']} stream(s) ended under their agent, which connected again" if m["failed"] else ""))
     got = ingested_rate(seen["stats"], m["t0"], m["t1"]) or 0.0
     print(f"  sent by the agents  {rate:8.0f} node-reports/s")
     print(f"  ingested, sustained {got:8.0f} node-reports/s  ({got * RANKS_PER_AGENT:.0f} ranks/s; "
