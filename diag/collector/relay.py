@@ -59,6 +59,10 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
         board = self._servicer.relays
         group = None
         if relay_of is not None:   # a report relay on an agent's node (--nodes-per-relay)
+            serving = board.serving(relay_of) if board is not None else None
+            if serving is not None:
+                await context.abort(grpc.StatusCode.ALREADY_EXISTS,
+                                    f"the relay at {serving} serves this group already")
             linked = board.link(relay_of) if board is not None else None
             if linked is None:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,

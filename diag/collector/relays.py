@@ -54,6 +54,16 @@ class RelayBoard:
         self._asked[group] = now
         return pb.Command(serve_relay=pb.ServeRelay(group=group, nodes=self.nodes))
 
+    def serving(self, relay_of: str) -> str | None:
+        """The address of the relay linked for ``GROUP@HOST:PORT``'s group
+        already, if another. A group asked again (its first relay linked
+        later than ASK_AGAIN_S, as in a 12,500-agent connection storm) would
+        otherwise keep two relays, each sending its batches: 563 links for
+        391 groups on the device host. The second is refused and exits."""
+        group_text, _, address = relay_of.partition("@")
+        serving = self._relays.get(int(group_text)) if group_text.isdigit() else None
+        return serving if serving is not None and serving != address else None
+
     def link(self, relay_of: str) -> tuple[int, str] | None:
         """A relay linked with ``GROUP@HOST:PORT``; (group, address), or None
         when that is malformed (the link is refused)."""
@@ -61,9 +71,7 @@ class RelayBoard:
         if not sep or not group_text.isdigit() or ":" not in address:
             return None
         group = int(group_text)
-        if group in self._relays:
-            log.info("relay of nodes %d-%d now %s (was %s)", *self._span(group), address, self._relays[group])
-        else:
+        if group not in self._relays:
             self.linked += 1
             log.info("relay of nodes %d-%d linked: %s", *self._span(group), address)
         self._relays[group] = address

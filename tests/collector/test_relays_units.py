@@ -44,6 +44,16 @@ def test_a_lost_relay_sends_its_group_back_and_a_new_one_is_asked_at_once():
     assert _which(board.advice(5, now=2.0)) == "serve_relay"   # asked when it linked, not 15 s ago
 
 
+def test_a_second_relay_of_a_group_is_refused_while_the_first_serves():
+    board = RelayBoard(8)
+    assert board.serving("0@h:2") is None
+    board.link("0@h:1")
+    assert board.serving("0@h:2") == "h:1" and board.serving("0@h:1") is None   # not itself
+    assert board.serving("1@h:2") is None                                        # another group
+    board.lost(0, "h:1")
+    assert board.serving("0@h:2") is None and board.link("0@h:2") == (0, "h:2") and board.linked == 1
+
+
 def test_a_malformed_relay_is_refused():
     board = RelayBoard(8)
     for bad in ("", "x@h:1", "1h:1", "1@host-without-port"):

@@ -211,3 +211,40 @@ def test_a_relay_whose_link_is_refused_says_why_and_exits(tmp_path):
         relay.kill()
         relay.wait(10)
         server.stop(grace=0).wait(5)
+
+
+def test_a_second_relay_of_a_linked_group_is_refused_and_exits(tmp_path):
+    """A group asked again (its first relay linked late, in a connection
+    storm) must not keep two relays: the second is told which one serves the
+    group, says so in one line and exits; the first stays linked."""
+    server, port = create_server("127.0.0.1:0", Config(
+        job_id="job1", token=TOKEN, timeline_path=str(tmp_path / "timeline"), hang_timeout_s=60.0,
+        eval_interval_s=0.1, nodes_per_relay=2))
+    server.start()
+
+    def relay() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "diag.collector.ingest", "--listen", "127.0.0.1:0",
+                                 "--link", f"127.0.0.1:{port}", "--group", "3", "--max-agents", "2",
+                                 "--max-dump-bytes", str(1 << 20), "--parent-pid", str(os.getpid())],
+                                env={**os.environ, "XPU_TIMER_JOB_TOKEN": TOKEN}, stderr=subprocess.PIPE, text=True)
+
+    first = relay()
+    second = None
+    try:
+        wait_for(lambda: server.servicer.relays.linked == 1, "the first relay linked", 30)
+        serving = server.servicer.relays.advice(6, now=time.monotonic()).relay_via.address
+        second = relay()
+        _, err = second.communicate(timeout=30)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert second.returncode == 0 and len(lines) == 1, err
+        assert lines[0].endswith(f": link to the collector ended: ALREADY_EXISTS the relay at {serving} "
+                                 f"serves this group already"), lines[0]
+        time.sleep(0.5)
+        assert first.poll() is None and server.servicer.relays.linked == 1 and server.relay.links == 1
+        assert server.servicer.relays.advice(7, now=time.monotonic()).relay_via.address == serving
+    finally:
+        for p in (first, second):
+            if p is not None:
+                p.kill()
+                p.wait(10)
+        server.stop(grace=0).wait(5)
