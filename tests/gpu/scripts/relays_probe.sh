@@ -11,3 +11,7 @@ echo "before: $(lo)"
 timeout 300 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $OUT/relays_collector.log > $OUT/relays.log 2>&1; echo "exit $?"
 echo "after: $(lo)"
 grep -v 'relay: ingest process\|relay of nodes' $OUT/relays.log | head -60
+# then the collector's side alone at the same scale (simulated relays)
+timeout 200 python3 bench/collector_ingest.py --agents 12500 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 \
+  --simulated-relays --collector-log $OUT/simulated_collector.log > $OUT/simulated.log 2>&1; echo "simulated exit $?"
+cat $OUT/simulated.log
