@@ -59,7 +59,12 @@ class RankEntry(NamedTuple):
 
     @property
     def perf(self) -> pb.PerfRank | None:
-        return self.perf_from.perf if self.perf_from is not None else None
+        # Checked here, not at ingest (100,000 ranks a second): the report
+        # that carried the window, if it did, from this same process.
+        came = self.perf_from
+        if came is None or not came.HasField("perf") or (came is not self.progress and came.pid != self.progress.pid):
+            return None
+        return came.perf
 
 
 class AgentInfo(NamedTuple):
@@ -154,15 +159,20 @@ class JobState:
         with self._lock:
             entries, dropped, ops = self._ranks, self._dropped, self._ops
             active_at = self.active_at
-            for rank, r in zip(ids, rs):
-                if r.HasField("perf"):
+            # Agents send the window for all their ranks or none (one report in
+            # N when paced): one look per report, and a window carried over is
+            # checked (same process, present) only when read (RankEntry.perf).
+            if rs and rs[0].HasField("perf"):
+                for rank, r in zip(ids, rs):
                     entries[rank] = new_entry(RankEntry, (r, sent, node, r, sent))
-                else:
+            else:
+                for rank, r in zip(ids, rs):
                     old = entries.get(rank)
-                    if old is not None and old.perf_from is not None and old.progress.pid == r.pid:
+                    if old is not None and old.perf_from is not None:
                         entries[rank] = new_entry(RankEntry, (r, sent, node, old.perf_from, old.perf_at))
                     else:
                         entries[rank] = new_entry(RankEntry, (r, sent, node, None, 0.0))
+            for rank, r in zip(ids, rs):
                 n = r.dropped_records
                 if n or rank in dropped:
                     dropped[rank] = n

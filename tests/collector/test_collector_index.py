@@ -195,3 +195,30 @@ def test_the_hang_line_and_commands_come_before_hang_json_and_ingest_resumes_bef
     assert all("gpu" in row and row["in_flight_s"] > TIMEOUT for row in doc["ranks"])
     assert doc["verdict"] == out.getvalue().splitlines()[-1]
     assert watchdog.pacer._forgive_until > time.monotonic()   # the drain of what was held is not overload
+
+
+def test_a_window_is_carried_over_reports_without_one_for_the_same_process_only():
+    """Agents told to pace send the perf window with one report in N: the
+    reports between keep the last one, checked when read (not at ingest)."""
+    state = JobState()
+
+    def report(pid: int, perf: bool) -> pb.NodeReport:
+        ranks = []
+        for local in range(2):
+            r = rank_progress(local, 2)
+            r.pid = pid + local
+            if perf:
+                r.perf.window_s, r.perf.steps = 60.0, 10 + pid
+            ranks.append(r)
+        return node_report(0, ranks)
+
+    state.ingest(report(100, perf=True), T0)
+    state.ingest(report(100, perf=False), T0 + 1)
+    snap = state.snapshot(T0 + 1)
+    assert [snap.ranks[r].perf.steps for r in (0, 1)] == [110, 110] and snap.ranks[0].perf_at == T0
+    assert snap.ranks[0].received == T0 + 1
+    state.ingest(report(200, perf=False), T0 + 2)   # the workers restarted: another process, no window yet
+    snap = state.snapshot(T0 + 2)
+    assert [snap.ranks[r].perf for r in (0, 1)] == [None, None]
+    state.ingest(report(200, perf=True), T0 + 3)
+    assert state.snapshot(T0 + 3).ranks[1].perf.steps == 210
