@@ -60,3 +60,18 @@ def test_the_line_and_faults_json_need_no_rows_and_the_rows_come_after(tmp_path,
     rows = verdict.rank_rows(findings, snap)
     gpus.annotate_rows(rows, snap)
     assert rows == full["ranks"] and [r["gpu"]["pci_bus_id"] for r in rows] == [f"0000:4{r}:00.0" for r in range(4)]
+
+
+def test_the_declaring_thread_keeps_the_gil_longer_only_while_ingest_holds():
+    import sys
+    from diag.collector.watchdog import KEEP_GIL_S, gil_kept
+    before = sys.getswitchinterval()
+    with gil_kept(False):
+        assert sys.getswitchinterval() == before
+    try:
+        with gil_kept(True):
+            assert abs(sys.getswitchinterval() - KEEP_GIL_S) < 1e-6 and KEEP_GIL_S > before   # held in us
+            raise RuntimeError("a rule failed")
+    except RuntimeError:
+        pass
+    assert sys.getswitchinterval() == before   # given back even when the judgement raised
