@@ -52,18 +52,31 @@ class _Agent:
         pass
 
 
-def test_a_stream_that_takes_no_report_is_ended_and_opened_again(tmp_path):
-    collector = _Collector()
+def _run(tmp_path, collector: _Collector, interval: float, stalled_write_s: float):
+    """A real server for ``collector`` and a Connection streaming to it on a thread."""
     server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 1 << 24)])
     pb_grpc.add_CollectorServicer_to_server(collector, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     agent = _Agent()
     conn = Connection(AgentConfig(shm_dir=str(tmp_path), collector=f"127.0.0.1:{port}", token="t", job_id="j",
-                                  report_interval=0.01), agent)
-    conn.stalled_write_s = 1.0
+                                  report_interval=interval), agent)
+    conn.stalled_write_s = stalled_write_s
     thread = threading.Thread(target=conn.run, daemon=True)
     thread.start()
+
+    def stop() -> None:
+        agent.stopping.set()
+        conn.close()
+        thread.join(10)
+        server.stop(0)
+        assert not thread.is_alive()
+    return port, agent, stop
+
+
+def test_a_stream_that_takes_no_report_is_ended_and_opened_again(tmp_path):
+    collector = _Collector()
+    port, agent, stop = _run(tmp_path, collector, interval=0.01, stalled_write_s=1.0)
     try:
         deadline = time.monotonic() + 30
         while collector.read.count(2) < 3 and time.monotonic() < deadline:
@@ -74,33 +87,17 @@ def test_a_stream_that_takes_no_report_is_ended_and_opened_again(tmp_path):
         assert stuck == [f"the collector at 127.0.0.1:{port} took no report for 1 s: the stream is stuck; "
                          f"connecting again"], agent.said
     finally:
-        agent.stopping.set()
-        conn.close()
-        thread.join(10)
-        server.stop(0)
-    assert not thread.is_alive()
+        stop()
 
 
 def test_a_healthy_stream_is_never_called_stuck(tmp_path):
     """Reports taken as fast as they come, for several times stalled_write_s."""
     collector = _Collector()
     collector.streams = 1   # every stream is read
-    server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 1 << 24)])
-    pb_grpc.add_CollectorServicer_to_server(collector, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    agent = _Agent()
-    conn = Connection(AgentConfig(shm_dir=str(tmp_path), collector=f"127.0.0.1:{port}", token="t", job_id="j",
-                                  report_interval=0.05), agent)
-    conn.stalled_write_s = 0.5
-    thread = threading.Thread(target=conn.run, daemon=True)
-    thread.start()
+    _, agent, stop = _run(tmp_path, collector, interval=0.05, stalled_write_s=0.5)
     try:
         time.sleep(3.0)
     finally:
-        agent.stopping.set()
-        conn.close()
-        thread.join(10)
-        server.stop(0)
+        stop()
     assert collector.streams == 2 and len(collector.read) >= 20, (collector.streams, len(collector.read))
     assert not [m for m in agent.said if "took no report" in m], agent.said
