@@ -260,8 +260,9 @@ def assert_metrics(run: Healthy, tolerance: float = 0.25, wait: bool = True, cal
         assert last.steps_total - first.steps_total >= 10, (first, last)
         per_step = (last.calls_total - first.calls_total) / (last.steps_total - first.steps_total)
         got = windowed[-1]
+        seen_wait = "-" if got.wait_ratio is None else f"{got.wait_ratio:.3f}"
         said = (f"rank {rank}: metrics {per_step:.2f} calls/step, step {got.step_s * 1e3:.1f} ms, wait "
-                f"{'-' if got.wait_ratio is None else f'{got.wait_ratio:.3f}'}; the script timed {true.calls_per_step:.2f}, "
+                f"{seen_wait}; the script timed {true.calls_per_step:.2f}, "
                 f"{true.step_s * 1e3:.1f} ms, {true.wait_ratio:.3f}")
         print(said)
         assert not calls or abs(per_step - true.calls_per_step) <= 0.1 * true.calls_per_step, said
