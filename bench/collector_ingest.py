@@ -47,7 +47,7 @@ import grpc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
 from diag.agent.config import AgentConfig  # noqa: E402
-from diag.agent.connection import HEALTHY_AFTER, STALLED_WRITE_S, bounded_pace  # noqa: E402
+from diag.agent.connection import HEALTHY_AFTER, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
 from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames  # noqa: E402
@@ -277,7 +277,6 @@ class Load:
         # node -> where its agent is (a run whose agents do not all reach their
         # relay prints these while it waits: which step they are stuck at)
         self.phase: dict[int, str] = {}
-        self.stuck = 0   # streams ended for a report not taken in STALLED_WRITE_S (connected again)
         self.failed = 0  # streams that ended under the agent (connected again, as an agent does)
 
     def channel(self, node: int, via: str | None = None):
@@ -349,13 +348,7 @@ class Load:
                                           perf=with_perf).SerializeToString()
                 began = time.monotonic()
                 self.phase[node] = f"{where}: writing"
-                try:   # as diag/agent/connection.py: a report not taken in time ends the stream
-                    await asyncio.wait_for(call.write(payload if self.args.old_agents else stamped(payload)),
-                                           STALLED_WRITE_S)
-                except asyncio.TimeoutError:
-                    self.stuck += 1
-                    route["via"], route["moving"] = None, True   # connect again: to the collector directly
-                    return
+                await call.write(payload if self.args.old_agents else stamped(payload))
                 self.phase[node] = f"{where}: reporting"
                 if node == 0:   # the prober: how long its writes wait (a blocked stream shows here)
                     self.probe_write_s = max(self.probe_write_s, time.monotonic() - began)
@@ -423,7 +416,7 @@ class RelayLoad:
         self.address, self.args = address, args
         self.metadata = ((TOKEN_KEY, token),)
         self.world = args.agents * RANKS_PER_AGENT
-        self.sent = self.connected = self.relayed = self.paced = self.stuck = self.failed = 0
+        self.sent = self.connected = self.relayed = self.paced = self.failed = 0
         self.errors: list[str] = []
         self.stall_since: float | None = None
         self.dump_at: float | None = None
@@ -555,7 +548,7 @@ async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
     await load.close()
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
-                stuck=load.stuck, failed=load.failed)
+                failed=load.failed)
 
 
 def relay_cpu_seconds() -> tuple[float, int]:
@@ -585,13 +578,12 @@ class Drivers:
         ctx = multiprocessing.get_context("spawn")   # no gRPC state crosses a fork
         n = args.drivers
         self._sent, self._conn, self._err = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
-        self._paced, self._relayed, self._stuck = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
-        self._failed = ctx.Array("q", n)
+        self._paced, self._relayed, self._failed = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
         self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
         self._first = ctx.Queue()
         cuts = [args.agents * i // n for i in range(n + 1)]
         shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced,
-                  self._relayed, self._stuck, self._failed)
+                  self._relayed, self._failed)
         self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
                                   daemon=True) for i in range(n)]
         self.stop = self._stop
@@ -601,7 +593,6 @@ class Drivers:
     connected = property(lambda self: sum(self._conn[:]))
     paced = property(lambda self: sum(self._paced[:]))
     relayed = property(lambda self: sum(self._relayed[:]))
-    stuck = property(lambda self: sum(self._stuck[:]))
     failed = property(lambda self: sum(self._failed[:]))
     dump_at = property(lambda self: self._dump.value or None)
 
@@ -627,12 +618,12 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
-    sent, conn, err, stall, dump, stop, first, paced, relayed, stuck, failed = shared
+    sent, conn, err, stall, dump, stop, first, paced, relayed, failed = shared
     tasks = load.tasks(lo, hi)
 
     def publish():
         sent[index], conn[index], err[index], paced[index] = load.sent, load.connected, len(load.errors), load.paced
-        relayed[index], stuck[index], failed[index] = load.relayed, load.stuck, load.failed
+        relayed[index], failed[index] = load.relayed, load.failed
         if load.dump_at is not None and not dump.value:
             dump.value = load.dump_at
         if load.errors and err[index] == 1:
@@ -665,7 +656,7 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
         await asyncio.to_thread(p.join, 90)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
-                stuck=load.stuck, failed=load.failed)
+                failed=load.failed)
 
 
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
@@ -736,8 +727,6 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
     print(f"  connected           {m['connected']} of {args.agents} agents' streams served within "
           f"{m['connect_s']:.1f} s of the first" + (f", {m['relayed']} through their relay" if args.nodes_per_relay
                                                      else "")
-          + (f"; {m['stuck']} stream(s) took no report for {STALLED_WRITE_S:g} s and were opened again"
-             if m["stuck"] else "")
           + (f"; {m['failed']} stream(s) ended under their agent, which connected again" if m["failed"] else ""))
     got = ingested_rate(seen["stats"], m["t0"], m["t1"]) or 0.0
     print(f"  sent by the agents  {rate:8.0f} node-reports/s")

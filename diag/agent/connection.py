@@ -117,7 +117,7 @@ class Connection:
             if self._via_channel is None:
                 self._via_channel = grpc.insecure_channel(via)
             stub = pb_grpc.CollectorStub(self._via_channel)
-        self._given_at = None
+        self._given_at, self._stalled = None, False
         call = stub.Connect(self._reports(ended), metadata=self._metadata)
         with self._call_lock:
             self._call = call

@@ -60,17 +60,17 @@ class RelayBoard:
         later than ASK_AGAIN_S, as in a 12,500-agent connection storm) would
         otherwise keep two relays, each sending its batches: 563 links for
         391 groups on the device host. The second is refused and exits."""
-        group_text, _, address = relay_of.partition("@")
-        serving = self._relays.get(int(group_text)) if group_text.isdigit() else None
-        return serving if serving is not None and serving != address else None
+        parsed = _parse(relay_of)
+        serving = self._relays.get(parsed[0]) if parsed is not None else None
+        return serving if serving is not None and serving != parsed[1] else None
 
     def link(self, relay_of: str) -> tuple[int, str] | None:
         """A relay linked with ``GROUP@HOST:PORT``; (group, address), or None
         when that is malformed (the link is refused)."""
-        group_text, sep, address = relay_of.partition("@")
-        if not sep or not group_text.isdigit() or ":" not in address:
+        parsed = _parse(relay_of)
+        if parsed is None:
             return None
-        group = int(group_text)
+        group, address = parsed
         if group not in self._relays:
             self.linked += 1
             log.info("relay of nodes %d-%d linked: %s", *self._span(group), address)
@@ -89,3 +89,11 @@ class RelayBoard:
 
     def _span(self, group: int) -> tuple[int, int]:
         return group * self.nodes, (group + 1) * self.nodes - 1
+
+
+def _parse(relay_of: str) -> tuple[int, str] | None:
+    """``GROUP@HOST:PORT`` -> (group, HOST:PORT), or None when malformed."""
+    group_text, sep, address = relay_of.partition("@")
+    if not sep or not group_text.isdigit() or ":" not in address:
+        return None
+    return int(group_text), address

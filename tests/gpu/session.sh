@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh cpu12500|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -35,8 +35,10 @@
 # at 2 ranks over NVLink P2P and over the socket transport (where NCCL's proxy carries every channel).
 # x2linkhang: only x2link's acceptance test (the link tables before the drop and at the HANG kept in link/).
 # cpu12500: issue 21 on the device host's 16 cores (no GPU used): 12,500 agents
-# through 391 real report relays (--nodes-per-relay 32), the same with the
-# relays simulated (the collector's side alone), and the declaring tick in-process.
+# through 391 real report relays (--nodes-per-relay 32, with the listen-queue
+# counters before and after), the same with the relays simulated (the
+# collector's side alone), and the declaring tick in-process.
+# cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
@@ -57,6 +59,8 @@ trap finish EXIT
   python3 -c "import torch,grpc,google.protobuf as p;print('torch',torch.__version__,'nccl',torch.cuda.nccl.version(),'grpc',grpc.__version__,'protobuf',p.__version__)"
 } > $R/machine.txt 2>&1
 make -s -C kernel_hook > $R/build.log 2>&1 || { echo "hook build failed"; cat $R/build.log; }
+# the kernel's listen-queue counters (a connection storm that overflowed them shows here)
+listen_drops() { awk '/^TcpExt:/{if(!h){split($0,k);h=1}else{split($0,v);for(i=2;i<=length(k);i++) if(k[i]~/Listen|SynRetrans|TCPReqQFull/) printf "%s=%s ",k[i],v[i]; print ""}}' /proc/net/netstat; }
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "exit $?" | tee -a "$R/$name.log"; tail -n 5 "$R/$name.log"; }
 case $label in
   x1) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
@@ -75,9 +79,16 @@ case $label in
       LINK_GPU_OUT=$R/link run link_gpu 280 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_link_gpu.py
       run link_step_pairs 110 python3 bench/link_step_pairs.py --nproc 2 --pairs 80 --out $R/link_step_pairs.json
       run link_step_pairs_socket 140 python3 bench/link_step_pairs.py --nproc 2 --pairs 120 --transport socket --out $R/link_step_pairs_socket.json ;;
-  cpu12500) run relays_12500 290 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_12500_collector.log
+  cpu12500) listen_drops > $R/listen_drops.txt
+      run relays_12500 290 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_12500_collector.log
+      listen_drops >> $R/listen_drops.txt; cat $R/listen_drops.txt
       run relays_12500_simulated 170 python3 bench/collector_ingest.py --agents 12500 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --simulated-relays --collector-log $R/relays_12500_simulated_collector.log
       run collector_tick_12500 100 python3 bench/collector_tick.py --agents 12500 --stall one ;;
+  cpu12500prof) python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
+      bench=$!   # the window starts once every agent is relayed and the storm's OVERLOAD is over (60-70 s in)
+      for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
+      sleep 75; py-spy record -p $pid -d 25 -r 100 --gil --nonblocking --format raw -o $R/collector_gil.txt > $R/spy.log 2>&1
+      wait $bench; grep -v '^  driver\|relay: ingest\|relay of nodes' $R/relays.log | head -24 ;;
   x1recover) run recover_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_gpu.py
       run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --out $R/ckpt_snapshot.json
       run ckpt_snapshot_b16 240 python3 bench/ckpt_snapshot.py --cuda --batch 16 --out $R/ckpt_snapshot_b16.json ;;
