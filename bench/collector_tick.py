@@ -9,7 +9,10 @@ sends them, young ops in flight as a training job's ranks mostly have):
 * the tick that declares a hang, by part: the rules with the divergence
   analysis, hang.json's document, the write. ``--stall one`` stalls one node
   (the rest idle: every other rank is explained as "not in any collective"),
-  ``--stall all`` every rank but one (a job-wide hang).
+  ``--stall all`` every rank but one (a job-wide hang), ``--stall behind``
+  one node while every other rank is a seq behind, never having entered its
+  collective (what bench/collector_ingest.py sends: each of those ranks is
+  explained, the heaviest line to build).
 
     .venv/bin/python bench/collector_tick.py --agents 12500
 """
@@ -37,16 +40,16 @@ from diag.pb import collector_pb2 as pb  # noqa: E402
 TIMEOUT_S = 10.0
 
 
-def report(node: int, world: int, stalled_s: float | None) -> pb.NodeReport:
+def report(node: int, world: int, stalled_s: float | None, started: int = 101) -> pb.NodeReport:
     ranks = []
     for local in range(8):
         rank = node * 8 + local
         r = pb.RankProgress(rank=rank, local_rank=local, world_size=world, pid=10000 + rank, alive=True,
                             last_op="all_reduce")
-        r.comms.add(comm_id=0, last_started_seq=101, last_completed_seq=100, comm_size=world,
+        r.comms.add(comm_id=0, last_started_seq=started, last_completed_seq=100, comm_size=world,
                     lane=pb.OP_KIND_COLLECTIVE, group_name="default")
         age = stalled_s if stalled_s is not None else 0.002
-        if not (stalled_s is not None and rank == 3):   # rank 3: not in the collective
+        if not (stalled_s is not None and rank == 3) and started > 100:   # rank 3: not in the collective
             r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,
                                                       seq=101, age_ns=int(age * 1e9)))
         ranks.append(r)
@@ -94,7 +97,7 @@ def best(fn, n: int = 3) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", type=int, default=2000)
-    p.add_argument("--stall", choices=("one", "all"), default="all")
+    p.add_argument("--stall", choices=("one", "all", "behind"), default="all")
     args = p.parse_args(argv)
     world, now = args.agents * 8, 1000.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +107,8 @@ def main(argv=None) -> int:
         marks: dict[str, float] = {}
         watchdog = Watchdog(config, state, registry, EventStore(config), out=_Marked(marks))
         _mark_calls(registry, marks)
-        reports = [report(node, world, None) for node in range(args.agents)]
+        started = 100 if args.stall == "behind" else 101
+        reports = [report(node, world, None, started) for node in range(args.agents)]
         for r in reports:   # the first round fills the dicts; time the steady state
             state.ingest(r, now - 1)
         t = time.perf_counter()

@@ -7,6 +7,8 @@ Pure data, no behaviour beyond a few derived views. ``rules.analyse`` makes a
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 
 KIND_NAMES = {0: "unspecified", 1: "kernel", 2: "gemm", 3: "collective", 4: "p2p", 5: "host_func"}
 KIND_COLLECTIVE = 3
@@ -36,12 +38,13 @@ class HungGroup:
     max_age_s: float
 
 
-@dataclasses.dataclass(frozen=True)
-class Suspect:
+class Suspect(typing.NamedTuple):
     """A rank that is not waiting with the others; usually the culprit.
 
     ``reason`` is a short phrase ("not in any collective", "never entered
     all_reduce (group 0, seq 41)", "agent silent for 7.0 s", "never reported").
+    A named tuple, as NeverEntered: a hang at 100,000 ranks makes one per
+    rank before its line, at half a frozen dataclass's cost.
     """
 
     rank: int
@@ -50,8 +53,7 @@ class Suspect:
     idle_s: float | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class NeverEntered:
+class NeverEntered(typing.NamedTuple):
     """A member of a hung collective's group whose seq is behind it."""
 
     rank: int
@@ -199,10 +201,12 @@ class Findings:
     def silent_ranks(self) -> list[int]:
         return sorted({r for a in self.silent_agents for r in a.ranks})
 
-    @property
+    @functools.cached_property
     def culprits(self) -> list[int]:
         """Ranks the others wait for: suspects, ranks behind in seq, silent or
-        never-reporting ranks. Empty when every rank waits in the same op."""
+        never-reporting ranks. Empty when every rank waits in the same op.
+        Worked out once: the line, hang.json and the GPU clause each read it
+        (100,000 ranks when the rest of a job never entered the op)."""
         ranks = {s.rank for s in self.suspects} | {n.rank for n in self.never_entered}
         ranks |= {r for m in self.mismatches for r in m.culprits}
         if self.hung:

@@ -39,8 +39,9 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8, 
                    ) -> tuple[tuple[Mismatch, ...], tuple[GroupLabel, ...], tuple[StuckAt, ...]]:
     """Mismatch findings, labels and stuck seqs for the hung comm ops' groups
     (at most ``limit`` groups, largest first, as the rules explain them).
-    ``members_out``: filled with (comm_id, lane) -> the live members as
-    (rank, CommProgress or None), by rank, for the rules to reuse."""
+    ``members_out``: filled with (comm_id, lane) -> {rank: the last seq it
+    started} of the live members, by rank, for the rules to reuse (0 for a
+    member of the default group that has not used it yet)."""
     mismatches, labels, stuck, seen = [], [], [], set()
     for group in hung:
         op = group.op
@@ -50,15 +51,17 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8, 
         known = next((g for g in labels if g.comm_id == op.comm_id), None)
         scanned, members = _scan(snap, op.comm_id, op.kind, known is None)   # one pass over the ranks
         label = known or scanned
-        if members_out is not None:
-            members_out[(op.comm_id, op.kind)] = members
         if label is not None and label not in labels:
             labels.append(label)
         if not members:
+            if members_out is not None:
+                members_out[(op.comm_id, op.kind)] = {}
             continue
         name = label.name if label is not None else ""
-        found, at, started = _compare(members, op.comm_id, op.kind, name, op.seq)
-        at_name = _name_at(members, at) or op.name
+        found, at, started, windowed = _compare(members, op.comm_id, op.kind, name, op.seq)
+        if members_out is not None:
+            members_out[(op.comm_id, op.kind)] = started
+        at_name = _name_at(windowed, at) or op.name
         # Each hung op of this lane whose ranks all started the stuck seq is
         # that op (its own seq is a burst's first); the others are their own.
         for other in hung:
@@ -70,13 +73,13 @@ def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8, 
     return tuple(mismatches), tuple(labels), tuple(stuck)
 
 
-def _name_at(members, seq: int) -> str | None:
-    """The op name a member's fingerprints give for ``seq``, if any."""
-    for _, comm in members:
-        if comm is not None and comm.HasField("recent"):
-            i = seq - comm.recent.first_seq
-            if 0 <= i < len(comm.recent.ops):
-                return comm.recent.ops[i].name
+def _name_at(windowed, seq: int) -> str | None:
+    """The op name a member's fingerprints give for ``seq``, if any
+    (``windowed``: the members that sent fingerprints)."""
+    for _, comm in windowed:
+        i = seq - comm.recent.first_seq
+        if 0 <= i < len(comm.recent.ops):
+            return comm.recent.ops[i].name
     return None
 
 
@@ -120,11 +123,15 @@ def _scan(snap: Snapshot, comm_id: int, lane: int, want_label: bool) -> tuple[Gr
     return label, out
 
 
-def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tuple[Mismatch | None, int, dict]:
-    """(the mismatch or None, the stuck seq, rank -> last started seq)."""
-    # One pass over the members' comms (each field read costs at 100,000 ranks).
-    started, sizes, completed = {}, set(), 0
-    for r, c in members:
+def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int
+             ) -> tuple[Mismatch | None, int, dict, list]:
+    """(the mismatch or None, the stuck seq, rank -> last started seq, the
+    members that sent fingerprints)."""
+    # One pass over the members' comms (each field read costs at 100,000
+    # ranks); only the members with fingerprints are read again.
+    started, sizes, completed, windowed = {}, set(), 0, []
+    for member in members:
+        r, c = member
         if c is None:
             started[r] = 0
             continue
@@ -133,8 +140,10 @@ def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tupl
         done = c.last_completed_seq
         if done > completed:
             completed = done
+        if c.HasField("recent"):
+            windowed.append(member)
     ranks = tuple(started)
-    diverged, variants = _first_difference(members, min(started.values()))
+    diverged, variants = _first_difference(windowed, min(started.values()))
     stuck = hung_seq
     # "An op completes on all members or on none" holds for a group whose
     # members agree: not past a divergence (a mismatched op may complete on
@@ -147,23 +156,22 @@ def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int) -> tupl
         low = min(entered)
         ahead = tuple(Ahead(r, s, s - low) for r, s in sorted(started.items()) if s > low)
     if diverged is None and not ahead:
-        return None, stuck, started
+        return None, stuck, started, windowed
     minority, tie = _minority(variants)
     found = Mismatch(comm_id, lane, name, ranks, stuck, diverged, variants, minority, tie, ahead)
-    return _with_summary(found), stuck, started
+    return _with_summary(found), stuck, started, windowed
 
 
-def _first_difference(members, upto: int) -> tuple[int | None, tuple[Variant, ...]]:
+def _first_difference(windowed, upto: int) -> tuple[int | None, tuple[Variant, ...]]:
     """The first seq <= ``upto`` (every member started it) at which the
-    members' fingerprints differ, and the variants there.
+    fingerprints of the members that sent them (``windowed``) differ, and
+    the variants there.
 
     Members whose windows serialize alike have the same history: they are
     compared once, as a class. After a hang nearly all members of a group
     stopped at the same seq, so there are a few classes, not thousands."""
     classes: dict[bytes, list] = {}
-    for rank, comm in members:
-        if comm is None or not comm.HasField("recent"):
-            continue
+    for rank, comm in windowed:
         window = comm.recent
         entry = classes.get(key := window.SerializeToString())
         if entry is None:

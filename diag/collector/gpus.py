@@ -136,8 +136,10 @@ def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultl
         entry = snap.ranks.get(rank)
         if entry is None or not entry.progress.HasField("gpu"):
             continue
-        if rank not in culprits and not entry.progress.gpu.events:
-            continue   # nothing to say of it: skip reading its GPU (every rank, when every rank waits)
+        if not entry.progress.gpu.events and (rank not in culprits or len(clauses) >= MAX_NAMED):
+            # Nothing to say of it: skip reading its GPU (every rank when
+            # every rank waits; 100,000 culprits when the rest never entered).
+            continue
         health = wire.rank_health(entry.progress)
         if health is None or not health.identity.known:
             continue

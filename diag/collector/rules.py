@@ -19,6 +19,7 @@ rule with a fake clock.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from diag.collector.api import (KIND_COLLECTIVE, Findings, HungGroup, NeverEntered, OpKey, SilentAgent,
                                 Suspect)
@@ -130,8 +131,9 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
     rank is a member if it reports progress on that comm id. A rank hung in
     another op (say an earlier collective) can still be one that never
     entered this one. Silent ranks are skipped: their seq is stale.
-    ``members``: (comm_id, lane) -> live members as (rank, CommProgress or
-    None), where the divergence pass found them (the same ranks this reads).
+    ``members``: (comm_id, lane) -> {rank: last started seq} of the live
+    members, where the divergence pass found them (the same ranks and seqs
+    this reads: at 100,000 ranks not read twice).
     """
     out: dict[int, NeverEntered] = {}
     for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
@@ -141,43 +143,57 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
         seq = max(group.op.seq, stuck.get((comm_id, group.op.kind), 0))
         op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
         known = (members or {}).get((comm_id, KIND_COLLECTIVE))
-        for rank, comm in known if known is not None else _live_members(snap, comm_id):
-            if rank in in_group or rank in out or rank in silent:
-                continue
-            started = comm.last_started_seq if comm is not None else (0 if comm_id == 0 else None)
-            if started is not None and started < seq:
+        for rank, started in known.items() if known is not None else _live_started(snap, comm_id):
+            if started < seq and rank not in in_group and rank not in out and rank not in silent:
                 out[rank] = NeverEntered(rank, op, started)
     return tuple(out[r] for r in sorted(out))
 
 
-def _live_members(snap: Snapshot, comm_id: int):
-    """(rank, its collective lane of ``comm_id`` or None) of the live ranks in the world."""
+def _live_started(snap: Snapshot, comm_id: int):
+    """(rank, the last seq it started on the collective lane of ``comm_id``)
+    of its live members in the world: every live rank is one of the default
+    group, at 0 before its first op there."""
     for rank, entry in snap.ranks.items():
         if rank < snap.world_size and entry.progress.alive:
-            yield rank, comm_lane(entry.progress, comm_id, KIND_COLLECTIVE)
+            comm = comm_lane(entry.progress, comm_id, KIND_COLLECTIVE)
+            if comm is not None:
+                yield rank, comm.last_started_seq
+            elif comm_id == 0:
+                yield rank, 0
 
 
 def _suspects(snap: Snapshot, skip: set[int], never: tuple[NeverEntered, ...],
               silent: tuple[SilentAgent, ...], names: dict[int, str]) -> tuple[Suspect, ...]:
+    # Before the HANG line, and one per rank where the rest of a 100,000-rank
+    # job never entered the op: sorted once at the end, each reason made once.
     out = []
-    now = snap.now
-    for rank, entry in sorted(snap.ranks.items()):
-        p = entry.progress
-        if rank in skip or rank >= snap.world_size or (p.alive and p.HasField("oldest_in_flight")):
+    now, world = snap.now, snap.world_size
+    for rank, entry in snap.ranks.items():
+        if rank in skip or rank >= world:
             continue
-        idle_s = p.idle_ns * 1e-9 + (now - entry.received)
-        out.append(Suspect(rank, NOT_IN_ANY if p.alive else EXITED, p.last_op or None, idle_s))
+        p = entry.progress
+        alive = p.alive
+        if alive and p.HasField("oldest_in_flight"):
+            continue
+        out.append(Suspect(rank, NOT_IN_ANY if alive else EXITED, p.last_op or None,
+                           p.idle_ns * 1e-9 + (now - entry.received)))
     idle = {s.rank for s in out}
+    reasons: dict[OpKey, str] = {}
     for n in never:
         if n.rank not in idle:
-            group = names.get(n.op.comm_id, n.op.comm_id)
-            out.append(Suspect(n.rank, f"never entered {n.op.name} (group {group}, seq {n.op.seq})",
-                               snap.ranks[n.rank].progress.last_op or None))
+            reason = reasons.get(n.op)
+            if reason is None:
+                group = names.get(n.op.comm_id, n.op.comm_id)
+                reason = reasons[n.op] = f"never entered {n.op.name} (group {group}, seq {n.op.seq})"
+            out.append(Suspect(n.rank, reason, snap.ranks[n.rank].progress.last_op or None))
     for agent in silent:
         for rank in agent.ranks:
             out.append(Suspect(rank, f"agent on node {agent.node_rank} silent for {agent.silent_for_s:.1f} s"))
-    out.sort(key=lambda s: s.rank)
+    out.sort(key=_RANK)
     return tuple(out)
+
+
+_RANK = operator.itemgetter(0)
 
 
 class HangDetector:

@@ -61,12 +61,16 @@ def _explain(findings: Findings) -> list[str]:
     """Suspect clauses, ranks grouped by reason so the line stays short."""
     by_reason: dict[str, list[int]] = {}
     behind = {n.rank: n for n in findings.never_entered}
+    where: dict[tuple[int, int], str] = {}   # (seq, group) -> the reason: made once, not once a rank
     for s in findings.suspects:
         reason = s.reason
         if reason == NOT_IN_ANY and s.rank in behind:
             n = behind[s.rank]
-            label = findings.label(n.op.comm_id)
-            reason = f"{NOT_IN_ANY} (at seq {n.last_started_seq} on group {label.short() if label else n.op.comm_id})"
+            reason = where.get(key := (n.last_started_seq, n.op.comm_id))
+            if reason is None:
+                label = findings.label(n.op.comm_id)
+                reason = where[key] = (f"{NOT_IN_ANY} (at seq {n.last_started_seq} on group "
+                                       f"{label.short() if label else n.op.comm_id})")
         elif reason.startswith("agent on node"):
             reason = "silent (agent stopped reporting)"
         by_reason.setdefault(reason, []).append(s.rank)
@@ -127,8 +131,9 @@ def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_
 def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: str, event_dir: str,
                   declared_unix: float, timeout_s: float, rows: bool = True) -> dict[str, Any]:
     """hang.json (docs/event-dir.md, version 1) minus "dumps", which the event
-    store fills in as the stack files arrive. ``rows=False``: "ranks" is None,
-    for :func:`rank_rows` to fill in later (at 100,000 ranks the rows cost a
+    store fills in as the stack files arrive. ``rows=False``: "ranks",
+    "suspects" and "never_entered" are None, for :func:`rank_rows` and
+    :func:`rank_sections` to fill in later (at 100,000 ranks the rows cost a
     second the HANG line must not wait for: the line needs none of them)."""
     link = links.find(findings, snap)   # empty unless every member waits at one seq and sent link data
     return {
@@ -143,16 +148,27 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "hung_ranks": findings.hung_ranks,
         "hung_ops": [_hung_op(g, findings) for g in findings.hung],
         "culprits": findings.culprits,
-        "suspects": [{"rank": s.rank, "reason": s.reason, "last_op": s.last_op,
-                      "idle_s": None if s.idle_s is None else round(s.idle_s, 3)} for s in findings.suspects],
-        "never_entered": [{"rank": n.rank, "op": n.op.name, "comm_id": n.op.comm_id, "seq": n.op.seq,
-                           "last_started_seq": n.last_started_seq} for n in findings.never_entered],
+        **(rank_sections(findings) if rows else dict.fromkeys(RANK_SECTIONS)),
         "groups": [{"comm_id": g.comm_id, "name": g.name or None, "ranks": g.ranks} for g in findings.groups],
         "mismatch": mismatch_section(findings.mismatches),
         "silent_ranks": findings.silent_ranks,
         "missing_ranks": list(findings.missing_ranks),
         "link": link_analysis.document(link) if link else None,
         "ranks": rank_rows(findings, snap) if rows else None,
+    }
+
+
+RANK_SECTIONS = ("suspects", "never_entered")
+
+
+def rank_sections(findings: Findings) -> dict[str, list[dict[str, Any]]]:
+    """hang.json's "suspects" and "never_entered": a row each, 100,000 of them
+    when the rest of a job never entered the op, so built after the line."""
+    return {
+        "suspects": [{"rank": s.rank, "reason": s.reason, "last_op": s.last_op,
+                      "idle_s": None if s.idle_s is None else round(s.idle_s, 3)} for s in findings.suspects],
+        "never_entered": [{"rank": n.rank, "op": n.op.name, "comm_id": n.op.comm_id, "seq": n.op.seq,
+                           "last_started_seq": n.last_started_seq} for n in findings.never_entered],
     }
 
 

@@ -79,6 +79,7 @@ class Watchdog:
         self._side: threading.Thread | None = None   # the perf path's pass, when one runs
         self._holding = False   # a declaring tick judges: the perf path's pass waits
         self._line_at = float("-inf")   # when the last HANG line was said (the slow-tick warning)
+        self._line_cpu = 0.0            # ... and the watchdog thread's CPU time then
         self._expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
         self._deferred: list = []   # a declaration's work the HANG line does not need: after the hold
@@ -102,12 +103,15 @@ class Watchdog:
     def _loop(self) -> None:
         said = float("-inf")
         while not self._stop.wait(self._config.eval_interval_s):
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.thread_time()
             self._no_throw(self.tick, "evaluating the hang rules")
             took = time.monotonic() - began
             if took > SLOW_TICK_S and began - said > 60:   # the HANG path itself is late: say so, at most once a minute
                 said = began
-                line = (f"; its HANG line {self._line_at - began:.1f} s into it" if self._line_at >= began else "")
+                # Its own CPU up to the line against the wall time tells a
+                # tick that waited for the GIL from one that had too much to do.
+                line = (f"; its HANG line {self._line_at - began:.1f} s into it, {self._line_cpu - cpu:.1f} s of "
+                        f"it on this thread's CPU" if self._line_at >= began else "")
                 log.warning("a watchdog tick took %.1f s (%d agents, %d ranks; %.1f s behind%s)", took,
                             *self._state.size, self.pacer.lag_s, line)
 
@@ -282,7 +286,7 @@ class Watchdog:
         if self.timelines is not None:   # the agents answer it on a thread of its own
             self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
         self._say(doc["verdict"])
-        self._line_at = time.monotonic()
+        self._line_at, self._line_cpu = time.monotonic(), time.thread_time()
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)
         self._deferred.append((lambda: self._write_document(event, doc, findings, snap), "writing hang.json"))
 
@@ -290,6 +294,7 @@ class Watchdog:
     def _write_document(event: HangEvent, doc: dict, findings, snap: Snapshot) -> None:
         """hang.json's per-rank rows and their GPUs, then the file (temp + rename)."""
         try:
+            doc.update(verdict.rank_sections(findings))
             rows = verdict.rank_rows(findings, snap)
             gpus.annotate_rows(rows, snap)
             doc["ranks"] = rows

@@ -48,7 +48,7 @@ def test_the_line_and_faults_json_need_no_rows_and_the_rows_come_after(tmp_path,
     first.mkdir()
     _, full = _document(snap, str(whole), rows=True)
     findings, early = _document(snap, str(first), rows=False)
-    assert early["ranks"] is None
+    assert early["ranks"] is None and early["suspects"] is None and early["never_entered"] is None
     # the GPU clause comes from the snapshot's ranks when no rank is blamed
     assert "rank 2's gpu 0000:42:00.0" in early["verdict"] and "XID 79" in early["verdict"]
     assert early["verdict"] == full["verdict"].replace(str(whole), str(first))
@@ -60,6 +60,30 @@ def test_the_line_and_faults_json_need_no_rows_and_the_rows_come_after(tmp_path,
     rows = verdict.rank_rows(findings, snap)
     gpus.annotate_rows(rows, snap)
     assert rows == full["ranks"] and [r["gpu"]["pci_bus_id"] for r in rows] == [f"0000:4{r}:00.0" for r in range(4)]
+
+
+def test_ranks_that_never_entered_are_in_the_line_and_their_rows_come_after(tmp_path):
+    """Ranks 2-7 a seq behind, rank 1 not in any collective, rank 0 hung:
+    the line from a document without its per-rank sections is the whole
+    document's, and the sections built after it are the whole one's."""
+    progress = [rank_progress(0, 8, op=ALL_REDUCE, age_s=12.0, seq=5, started=5, completed=4),
+                rank_progress(1, 8, started=5, completed=5, idle_s=3.0)]
+    progress += [rank_progress(r, 8, started=4, completed=4, idle_s=1.0, last_op="broadcast") for r in range(2, 8)]
+    state = JobState()
+    state.ingest(node_report(0, progress[:4]), T0)
+    state.ingest(node_report(1, progress[4:]), T0)
+    snap = state.snapshot(T0)
+    findings, early = _document(snap, str(tmp_path), rows=False)
+    _, full = _document(snap, str(tmp_path), rows=True)
+    assert early["verdict"] == full["verdict"]
+    assert ('ranks 2-7 not in any collective (at seq 4 on group "default")' in early["verdict"]
+            and "rank 1 not in any collective" in early["verdict"])
+    assert all(early[k] is None for k in verdict.RANK_SECTIONS)
+    sections = verdict.rank_sections(findings)
+    assert sections == {k: full[k] for k in verdict.RANK_SECTIONS}
+    assert [n["rank"] for n in sections["never_entered"]] == list(range(2, 8))
+    assert [(s["rank"], s["last_op"]) for s in sections["suspects"]] == [(1, "all_reduce")] + [
+        (r, "broadcast") for r in range(2, 8)]
 
 
 def test_the_declaring_thread_keeps_the_gil_longer_only_while_ingest_holds():
