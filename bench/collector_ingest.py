@@ -94,7 +94,33 @@ def parse_args(argv):
                         "load, and print the collector's CPU per report against that floor")
     p.add_argument("--collector-tree", default=None,
                    help="run the collector from this source tree (e.g. an older release unpacked with git archive)")
+    p.add_argument("--collector-cores", type=int, default=0,
+                   help="give the collector this many physical cores of its own (each with its SMT siblings) and "
+                        "the drivers and relays the rest: on one host the simulated fleet otherwise competes with "
+                        "the collector it measures, which on a real job runs on other nodes")
     return p.parse_args(argv)
+
+
+def split_cpus(cores: int) -> tuple[set[int], set[int]] | None:
+    """(the collector's CPUs, the fleet's): the first ``cores`` physical cores
+    with their SMT siblings, and every other CPU this process may use."""
+    if cores <= 0:
+        return None
+    allowed = os.sched_getaffinity(0)
+    by_core: dict[tuple[str, str], set[int]] = {}
+    for cpu in sorted(allowed):
+        topo = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(topo + "physical_package_id") as f, open(topo + "core_id") as g:
+                core = (f.read().strip(), g.read().strip())
+        except OSError:
+            core = (str(cpu), "")
+        by_core.setdefault(core, set()).add(cpu)
+    mine = set().union(*list(by_core.values())[:cores])
+    rest = allowed - mine
+    if not rest:
+        raise SystemExit(f"--collector-cores {cores}: this host has no CPU left for the agents; use fewer")
+    return mine, rest
 
 
 def raise_fd_limit() -> int:
@@ -173,9 +199,20 @@ def start_collector(workdir: str, token: str, args, floor: bool = False) -> tupl
         cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpc_floor_server.py"),
                "--address-file", addr_file, "--max-agents", str(args.agents + 16)]
     env = {**os.environ, envnames.JOB_TOKEN: token}
+    split = split_cpus(args.collector_cores)
+
+    def set_up():
+        raise_fd_limit()
+        if split:
+            os.sched_setaffinity(0, split[0])
+
+    if split:   # the fleet (this process, its drivers, their relays) keeps off the collector's cores
+        os.sched_setaffinity(0, split[1])
+        print(f"  cpus                collector on {sorted(split[0])}, the agents and relays on the other "
+              f"{len(split[1])}", flush=True)
     if args.collector_tree:
         env["PYTHONPATH"] = os.path.abspath(args.collector_tree)
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=raise_fd_limit,
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=set_up,
                             cwd=os.path.abspath(args.collector_tree) if args.collector_tree else None)
     seen: dict = {"lines": [], "timed": []}
 
