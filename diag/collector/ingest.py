@@ -59,6 +59,9 @@ BATCH_S = 0.005
 # gRPC takes it), so a judge that falls behind never makes this process
 # buffer without bound; the judge sees the wait as report lag (pace.py).
 MAX_PENDING = 2048
+# SIGTERM (an agent stopping its relay, the collector its ingest processes):
+# what waits goes up and the link ends cleanly within this, else it is cut.
+DRAIN_S = 2.0
 
 
 class _Stream:
@@ -84,6 +87,7 @@ class Ingest:
         self._room.set()
         self._link: grpc.aio.Channel | None = None
         self._codes = {code.value[0]: code for code in grpc.StatusCode}
+        self._draining = False
 
     # -- the agents' side -----------------------------------------------------
     async def connect(self, request_iterator, context):
@@ -136,6 +140,14 @@ class Ingest:
                 await context.abort(exc.code(), exc.details() or "")
         return grpc.unary_unary_rpc_method_handler(call)
 
+    def drain(self) -> None:
+        """Send what waits up now, end the link and return: a relay stopped
+        with its agent would otherwise lose up to a batch window of its
+        group's reports (the last ones, which a job's end is judged on)."""
+        self._draining = True
+        self._urgent.set()
+        self._kick.set()
+
     # -- the judge's side ---------------------------------------------------
     async def relay(self, link_address: str, relay_of: str | None = None) -> None:
         """Until the link ends: reports up, commands down. ``relay_of``:
@@ -155,7 +167,7 @@ class Ingest:
                 self._kick.clear()
                 if down.done():
                     break
-                if not self._urgent.is_set():
+                if not self._urgent.is_set() and not self._draining:
                     try:   # the batch window, cut short by a report that may be a hang's
                         await asyncio.wait_for(self._urgent.wait(), self._batch_s)
                     except asyncio.TimeoutError:
@@ -167,6 +179,9 @@ class Ingest:
                            for sid, data, at in up]
                 await call.write(ipb.RelayUp(reports=reports, closed=closed))
                 self._room.set()
+                if self._draining and not self._up:   # what came in during this write goes up first
+                    await call.done_writing()
+                    break
         except grpc.aio.AioRpcError as exc:
             ended = exc
         finally:
@@ -213,8 +228,12 @@ async def serve(args) -> int:
     if args.group is not None:   # a report relay: the collector sends its group here
         relay_of = f"{args.group}@{_host(args.listen)}:{port}"
     relay = asyncio.ensure_future(ingest.relay(args.link, relay_of))
+    def stop() -> None:
+        ingest.drain()
+        loop.call_later(DRAIN_S, relay.cancel)   # a link that takes nothing more is cut
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, relay.cancel)
+        loop.add_signal_handler(sig, stop)
     try:
         await relay
     except asyncio.CancelledError:

@@ -167,6 +167,46 @@ def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
         server.stop(grace=0).wait(5)
 
 
+def test_a_relay_stopped_sends_what_it_holds_before_it_exits(tmp_path):
+    """SIGTERM (its agent stopping) in the middle of a 30 s batch window: the
+    reports it holds reach the collector, the link ends cleanly (no warning)
+    and the relay exits 0 well within the window."""
+    from tests.collector.fakes import FakeAgent, node_report, rank_progress
+    server, port = create_server("127.0.0.1:0", Config(
+        job_id="job1", token=TOKEN, timeline_path=str(tmp_path / "timeline"), hang_timeout_s=60.0,
+        eval_interval_s=0.1, nodes_per_relay=2))
+    server.start()
+    port_file = tmp_path / "relay.port"
+    relay = subprocess.Popen([sys.executable, "-m", "diag.collector.ingest", "--listen", "127.0.0.1:0",
+                              "--link", f"127.0.0.1:{port}", "--group", "0", "--max-agents", "2",
+                              "--max-dump-bytes", str(1 << 20), "--batch-s", "30", "--urgent-s", "1",
+                              "--port-file", str(port_file), "--parent-pid", str(os.getpid())],
+                             env={**os.environ, "XPU_TIMER_JOB_TOKEN": TOKEN}, stderr=subprocess.PIPE, text=True)
+    agents = []
+    try:
+        wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
+        for node in range(2):
+            agents.append(FakeAgent(f"127.0.0.1:{port_file.read_text()}", TOKEN))
+            agents[-1].send(node_report(node, [rank_progress(node, 2, started=5, completed=5)], seq=1))
+        agents[0].send(node_report(0, [rank_progress(0, 2, started=6, completed=6)], seq=2))
+        time.sleep(1.0)   # the relay has read them, and holds them for its window
+        assert server.state.reports == 0
+        stopped = time.monotonic()
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(10) == 0 and time.monotonic() - stopped < 5
+        assert server.state.reports == 3
+        assert server.state.snapshot(time.monotonic()).ranks[0].progress.comms[0].last_started_seq == 6
+        assert "link to the collector ended" not in relay.stderr.read()
+        wait_for(lambda: server.servicer.relays.linked == 0, "the collector forgot the relay", 10)
+    finally:
+        for agent in agents:
+            agent.close(clean=False)
+        if relay.poll() is None:
+            relay.kill()
+        relay.wait(10)
+        server.stop(grace=0).wait(5)
+
+
 def test_an_agent_that_ignores_the_relay_commands_goes_on_reporting_directly(tmp_path):
     """An agent of an older release: ServeRelay and RelayVia are unknown to it."""
     from tests.collector.fakes import FakeAgent, node_report, rank_progress
