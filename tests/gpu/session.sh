@@ -41,7 +41,7 @@
 # (each with --collector-cores 2: the collector on two physical cores of its
 # own, the simulated fleet off them) and the declaring tick in-process, the
 # rest of the job a seq behind (the heaviest line).
-# cpu12500ab: real relays with the collector's own cores, without, and with again.
+# cpu12500ab: real relays, alternating: the collector on two cores of its own, then not (--collector-cores 0), twice.
 # cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
@@ -88,7 +88,7 @@ case $label in
       listen_drops >> $R/listen_drops.txt; cat $R/listen_drops.txt
       run relays_12500_simulated 160 python3 bench/collector_ingest.py --agents 12500 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --simulated-relays --collector-cores 2 --collector-log $R/relays_12500_simulated_collector.log
       run collector_tick_12500 100 python3 bench/collector_tick.py --agents 12500 --stall behind ;;
-  cpu12500ab) for c in 2 0 2; do run relays_12500_cores$c-$RANDOM 190 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores $c; done ;;
+  cpu12500ab) i=0; for c in 2 0 2 0; do i=$((i+1)); run relays_12500_${i}_cores$c 140 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores $c --collector-log $R/relays_12500_${i}_cores${c}_collector.log; done ;;
   cpu12500prof) python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
       bench=$!   # the window starts once every agent is relayed and the storm's OVERLOAD is over (60-70 s in)
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
