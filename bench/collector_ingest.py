@@ -327,8 +327,8 @@ class Load:
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._channels.values()), return_exceptions=True)
-        for relay in self.relays.values():
-            relay.stop()
+        # All at once: each sends what it holds up before it exits (a second or so).
+        await asyncio.gather(*(asyncio.to_thread(r.stop) for r in self.relays.values()))
 
     def tasks(self, lo: int = 0, hi: int | None = None) -> list:
         """Agents lo..hi (all by default), their phases spread over an interval."""
@@ -618,9 +618,10 @@ class Drivers:
         self._paced, self._relayed, self._failed = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
         self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
         self._first = ctx.Queue()
+        self._written = ctx.Barrier(n)   # every driver's agents have ended their streams: the relays may stop
         cuts = [args.agents * i // n for i in range(n + 1)]
         shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced,
-                  self._relayed, self._failed)
+                  self._relayed, self._failed, self._written)
         self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
                                   daemon=True) for i in range(n)]
         self.stop = self._stop
@@ -655,7 +656,7 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
-    sent, conn, err, stall, dump, stop, first, paced, relayed, failed = shared
+    sent, conn, err, stall, dump, stop, first, paced, relayed, failed, written = shared
     tasks = load.tasks(lo, hi)
 
     def publish():
@@ -681,6 +682,12 @@ async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None
         await asyncio.sleep(0.05)
     load.stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
+    # A group's relay may serve agents of the next driver too: stopped while
+    # they still wrote, it would lose their last reports, which the run counts.
+    try:
+        await asyncio.to_thread(written.wait, 60)
+    except threading.BrokenBarrierError:
+        print(f"  driver {index}: another driver's agents did not end their streams in 60 s", file=sys.stderr)
     await load.close()
     publish()
 
