@@ -126,11 +126,22 @@ def test_pacer_says_overload_once_paces_and_recovers(tmp_path):
     paces = [c.report_pace for c in session.commands if c.WhichOneof("command") == "report_pace"]
     assert [p.interval_ms for p in paces] == [2000, 4000] and {p.perf_every for p in paces} == {pace.PERF_EVERY}
     assert watchdog.pacer.overloaded and watchdog.pacer.silent_after(5.0) == 3 * 4.0 + 2
-    for _ in range(24):   # caught up for 12 s
+    for _ in range(24):   # caught up for 12 s: the quicker step first, not the agents' own pace at once
+        second(0.0)
+    assert len(out.getvalue().splitlines()) == 1
+    assert session.commands[-1].report_pace.interval_ms == 2000 and watchdog.pacer.overloaded
+    for _ in range(4):    # behind again for a moment: the step stays, and the 10 s count starts again
+        second(0.5)
+    for _ in range(18):   # caught up for 9 s
+        second(0.0)
+    assert session.commands[-1].report_pace.interval_ms == 2000 and watchdog.pacer.overloaded
+    for _ in range(4):    # and 2 s more
         second(0.0)
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[1].startswith("OVERLOAD over: the collector caught up"), lines
     assert session.commands[-1].report_pace == pb.ReportPace()   # back to the agents' own pace
+    paces = [c.report_pace.interval_ms for c in session.commands if c.WhichOneof("command") == "report_pace"]
+    assert paces == [2000, 4000, 2000, 0]
     assert not watchdog.pacer.overloaded and registry.pace is None
 
 
