@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh cpu12500|cpu12500ab|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
@@ -35,13 +35,12 @@
 # at 2 ranks over NVLink P2P and over the socket transport (where NCCL's proxy carries every channel).
 # x2linkhang: only x2link's acceptance test (the link tables before the drop and at the HANG kept in link/).
 # cpu12500: issue 21 on the device host's 16 cores (no GPU used): 12,500 agents
-# through 391 real report relays (--nodes-per-relay 32, with the listen-queue
-# counters before and after), the same with the relays simulated (the
-# collector's side alone), and the declaring tick in-process.
-# (each with --collector-cores 2: the collector on two physical cores of its
-# own, the simulated fleet off them) and the declaring tick in-process, the
-# rest of the job a seq behind (the heaviest line).
-# cpu12500ab: real relays, alternating: the collector on two cores of its own, then not (--collector-cores 0), twice.
+# through 391 real report relays (--nodes-per-relay 32), three runs: the
+# collector on two cores of its own and the simulated fleet off them
+# (--collector-cores 2), then sharing all 16 (0), then 2 again; the
+# listen-queue counters before and after; the same with the relays simulated
+# (the collector's side alone); the declaring tick in-process, the rest of
+# the job a seq behind (the heaviest line).
 # cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
@@ -84,11 +83,10 @@ case $label in
       run link_step_pairs 110 python3 bench/link_step_pairs.py --nproc 2 --pairs 80 --out $R/link_step_pairs.json
       run link_step_pairs_socket 140 python3 bench/link_step_pairs.py --nproc 2 --pairs 120 --transport socket --out $R/link_step_pairs_socket.json ;;
   cpu12500) listen_drops > $R/listen_drops.txt; lscpu > $R/lscpu.txt
-      run relays_12500 280 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_12500_collector.log
+      i=0; for c in 2 0 2; do i=$((i+1)); run relays_12500_${i}_cores$c 150 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores $c --collector-log $R/relays_12500_${i}_cores${c}_collector.log; done
       listen_drops >> $R/listen_drops.txt; cat $R/listen_drops.txt
-      run relays_12500_simulated 160 python3 bench/collector_ingest.py --agents 12500 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --simulated-relays --collector-cores 2 --collector-log $R/relays_12500_simulated_collector.log
-      run collector_tick_12500 100 python3 bench/collector_tick.py --agents 12500 --stall behind ;;
-  cpu12500ab) i=0; for c in 2 0 2 0; do i=$((i+1)); run relays_12500_${i}_cores$c 140 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores $c --collector-log $R/relays_12500_${i}_cores${c}_collector.log; done ;;
+      run relays_12500_simulated 110 python3 bench/collector_ingest.py --agents 12500 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --simulated-relays --collector-cores 2 --collector-log $R/relays_12500_simulated_collector.log
+      run collector_tick_12500 60 python3 bench/collector_tick.py --agents 12500 --stall behind ;;
   cpu12500prof) python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
       bench=$!   # the window starts once every agent is relayed and the storm's OVERLOAD is over (60-70 s in)
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
