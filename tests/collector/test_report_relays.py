@@ -132,10 +132,9 @@ def test_relays_and_ingest_processes_are_one_or_the_other(tmp_path):
         Config(job_id="j", token=TOKEN, timeline_path=str(tmp_path), ingest_procs=2, nodes_per_relay=32)
 
 
-def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
-    """A relay started by hand with a 4 s batch window: a healthy report
-    waits for the window, one with an op in flight for 2 s goes up at once."""
-    from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
+def _relay_by_hand(tmp_path, batch_s: float, stderr=None):
+    """A collector under --nodes-per-relay 2 and a relay of group 0 started
+    by hand with this batch window: (server, the relay process, its port file)."""
     server, port = create_server("127.0.0.1:0", Config(
         job_id="job1", token=TOKEN, timeline_path=str(tmp_path / "timeline"), hang_timeout_s=60.0,
         eval_interval_s=0.1, nodes_per_relay=2))
@@ -143,9 +142,17 @@ def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
     port_file = tmp_path / "relay.port"
     relay = subprocess.Popen([sys.executable, "-m", "diag.collector.ingest", "--listen", "127.0.0.1:0",
                               "--link", f"127.0.0.1:{port}", "--group", "0", "--max-agents", "2",
-                              "--max-dump-bytes", str(1 << 20), "--batch-s", "4", "--urgent-s", "1",
+                              "--max-dump-bytes", str(1 << 20), "--batch-s", str(batch_s), "--urgent-s", "1",
                               "--port-file", str(port_file), "--parent-pid", str(os.getpid())],
-                             env={**os.environ, "XPU_TIMER_JOB_TOKEN": TOKEN})
+                             env={**os.environ, "XPU_TIMER_JOB_TOKEN": TOKEN}, stderr=stderr, text=True)
+    return server, relay, port_file
+
+
+def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
+    """A relay started by hand with a 4 s batch window: a healthy report
+    waits for the window, one with an op in flight for 2 s goes up at once."""
+    from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
+    server, relay, port_file = _relay_by_hand(tmp_path, batch_s=4)
     agent = None
     try:
         wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
@@ -172,16 +179,7 @@ def test_a_relay_stopped_sends_what_it_holds_before_it_exits(tmp_path):
     reports it holds reach the collector, the link ends cleanly (no warning)
     and the relay exits 0 well within the window."""
     from tests.collector.fakes import FakeAgent, node_report, rank_progress
-    server, port = create_server("127.0.0.1:0", Config(
-        job_id="job1", token=TOKEN, timeline_path=str(tmp_path / "timeline"), hang_timeout_s=60.0,
-        eval_interval_s=0.1, nodes_per_relay=2))
-    server.start()
-    port_file = tmp_path / "relay.port"
-    relay = subprocess.Popen([sys.executable, "-m", "diag.collector.ingest", "--listen", "127.0.0.1:0",
-                              "--link", f"127.0.0.1:{port}", "--group", "0", "--max-agents", "2",
-                              "--max-dump-bytes", str(1 << 20), "--batch-s", "30", "--urgent-s", "1",
-                              "--port-file", str(port_file), "--parent-pid", str(os.getpid())],
-                             env={**os.environ, "XPU_TIMER_JOB_TOKEN": TOKEN}, stderr=subprocess.PIPE, text=True)
+    server, relay, port_file = _relay_by_hand(tmp_path, batch_s=30, stderr=subprocess.PIPE)
     agents = []
     try:
         wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
