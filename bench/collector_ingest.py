@@ -583,6 +583,7 @@ async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
     t0, t1, reports, cpu, rss, connect_s, relayed = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
     await load.close()
+    await counted(seen, load.sent)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
                 failed=load.failed)
@@ -698,9 +699,21 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
     t0, t1, reports, cpu, rss, connect_s, relayed = await _window(load, proc, seen, args)
     for p in load.procs:
         await asyncio.to_thread(p.join, 90)
+    await counted(seen, load.sent)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
                 failed=load.failed)
+
+
+async def counted(seen: dict, sent: int, limit_s: float = 20.0) -> None:
+    """Before the collector is stopped: wait until its own count (the stats
+    line, every second) has every report the agents sent, or ``limit_s``. A
+    collector still behind when the run ends has the last reports in its
+    sockets; stopped then, it never reads them, and the run would count them
+    lost (one run of ten on the device host)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and not (seen["stats"] and seen["stats"][-1][1] >= sent):
+        await asyncio.sleep(0.2)
 
 
 def ingested_rate(stats, t0: float, t1: float) -> float | None:
