@@ -35,12 +35,13 @@
 # at 2 ranks over NVLink P2P and over the socket transport (where NCCL's proxy carries every channel).
 # x2linkhang: only x2link's acceptance test (the link tables before the drop and at the HANG kept in link/).
 # cpu12500: issue 21 on the device host's 16 cores (no GPU used): 12,500 agents
-# through 391 real report relays (--nodes-per-relay 32), three runs: the
+# through 391 real report relays (--nodes-per-relay 32), two runs: the
 # collector on two cores of its own and the simulated fleet off them
-# (--collector-cores 2), then sharing all 16 (0), then 2 again; the
-# listen-queue counters before and after; the same with the relays simulated
-# (the collector's side alone); the declaring tick in-process, the rest of
-# the job a seq behind (the heaviest line). CPU12500_CORES="2 2 2" picks the runs.
+# (--collector-cores 2), then sharing all 16 (0); the listen-queue counters
+# before and after; the same with the relays simulated (the collector's side
+# alone); the declaring tick in-process, the rest of the job a seq behind (the
+# heaviest line). CPU12500_CORES="2 2" picks the runs (about 175 s each: two
+# fit in one call).
 # cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
@@ -83,7 +84,7 @@ case $label in
       run link_step_pairs 110 python3 bench/link_step_pairs.py --nproc 2 --pairs 80 --out $R/link_step_pairs.json
       run link_step_pairs_socket 140 python3 bench/link_step_pairs.py --nproc 2 --pairs 120 --transport socket --out $R/link_step_pairs_socket.json ;;
   cpu12500) listen_drops > $R/listen_drops.txt; lscpu > $R/lscpu.txt
-      i=0; for c in ${CPU12500_CORES:-2 0 2}; do i=$((i+1)); run relays_12500_${i}_cores$c 150 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores $c --collector-log $R/relays_12500_${i}_cores${c}_collector.log; done
+      i=0; for c in ${CPU12500_CORES:-2 0}; do i=$((i+1)); run relays_12500_${i}_cores$c 175 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores $c --collector-log $R/relays_12500_${i}_cores${c}_collector.log; done
       listen_drops >> $R/listen_drops.txt; cat $R/listen_drops.txt
       run relays_12500_simulated 110 python3 bench/collector_ingest.py --agents 12500 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --simulated-relays --collector-cores 2 --collector-log $R/relays_12500_simulated_collector.log
       run collector_tick_12500 60 python3 bench/collector_tick.py --agents 12500 --stall behind ;;
