@@ -228,6 +228,7 @@ async def serve(args) -> int:
     if args.group is not None:   # a report relay: the collector sends its group here
         relay_of = f"{args.group}@{_host(args.listen)}:{port}"
     relay = asyncio.ensure_future(ingest.relay(args.link, relay_of))
+
     def stop() -> None:
         ingest.drain()
         loop.call_later(DRAIN_S, relay.cancel)   # a link that takes nothing more is cut
