@@ -47,7 +47,7 @@ import grpc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
 from diag.agent.config import AgentConfig  # noqa: E402
-from diag.agent.connection import HEALTHY_AFTER, bounded_pace  # noqa: E402
+from diag.agent.connection import HEALTHY_AFTER, MOVE_WAIT_S, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
 from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames  # noqa: E402
@@ -315,6 +315,9 @@ class Load:
         # relay prints these while it waits: which step they are stuck at)
         self.phase: dict[int, str] = {}
         self.failed = 0  # streams that ended under the agent (connected again, as an agent does)
+        # "direct CANCELLED after 3 reports" -> streams: how they failed, and
+        # whether reports had gone out on them (which the run may count lost)
+        self.failures: collections.Counter = collections.Counter()
 
     def channel(self, node: int, via: str | None = None):
         """Agents node // K share one connection (K = --streams-per-connection);
@@ -339,7 +342,7 @@ class Load:
     async def agent(self, node: int, phase: float) -> None:
         """One agent: its stream to the collector, and under --nodes-per-relay
         the stream through its group's relay once told (as connection.py)."""
-        route = {"via": None, "moving": False, "perf_every": 1, "failed": False}
+        route = {"via": None, "moving": False, "perf_every": 1, "failed": False, "sent": 0}
         await asyncio.sleep(phase)
         first, backoff = True, BACKOFF_MIN_S
         while not self.stop.is_set():
@@ -370,6 +373,7 @@ class Load:
         bare = make_report(node, self.world, None, 0.0, perf=False).SerializeToString()
         relayed = False
         where = "relay" if via is not None else "direct"
+        route["sent"] = 0   # reports out on this stream
         try:
             self.phase[node] = f"{where}: awaiting headers"
             await call.initial_metadata()   # the collector sends headers once it serves the stream
@@ -390,13 +394,17 @@ class Load:
                 if node == 0:   # the prober: how long its writes wait (a blocked stream shows here)
                     self.probe_write_s = max(self.probe_write_s, time.monotonic() - began)
                 self.sent += 1
+                route["sent"] += 1
                 n += 1
                 next_at = max(next_at + pace["interval"], time.monotonic() - pace["interval"])
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            if route["moving"]:
-                return
             await call.done_writing()
-            # The collector ends the stream once it has read every report.
+            # The collector ends the stream once it has read every report; a
+            # move (RelayVia) waits as connection.py does, then goes anyway.
+            if route["moving"]:
+                self.phase[node] = f"{where}: moving"
+                await asyncio.wait([reader], timeout=MOVE_WAIT_S)
+                return
             await asyncio.wait_for(asyncio.shield(reader), timeout=60)
         except (grpc.RpcError, asyncio.InvalidStateError) as exc:
             # The call ended under us (refused, or cancelled by the collector's
@@ -405,6 +413,8 @@ class Load:
             self.phase[node] = f"{where}: failed"
             if not self.stop.is_set():
                 self.failed += 1
+                code = exc.code().name if isinstance(exc, grpc.RpcError) else type(exc).__name__
+                self.failures[f"{where} {code} " + ("after reports" if route["sent"] else "before any report")] += 1
                 if via is not None:
                     route["via"], route["moving"] = None, True   # back to the collector directly, at once
                 else:
@@ -427,9 +437,9 @@ class Load:
                         collector=self.address, token=self.metadata[0][1]), lambda *a, **k: None))
                     relay.serve(command.serve_relay)
                 elif which == "relay_via" and command.relay_via.address != route["via"]:
+                    # The writer half-closes; this reads on until the collector ends the stream.
                     route["via"], route["moving"] = command.relay_via.address, True
                     route["perf_every"] = max(1, command.relay_via.perf_every)
-                    return
                 if which == "dump_stacks" and node == 0 and self.dump_at is None:
                     self.dump_at = time.monotonic()
                 elif which == "report_pace" and not self.args.old_agents:   # as diag/agent/connection.py
@@ -691,6 +701,9 @@ async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None
         print(f"  driver {index}: another driver's agents did not end their streams in 60 s", file=sys.stderr)
     await load.close()
     publish()
+    if load.failures:
+        print(f"  driver {index}: streams that failed: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(load.failures.items())), file=sys.stderr, flush=True)
 
 
 async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) -> dict:

@@ -15,7 +15,9 @@ slower than MAX_PACE_S); an empty one, or a new stream, is our own pace again.
 Under --nodes-per-relay the collector may ask this agent to serve its group's
 report relay (ServeRelay: report_relay.py) and tells the group to report
 through it (RelayVia): the stream moves to the relay; only Connect does, the
-uploads still go to the collector. A relay that cannot be reached or whose
+uploads still go to the collector. The move half-closes the stream and waits
+for the collector to end it, so the reports it has not read yet (it may be
+seconds behind while a whole job moves) are read, not dropped. A relay that cannot be reached or whose
 stream fails is left for RELAY_RETRY_S and the agent reports directly again
 (said once); the collector sends it to a new relay when there is one.
 """
@@ -44,6 +46,9 @@ RELAY_RETRY_S = 60.0   # a relay that failed this agent is not taken again for t
 # purpose: a hang's declaring tick holds ingest for seconds, and a stream
 # only waits once ~64 KiB of reports are unread.
 STALLED_WRITE_S = 30.0
+# A stream half-closed to move to the relay that the collector has not ended
+# by then is cancelled: it is not reading (stuck, or gone).
+MOVE_WAIT_S = 10.0
 
 
 def next_due(sent_at: float, interval: float, paced_at: float) -> float:
@@ -87,7 +92,8 @@ class Connection:
         self.via: str | None = None                   # the relay this agent reports through (RelayVia)
         self._via_channel: grpc.Channel | None = None
         self._via_failed: dict[str, float] = {}
-        self._moving = False                          # the stream was ended to move to the relay
+        self._moving = False                          # the stream is being ended to move to the relay
+        self._moving_at = 0.0
         self._perf_base = 1                           # RelayVia.perf_every while reporting through a relay
         self.stalled_write_s = STALLED_WRITE_S
         self._given_at: float | None = None           # when the report gRPC has not taken yet was given to it
@@ -103,6 +109,8 @@ class Connection:
             try:
                 self._stream_once(via)
             except grpc.RpcError as exc:
+                if stop.is_set():   # close() cancelled it
+                    return
                 if self._moving:   # we ended it ourselves, to report through the relay
                     self._moving = False
                     continue
@@ -117,6 +125,10 @@ class Connection:
                     self._say_why(exc)
             except Exception as exc:
                 self.agent.log(f"collector stream failed: {exc!r}")
+            else:
+                if self._moving:   # the collector read every report and ended the stream
+                    self._moving = False
+                    continue
             if via is not None and self.via == via and not stop.is_set():
                 self._leave_relay(via, None)   # the relay ended the stream (it is going away)
                 continue
@@ -158,15 +170,16 @@ class Connection:
 
     def _move_to(self, address: str, via_perf_every: int, call) -> None:
         """RelayVia: end this stream and report through ``address``, unless
-        it failed us lately or is where we report already."""
+        it failed us lately or is where we report already. Half-closed, not
+        cancelled: a cancel drops the reports the collector has not read."""
         failed = self._via_failed.get(address)
         if not address or address == self.via or (failed is not None and time.monotonic() - failed < RELAY_RETRY_S):
             return
         self._drop_via_channel()
         self.via = address
         self._perf_base = max(1, via_perf_every)
-        self._moving = True
-        call.cancel()
+        self._moving_at = time.monotonic()
+        self._moving = True   # _reports ends, which half-closes the stream
 
     def _leave_relay(self, via: str, exc, stalled: bool = False) -> None:
         why = (f"it took no report for {self.stalled_write_s:g} s" if stalled
@@ -200,7 +213,7 @@ class Connection:
     def _reports(self, ended: threading.Event):
         stop = self.agent.stopping
         n = 0
-        while not stop.is_set() and not ended.is_set():
+        while not stop.is_set() and not ended.is_set() and not self._moving:
             try:
                 report = self.agent.build_report(with_perf=n % self.perf_every == 0)
             except Exception as exc:  # never end the stream over one report
@@ -212,7 +225,7 @@ class Connection:
                 yield report
                 self._given_at = None   # gRPC took it: it asks for the next one only then
             sent_at = time.monotonic()
-            while not ended.is_set():   # a new pace is taken within 0.2 s (next_due)
+            while not ended.is_set() and not self._moving:   # a new pace is taken within 0.2 s (next_due)
                 left = next_due(sent_at, self.interval, self._paced_at) - time.monotonic()
                 if left <= 0 or stop.wait(min(left, 0.2)):
                     break
@@ -222,12 +235,16 @@ class Connection:
             yield self.agent.build_report()
 
     def _watch_writes(self, call, ended: threading.Event) -> None:
-        """End ``call`` if a report waits for gRPC longer than stalled_write_s."""
+        """End ``call`` if a report waits for gRPC longer than stalled_write_s,
+        or the collector has not ended it MOVE_WAIT_S after a move began."""
         step = min(1.0, self.stalled_write_s / 4)
         while not ended.wait(step):
-            given = self._given_at
-            if given is not None and time.monotonic() - given > self.stalled_write_s:
+            given, now = self._given_at, time.monotonic()
+            if given is not None and now - given > self.stalled_write_s:
                 self._stalled = True
+                call.cancel()
+                return
+            if self._moving and now - self._moving_at > MOVE_WAIT_S:
                 call.cancel()
                 return
 

@@ -94,7 +94,8 @@ def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
     assert len(served) == 2 and {a.config.node_rank // 2 for a in served} == {0, 1}   # one per group
     vias = {a.config.node_rank: a.connection.via for a in agents}
     assert vias[0] == vias[1] != vias[2] == vias[3]
-    assert all(a.connection.perf_every == PERF_EVERY for a in agents)   # the perf window with one report in 5
+    # The perf window with one report in 5, once each agent's stream through the relay is open
+    wait_for(lambda: all(a.connection.perf_every == PERF_EVERY for a in agents), "every agent at the relay's pace", 15)
     reports = server.state.reports
     wait_for(lambda: server.state.reports >= reports + 4 * NODES, "reports coming in through the relays", 10)
 
