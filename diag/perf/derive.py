@@ -61,15 +61,27 @@ def busy_ns(perf: pb.PerfRank, ops, comm_id: int | None = None) -> float | None:
     of one group come as two entries: summed, capped by the union across all.
     None when the agent sent no union for them (an older agent; a rank with
     more communicators than the agent keeps unions for; no timed call)."""
-    producer = ops[0].producer if ops else None
+    union = union_ns(perf, ops[0].producer if ops else None, comm_id)
+    if union is None:
+        return None
+    return scaled_busy_ns(union, sum(op.count for op in ops), sum(op.timed_count for op in ops), summed_ns(ops))
+
+
+def union_ns(perf: pb.PerfRank, producer: int | None, comm_id: int | None = None) -> float | None:
+    """The union of ``producer``'s timed comm calls the agent measured, on
+    communicator ``comm_id`` (None: all of them), capped by the union across
+    all; None when it sent none (``busy_ns``)."""
     across = [b.busy_ns for b in perf.comm_busy if b.producer == producer and b.all_comms]
     mine = across if comm_id is None else [
         b.busy_ns for b in perf.comm_busy if b.producer == producer and not b.all_comms and b.comm_id == comm_id]
     if not mine:
         return None
-    union = min(sum(across), sum(mine))
-    count, timed = sum(op.count for op in ops), sum(op.timed_count for op in ops)
-    return min(union * count / timed, summed_ns(ops)) if timed else 0.0
+    return min(sum(across), sum(mine))
+
+
+def scaled_busy_ns(union: float, count: int, timed: int, summed: float) -> float:
+    """A union over ``timed`` calls scaled to all ``count``, never more than their ``summed`` time."""
+    return min(union * count / timed, summed) if timed else 0.0
 
 
 def figures(rank: int, perf: pb.PerfRank) -> RankFigures:
