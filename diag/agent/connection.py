@@ -17,9 +17,10 @@ report relay (ServeRelay: report_relay.py) and tells the group to report
 through it (RelayVia): the stream moves to the relay; only Connect does, the
 uploads still go to the collector. The move half-closes the stream and waits
 for the collector to end it, so the reports it has not read yet (it may be
-seconds behind while a whole job moves) are read, not dropped. A relay that cannot be reached or whose
-stream fails is left for RELAY_RETRY_S and the agent reports directly again
-(said once); the collector sends it to a new relay when there is one.
+seconds behind while a whole job moves) are read, not dropped. A relay that
+cannot be reached or whose stream fails is left for RELAY_RETRY_S and the
+agent reports directly again (said once); the collector sends it to a new
+relay when there is one.
 """
 
 from __future__ import annotations

@@ -74,9 +74,8 @@ def _comm(comm_id: int, ops: list[tuple], names, union: float | None) -> CommWin
         mean = timed_ns / timed_n if timed_n else 0.0          # derive.summed_ns
         wait_ns += mean * n
         typical_ns += _typical_ns(timed_n, timed_ns, max_ns) * n
-        estimated = mean * n if timed_n else 0
-        if busiest_ns is None or estimated > busiest_ns:        # max(): the first of equals
-            busiest, busiest_ns = op, estimated
+        if busiest_ns is None or mean * n > busiest_ns:         # max(): the first of equals
+            busiest, busiest_ns = op, mean * n
     if union is not None:
         busy_ns = derive.scaled_busy_ns(union, count, timed, wait_ns)
         if wait_ns > 0:
