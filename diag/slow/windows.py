@@ -43,12 +43,12 @@ def from_perf(rank: int, node_rank: int, local_rank: int, hostname: str, perf, n
             (hook if op.producer == _HOOK else other).append(op)
         elif kind == _HOST_FUNC and op.name == GC_NAME:
             gc_ns += op.timed_ns
+    chosen = hook or other   # one producer's
     per_comm: dict[int, list] = defaultdict(list)
-    for op in hook or other:
+    for op in chosen:
         per_comm[op.comm_id].append((op.name, op.comm_size, op.count, op.timed_count, op.timed_ns, op.max_ns,
                                      op.bytes, op.timed_bytes))
-    producer = _HOOK if hook else other[0].producer if other else None
-    comms = tuple(_comm(comm_id, ops, names, derive.union_ns(perf, producer, comm_id))
+    comms = tuple(_comm(comm_id, ops, names, derive.union_ns(perf, chosen[0].producer, comm_id))
                   for comm_id, ops in sorted(per_comm.items()))
     window = perf.window_s
     return RankWindow(
