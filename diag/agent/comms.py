@@ -23,6 +23,7 @@ its group as one hung in a collective does.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 
@@ -49,6 +50,8 @@ class Lane:
     comm_rank: int = -1
     recent: collections.deque = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=FINGERPRINT_DEPTH))
+    # p2p: (send or recv, peer) -> ops so far, to number each (Fingerprint.nth)
+    paired: dict = dataclasses.field(default_factory=dict)
 
     def start(self, rec) -> None:
         self.size, self.comm_rank = rec.comm_size, rec.comm_rank
@@ -56,29 +59,58 @@ class Lane:
             return
         self.started = max(self.started, rec.seq)
         reduce_op, peer = fmt.unpack_coll_args(rec.flops)
-        self.recent.append((rec.seq, pb.Fingerprint(name=rec.name, bytes=rec.bytes,
-                                                    dtype=fmt.dtype_of(rec.flags),
-                                                    reduce_op=reduce_op, peer=peer)))
+        fp = pb.Fingerprint(name=rec.name, bytes=rec.bytes, dtype=fmt.dtype_of(rec.flags),
+                            reduce_op=reduce_op, peer=peer)
+        if rec.kind == fmt.KIND_P2P:
+            key = (torch_name(rec.name), peer)
+            fp.nth = self.paired[key] = self.paired.get(key, 0) + 1
+        self.recent.append((rec.seq, fp, rec.t_mono_ns))
 
-    def window(self, out: pb.FingerprintWindow) -> None:
+    def window(self, out: pb.FingerprintWindow, steps=None) -> None:
         """Fill ``out`` with the consecutive tail of the recent ops (a START
-        lost to a full ring breaks the run; older ops are then left out)."""
+        lost to a full ring breaks the run; older ops are then left out), each
+        with the step it started in (``steps``: a :class:`Steps`)."""
         ops = list(self.recent)
         start = len(ops) - 1
         while start > 0 and ops[start - 1][0] == ops[start][0] - 1:
             start -= 1
         if ops:
             out.first_seq = ops[start][0]
-            out.ops.extend(fp for _, fp in ops[start:])
+            for _, fp, t in ops[start:]:
+                if steps is not None:
+                    fp.step = steps.at(t)
+                out.ops.append(fp)
 
     def end(self, seq: int) -> None:
         self.completed = max(self.completed, seq)
+
+
+class Steps:
+    """When the rank's optimizer steps ended, to tell which step an op started in.
+
+    Said by time, not by the order records are read in: the hook's ops come
+    from another ring than the tracer's step records, read in other batches.
+    """
+
+    def __init__(self, depth: int = FINGERPRINT_DEPTH) -> None:
+        self.total = 0
+        self._ends: collections.deque = collections.deque(maxlen=depth)
+
+    def ended(self, t_mono_ns: int) -> None:
+        self.total += 1
+        self._ends.append(t_mono_ns)
+
+    def at(self, t_mono_ns: int) -> int:
+        """Steps finished before ``t_mono_ns`` (the oldest remembered are a floor)."""
+        ends = self._ends
+        return self.total - len(ends) + bisect.bisect_right(ends, t_mono_ns)
 
 
 class CommTable:
     """Lanes per (producer, comm id, lane kind), group names and hook aliases."""
 
     def __init__(self) -> None:
+        self.steps = Steps()
         self.lanes: dict[tuple[int, int, int], Lane] = {}
         self.names: dict[int, str] = {}       # group id -> display name (tracer)
         self.alias: dict[int, int] = {}       # hook comm id -> group id
@@ -167,7 +199,7 @@ class CommTable:
                                   last_completed_seq=lane.completed, comm_size=lane.size, lane=kind,
                                   group_name=self.names.get(group, ""), comm_rank=lane.comm_rank)
             if with_fingerprints and lane.recent:
-                lane.window(msg.recent)
+                lane.window(msg.recent, self.steps)
             out.append(msg)
         return out
 

@@ -12,6 +12,7 @@ import time
 from diag.agent import procs
 from diag.agent.comms import CommTable
 from diag.pb import collector_pb2 as pb
+from diag.perf.api import DEFAULT_STEP_NAME
 from diag.records import format as fmt
 
 # A rank stuck this long in one op starts sending its fingerprints (the last
@@ -164,6 +165,8 @@ class NodeState:
         flops = 0 if rec.kind in fmt.COMM_LANES else rec.flops
         self._stat(state, rec.name, rec.kind, 1, rec.duration_ns, rec.bytes, flops)
         if rec.kind not in fmt.COMM_LANES:
+            if rec.kind == fmt.KIND_HOST_FUNC and rec.name == DEFAULT_STEP_NAME:
+                state.comms.steps.ended(rec.t_mono_ns)
             return
         state.comms.end(self._region_producer.get(region, 0), rec)
         if not rec.seq:

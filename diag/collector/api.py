@@ -82,6 +82,17 @@ class Ahead:
 
 
 @dataclasses.dataclass(frozen=True)
+class Skip:
+    """Members that skipped ops the others ran at ``seq``: ``skipped`` says
+    what (``all_reduce 4 B (float32, sum)``), ``evidence`` how it shows."""
+
+    ranks: tuple[int, ...]
+    seq: int
+    skipped: str
+    evidence: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Mismatch:
     """Where the members of a hung group stopped agreeing (docs/collector.md).
 
@@ -102,12 +113,20 @@ class Mismatch:
     tie: bool = False
     ahead: tuple[Ahead, ...] = ()
     summary: str = ""
+    skips: tuple[Skip, ...] = ()
+    unpaired: tuple[str, ...] = ()      # p2p: sends whose peer's recv of the same number differs
 
     @property
     def culprits(self) -> tuple[int, ...]:
-        """The minority; on a tie, the ranks that ran ahead, if not all did.
-        Without a divergence, running ahead alone blames no one: ranks launch
-        asynchronously, and some launch more before a hang than others."""
+        """The ranks shown to have skipped ops; else the minority; on a tie,
+        the ranks that ran ahead, if not all did. Without a divergence,
+        running ahead alone blames no one: ranks launch asynchronously, and
+        some launch more before a hang than others. Nor does it where the
+        ops are async and overlapped (Megatron's tensor-parallel
+        all-reduces): there the rank that skipped one is the one behind, and
+        only the skip evidence names it."""
+        if self.skips:
+            return tuple(sorted({r for s in self.skips for r in s.ranks}))
         if self.minority:
             return self.minority
         ahead = tuple(a.rank for a in self.ahead)

@@ -16,6 +16,20 @@ group this module finds:
   culprits). Two sets of equal size are a tie, said as such.
 * **ahead**: members that started ops past the others (a rank that skipped
   an op runs on into the next ones: NCCL launches asynchronously).
+* **skips**: members shown to have skipped ops the others ran at the
+  divergence seq, by either of two pieces of evidence, and only where the
+  other side shows no such evidence against them:
+
+  - *shift*: from that seq on, their ops are the others' ops k seqs later
+    (k = 1 to ``MAX_SKIPPED``): they skipped the k ops the others ran there.
+    This holds whichever side launched further: with Megatron's overlapped
+    tensor-parallel all-reduces the rank that skipped one is the one behind.
+  - *step*: their op at that seq started in a later optimizer step than the
+    others' (Fingerprint.step): they skipped the rest of the others' step,
+    where neither side could run on (a sync op on gloo).
+
+  A tie (1 against 1 in a 2-rank tensor-parallel group) is then no longer
+  undecided.
 
 Cost: O(members x compared seqs) dictionary work once per hung group, only
 on a hang; 16,384 ranks take well under a second (bench/divergence_scale.py).
@@ -25,13 +39,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from diag.collector.api import Ahead, GroupLabel, HungGroup, Mismatch, StuckAt, Variant
+from diag.collector.api import Ahead, GroupLabel, HungGroup, Mismatch, Skip, StuckAt, Variant
 from diag.collector.state import Snapshot
 from diag.common.ranks import fold
 from diag.common.units import format_size
 from diag.records.format import DTYPE_NAMES, KIND_COLLECTIVE, REDOP_NAMES, torch_name
 
 MAX_VARIANTS_SHOWN = 3
+MAX_SKIPPED = 4        # ops one side may have skipped, for the shift evidence
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
@@ -143,8 +158,17 @@ def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int
         if c.HasField("recent"):
             windowed.append(member)
     ranks = tuple(started)
-    diverged, variants = _first_difference(windowed, min(started.values()))
     stuck = hung_seq
+    if lane != KIND_COLLECTIVE:
+        # p2p ops pair, a send with its peer's recv; the members' seqs count
+        # different ops (a first stage sends what the next receives), so they
+        # are neither compared nor said to run ahead.
+        unpaired = _unpaired(windowed, sizes, len(members))
+        if not unpaired:
+            return None, stuck, started, windowed
+        found = Mismatch(comm_id, lane, name, ranks, stuck, unpaired=unpaired)
+        return _with_summary(found), stuck, started, windowed
+    diverged, variants = _first_difference(windowed, min(started.values()))
     # "An op completes on all members or on none" holds for a group whose
     # members agree: not past a divergence (a mismatched op may complete on
     # one side only), nor for members whose count is not the group's size.
@@ -158,7 +182,8 @@ def _compare(members, comm_id: int, lane: int, name: str, hung_seq: int
     if diverged is None and not ahead:
         return None, stuck, started, windowed
     minority, tie = _minority(variants)
-    found = Mismatch(comm_id, lane, name, ranks, stuck, diverged, variants, minority, tie, ahead)
+    skips = _skips(windowed, diverged, variants)
+    found = Mismatch(comm_id, lane, name, ranks, stuck, diverged, variants, minority, tie, ahead, skips=skips)
     return _with_summary(found), stuck, started, windowed
 
 
@@ -192,6 +217,99 @@ def _first_difference(windowed, upto: int) -> tuple[int | None, tuple[Variant, .
         if len(keys) > 1 and len({_key(fp) for fp, _ in keys.values()}) > 1:
             return seq, _variants(keys.values())
     return None, ()
+
+
+def _unpaired(windowed, sizes: set, members: int) -> tuple[str, ...]:
+    """p2p: each send whose peer's recv of the same number (Fingerprint.nth)
+    differs from it in size or dtype, said once per pair. Only where every
+    member reports the group's own communicator (its comm ranks are the
+    peers named); torch's per-pair communicators inside a larger group
+    number their peers otherwise, and nothing is said."""
+    by_comm_rank = {c.comm_rank: (r, c.recent) for r, c in windowed}
+    if sizes != {members} or len(by_comm_rank) != len(windowed) or len(windowed) != members:
+        return ()
+    recvs = {}
+    for comm_rank, (rank, window) in by_comm_rank.items():
+        for fp in window.ops:
+            if torch_name(fp.name) in ("recv", "irecv"):
+                recvs[(comm_rank, fp.peer, fp.nth)] = fp
+    said = []
+    for comm_rank, (rank, window) in sorted(by_comm_rank.items(), key=lambda kv: kv[1][0]):
+        for fp in window.ops:
+            if torch_name(fp.name) not in ("send", "isend") or fp.peer not in by_comm_rank:
+                continue
+            recv = recvs.get((fp.peer, comm_rank, fp.nth))
+            if recv is not None and (recv.bytes, recv.dtype) != (fp.bytes, fp.dtype):
+                peer = by_comm_rank[fp.peer][0]
+                said.append(f"rank {rank}'s send #{fp.nth} to rank {peer} ({_size_dtype(fp)}) met rank "
+                            f"{peer}'s recv #{recv.nth} from rank {rank} ({_size_dtype(recv)})")
+                break      # the first of each sender is enough: the rest follow from it
+    return tuple(said)
+
+
+def _size_dtype(fp) -> str:
+    text = format_size(fp.bytes)
+    return f"{text} {DTYPE_NAMES[fp.dtype]}" if 0 <= fp.dtype < len(DTYPE_NAMES) else text
+
+
+def _skips(windowed, seq: int | None, variants: tuple[Variant, ...]) -> tuple[Skip, ...]:
+    """The variants at ``seq`` shown to have skipped ops the others ran (see
+    the module docstring), each against the variant it is compared with. A
+    variant is said to have skipped only where that variant shows no
+    evidence against it, and never all of them."""
+    if seq is None or len(variants) < 2:
+        return ()
+    windows = {rank: comm.recent for rank, comm in windowed}
+    # Each variant by the member that saw furthest: its window has the most ops after seq.
+    reps = [max(v.ranks, key=lambda r: _last(windows[r])) for v in variants]
+    found = []
+    for i, v in enumerate(variants):
+        for j, w in enumerate(variants):
+            if i == j:
+                continue
+            evidence = _skip_evidence(windows[reps[i]], windows[reps[j]], seq, w, v)
+            if evidence is not None and _skip_evidence(windows[reps[j]], windows[reps[i]], seq, v, w) is None:
+                found.append(Skip(v.ranks, seq, evidence[0], evidence[1]))
+                break
+    if len(found) == len(variants):
+        return ()       # each side's evidence against the other: no call
+    return tuple(found)
+
+
+def _skip_evidence(mine, theirs, seq: int, them: Variant, me: Variant) -> tuple[str, str] | None:
+    """(what I skipped, how it shows), if my window shows I skipped ops that
+    theirs ran at ``seq``; None otherwise."""
+    for k in range(1, MAX_SKIPPED + 1):
+        compared, same = 0, True
+        s = seq
+        while True:
+            a, b = _op(mine, s), _op(theirs, s + k)
+            if a is None or b is None:
+                break
+            compared += 1
+            if _key(a) != _key(b):
+                same = False
+                break
+            s += 1
+        if compared and same and all(_op(theirs, seq + i) is not None for i in range(k)):
+            ran = [describe(*_key(_op(theirs, seq + i))) for i in range(k)]
+            what = ran[0] if k == 1 else f"{k} ops from {ran[0]}"
+            return what, (f"its ops from seq {seq} are {_ranks(them.ranks)}'s {k} seq"
+                          f"{'s' if k > 1 else ''} later")
+    a, b = _op(mine, seq), _op(theirs, seq)
+    if a is not None and b is not None and a.step > b.step:
+        return (f"the rest of step {b.step + 1} from {them.op}",
+                f"its op at seq {seq} started in step {a.step + 1}, {_ranks(them.ranks)}'s in step {b.step + 1}")
+    return None
+
+
+def _op(window, seq: int):
+    i = seq - window.first_seq
+    return window.ops[i] if 0 <= i < len(window.ops) else None
+
+
+def _last(window) -> int:
+    return window.first_seq + len(window.ops)
 
 
 def _key(fp) -> tuple:
@@ -244,11 +362,15 @@ def _with_summary(m: Mismatch) -> Mismatch:
         if len(m.variants) > len(shown):
             said += f", {len(m.variants) - len(shown)} more variants in hang.json"
         text = f"the ranks diverged at seq {m.diverged_seq}: {said}"
-        if m.tie:
+        if m.skips:
+            text += ": " + ", ".join(f"{_ranks(k.ranks)} skipped {k.skipped} ({k.evidence})" for k in m.skips)
+        elif m.tie:
             sizes = "-".join(str(len(v.ranks)) for v in m.variants[:2])
             text += f" ({sizes.replace('-', ' against ')}: the seqs alone cannot tell which side is wrong)"
         parts.append(text)
-    if m.ahead:
+    if m.unpaired:
+        parts.append("the p2p ops do not pair: " + "; ".join(m.unpaired))
+    if m.ahead and not m.skips:   # a skip says who ran on and why
         by = {}
         for a in m.ahead:
             by.setdefault((a.by, a.last_started_seq), []).append(a.rank)

@@ -201,13 +201,17 @@ def mismatch_section(mismatches: tuple[Mismatch, ...]) -> dict[str, Any] | None:
 
 
 def _mismatch_entry(m: Mismatch) -> dict[str, Any]:
-    if m.minority:
+    if m.skips:
+        note = "; ".join(f"{ranks_phrase(k.ranks)} skipped {k.skipped} at seq {k.seq}" for k in m.skips)
+    elif m.minority:
         note = f"{ranks_phrase(m.minority)} in the minority at seq {m.diverged_seq}"
     elif m.tie:
         note = (f"{' against '.join(str(len(v.ranks)) for v in m.variants[:2])} at seq {m.diverged_seq}: "
                 "no majority")
         if m.culprits:
             note += f"; {ranks_phrase(m.culprits)} ran ahead"
+    elif m.unpaired:
+        note = "a send and its recv differ: either side may be wrong"
     else:
         note = f"{ranks_phrase(m.culprits)} ran ahead" if m.culprits else "no culprit from the seqs"
     return {"comm_id": m.comm_id, "lane": KIND_NAMES.get(m.lane, str(m.lane)), "group": m.group or None,
@@ -216,4 +220,7 @@ def _mismatch_entry(m: Mismatch) -> dict[str, Any]:
                           "dtype": v.key[2], "reduce_op": v.key[3], "peer": v.key[4]} for v in m.variants],
             "minority": list(m.minority), "tie": m.tie,
             "ahead": [{"rank": a.rank, "last_started_seq": a.last_started_seq, "by": a.by} for a in m.ahead],
+            "unpaired": list(m.unpaired),
+            "skips": [{"ranks": list(k.ranks), "seq": k.seq, "skipped": k.skipped, "evidence": k.evidence}
+                      for k in m.skips],
             "culprits": list(m.culprits), "culprit_note": note, "summary": m.summary}

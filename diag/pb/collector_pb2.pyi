@@ -77,18 +77,22 @@ class OpStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., count: _Optional[int] = ..., total_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
 class Fingerprint(_message.Message):
-    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer")
+    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer", "step", "nth")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     REDUCE_OP_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    NTH_FIELD_NUMBER: _ClassVar[int]
     name: str
     bytes: int
     dtype: int
     reduce_op: int
     peer: int
-    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ...) -> None: ...
+    step: int
+    nth: int
+    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ..., step: _Optional[int] = ..., nth: _Optional[int] = ...) -> None: ...
 
 class FingerprintWindow(_message.Message):
     __slots__ = ("first_seq", "ops")

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import threading
 import weakref
 
 from diag.records import format as fmt
-from diag.tracer import completion, device
+from diag.tracer import completion, device, dispatch
 
 # name -> (kind, parameter whose tensor size is recorded as bytes)
 OPS = {
@@ -41,6 +42,7 @@ OPS = {
     "irecv": (fmt.KIND_P2P, "tensor"),
 }
 MARK = completion.MARK
+_grad_enabled = None   # torch.is_grad_enabled, bound by patch()
 
 
 def patch(tracer) -> None:
@@ -51,6 +53,9 @@ def patch(tracer) -> None:
         from torch.distributed import distributed_c10d as c10d
         if not dist.is_available():
             return
+        global _grad_enabled
+        import torch
+        _grad_enabled = torch.is_grad_enabled
         groups = GroupInfo(c10d, tracer)
         for name, (kind, size_param) in OPS.items():
             original = getattr(c10d, name, None)
@@ -62,6 +67,10 @@ def patch(tracer) -> None:
         if original is not None and not hasattr(original, MARK):
             _install(dist, c10d, "batch_isend_irecv", original,
                      _wrap_batch(tracer, groups, original))
+        original = getattr(c10d, "_coalescing_manager", None)
+        if original is not None and not hasattr(original, MARK):
+            _install(dist, c10d, "_coalescing_manager", original,
+                     _wrap_coalescing(tracer, groups, original))
         # Collectives issued from C++ (DDP's reducer) on CPU tensors: gloo.
         from diag.tracer import dispatch
         dispatch.install(tracer, groups)
@@ -82,7 +91,7 @@ def unpatch() -> None:
     dispatch.uninstall()
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
-    for name in list(OPS) + ["batch_isend_irecv"]:
+    for name in list(OPS) + ["batch_isend_irecv", "_coalescing_manager"]:
         fn = getattr(c10d, name, None)
         original = getattr(fn, MARK, None)
         if original is not None:
@@ -260,11 +269,14 @@ def _wrap(tracer, groups, original, name, kind, size_param):
             if op is None:
                 return original(*args, **kwargs)
             try:
-                result = original(*args, **kwargs)
+                result = _call_traced(original, args, kwargs)
             except BaseException:
                 tracer.finish(op, failed=True)
                 raise
-            if result is not None and (always_async or _arg(args, kwargs, "async_op", async_i, False)):
+            coalescing = getattr(_coalescing, "ops", None)
+            if coalescing is not None and coalescing[0] == op.comm_id:
+                coalescing[1].append((op, _on_cpu(tensor)))   # ends with the manager's work
+            elif result is not None and (always_async or _arg(args, kwargs, "async_op", async_i, False)):
                 completion.watcher(tracer).add(op, [result], _on_cpu(tensor))
             else:
                 completion.finished(tracer, op)
@@ -273,6 +285,38 @@ def _wrap(tracer, groups, original, name, kind, size_param):
             tracer.leave()
 
     return rename(wrapper)
+
+
+def _call_traced(original, args, kwargs):
+    """Call an op this wrapper has recorded, past the C++-issued collectives'
+    kernel (dispatch.py) where that changes nothing.
+
+    That kernel sits at the AutogradCPU key; for a call already recorded it
+    only hands on, and boxing the call there and back cost 13 us of a 17 us
+    traced gloo op (bench/tracer_async_step.py). Below the autograd keys the
+    dispatcher goes straight to the op, as torch's own kernels do
+    (``AutoDispatchBelowAutograd``). That is the same call exactly when
+    autograd had nothing to do: grad mode off (DDP's hooks, FSDP, Megatron's
+    autograd functions, the optimizer) or no tensor argument requiring grad.
+    Otherwise the call goes through autograd as it would without us."""
+    below = dispatch.below_autograd()
+    if below is None or _needs_autograd(args, kwargs):
+        return original(*args, **kwargs)
+    with below():
+        return original(*args, **kwargs)
+
+
+def _needs_autograd(args, kwargs) -> bool:
+    if not _grad_enabled():
+        return False
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            if any(getattr(v, "requires_grad", False) or getattr(getattr(v, "tensor", None), "requires_grad", False)
+                   for v in value):
+                return True
+        elif getattr(value, "requires_grad", False):
+            return True
+    return False
 
 
 def rename(wrapper):
@@ -303,7 +347,7 @@ def _wrap_batch(tracer, groups, original):
             if op is None:
                 return original(p2p_op_list, *args, **kwargs)
             try:
-                result = original(p2p_op_list, *args, **kwargs)
+                result = _call_traced(original, (p2p_op_list, *args), kwargs)
             except BaseException:
                 tracer.finish(op, failed=True)
                 raise
@@ -318,6 +362,82 @@ def _wrap_batch(tracer, groups, original):
             tracer.leave()
 
     return rename(wrapper)
+
+
+_coalescing = threading.local()   # .ops: (comm_id, [(op, on_cpu)]) inside a coalescing manager
+
+
+def _wrap_coalescing(tracer, groups, original):
+    """``_coalescing_manager``: Megatron's distributed optimizer issues its
+    bucketed reduce-scatters and all-gathers under it, batch_isend_irecv its
+    p2p ops. Each op inside is recorded under its own name, as the wrapper
+    records it, but torch only queues it there: the whole batch goes out as one
+    coalesced op when the manager exits, and its work is the manager's. So the
+    ops inside end when that work completes (or when the manager returns, for a
+    sync one), and the coalesced op itself is not recorded a second time."""
+
+    @functools.wraps(original)
+    def wrapper(group=None, device=None, async_ops=False):
+        inner = original(group, device, async_ops)
+        if not tracer.enabled or getattr(tracer._local, "busy", False):
+            return inner     # inside a traced call (batch_isend_irecv): that call is the record
+        return _Coalesced(tracer, groups, inner, group, async_ops)
+
+    return rename(wrapper)
+
+
+class _Coalesced:
+    """The manager's context, with the ops recorded inside it held until it ends."""
+
+    def __init__(self, tracer, groups, inner, group, async_ops):
+        self._tracer, self._groups, self._inner = tracer, groups, inner
+        self._group, self._async = group, async_ops
+        self._outer = None
+
+    def __enter__(self):
+        manager = self._inner.__enter__()
+        self._manager = manager
+        self._outer = getattr(_coalescing, "ops", None)
+        ops = []
+        try:
+            info = self._groups.lookup(self._group)
+            if info is not None:
+                _coalescing.ops = (info[0], ops)
+        except Exception as exc:
+            self._tracer.disable(f"tracing _coalescing_manager failed: {exc!r}")
+        self._ops = ops
+        return manager
+
+    def __exit__(self, *exc_info):
+        _coalescing.ops, ops = self._outer, self._ops
+        if not ops:
+            return self._inner.__exit__(*exc_info)
+        tracer = self._tracer
+        entered = tracer.enter()     # the coalesced op the manager now issues is these ops
+        try:
+            result = self._inner.__exit__(*exc_info)
+        except BaseException:
+            for op, _ in ops:
+                tracer.finish(op, failed=True)
+            raise
+        finally:
+            if entered:
+                tracer.leave()
+        try:
+            works = list(self._manager.works) if self._async else []
+            if exc_info[0] is not None:
+                for op, _ in ops:
+                    tracer.finish(op, failed=True)
+            elif works:
+                watcher = completion.watcher(tracer)
+                for op, on_cpu in ops:
+                    watcher.add(op, works, on_cpu)
+            else:
+                for op, _ in ops:
+                    completion.finished(tracer, op)
+        except Exception as exc:
+            tracer.disable(f"watching a coalesced op failed: {exc!r}")
+        return result
 
 
 def _on_cpu(value) -> bool:

@@ -142,6 +142,15 @@ def installed() -> bool:
     return _library is not None
 
 
+def below_autograd():
+    """torch's guard that dispatches below the autograd keys, while the
+    kernels are in place; None otherwise (nothing to go past)."""
+    if _library is None:
+        return None
+    import torch
+    return getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+
+
 def _kernel(tracer, groups, completions, op, name, kind, size_arg, ProcessGroup, Work):
     import torch
     from diag.tracer.collectives import tensor_bytes

@@ -182,3 +182,19 @@ def test_the_hooks_time_in_flight_is_reported_under_the_group_of_its_communicato
     busy = {(b.producer, b.comm_id, b.all_comms): b.busy_ns for b in rank.perf.comm_busy}
     assert busy == {(HOOK, 77, False): 2 * S, (HOOK, 0, True): 2 * S}
     assert [op.comm_id for op in rank.perf.ops if op.producer == HOOK] == [77]
+
+
+def test_each_fingerprint_says_the_optimizer_step_its_op_started_in():
+    # Two steps end at 92 s and 95 s (the tracer's optimizer.step ENDs); the
+    # hook's ops come from another ring, read before those ENDs: the step is
+    # said by time, not by the order the records were read in.
+    clock = Clock()
+    state = make(clock)
+    state.add_region("hook-r0", header(producer=HOOK))
+    state.apply("hook-r0", [rec(1, i, t * S, name="ncclAllReduce", seq=i, comm_id=0xA)
+                            for i, t in enumerate((91, 93, 94, 96), start=1)])
+    state.apply("py-r0", [rec(2, 0, t * S, name="optimizer.step", seq=0, kind=fmt.KIND_HOST_FUNC)
+                          for t in (92, 95)])
+    clock.now += 120 * S      # stuck: the window is sent
+    window = state.report()[0].comms[0].recent
+    assert [op.step for op in window.ops] == [0, 1, 1, 2]

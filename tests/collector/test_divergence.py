@@ -13,9 +13,9 @@ AR = ("ncclAllReduce", 7, 0, -1)          # name, dtype float32, sum, no peer
 BUCKET = ("ncclAllReduce", 9, 0, -1)      # bfloat16 DDP bucket
 
 
-def fp(op, nbytes):
+def fp(op, nbytes, step=0):
     name, dtype, red, peer = op
-    return pb.Fingerprint(name=name, bytes=nbytes, dtype=dtype, reduce_op=red, peer=peer)
+    return pb.Fingerprint(name=name, bytes=nbytes, dtype=dtype, reduce_op=red, peer=peer, step=step)
 
 
 def rank(r, world, ops, *, completed, age_s=12.0, comm_id=0, name="default", lane=pb.OP_KIND_COLLECTIVE,
@@ -24,13 +24,14 @@ def rank(r, world, ops, *, completed, age_s=12.0, comm_id=0, name="default", lan
     the first ``completed``; in flight in op ``in_flight`` (default: the
     first not completed) for ``age_s``."""
     p = pb.RankProgress(rank=r, world_size=world, pid=100 + r, alive=True, last_op=ops[-1][0][0])
+    # (op, bytes) or (op, bytes, the optimizer step it started in)
     comm = p.comms.add(comm_id=comm_id, last_started_seq=len(ops), last_completed_seq=completed,
                        comm_size=world, lane=lane, group_name=name)
     comm.recent.first_seq = 1
-    comm.recent.ops.extend(fp(op, nbytes) for op, nbytes in ops)
+    comm.recent.ops.extend(fp(*o) for o in ops)
     seq = in_flight or completed + 1
     if seq <= len(ops):
-        op, nbytes = ops[seq - 1]
+        op, nbytes = ops[seq - 1][:2]
         p.oldest_in_flight.CopyFrom(pb.InFlightOp(name=op[0], kind=lane, comm_id=comm_id, seq=seq,
                                                   age_ns=int(age_s * 1e9), bytes=nbytes))
     return p
@@ -192,3 +193,89 @@ def test_a_p2p_only_group_is_named_by_its_p2p_lane():
     ranks.append(rank_progress(0, 3))
     _, line, _ = judge(ranks)
     assert line.startswith('HANG: rank 1 in send (group "pp" (ranks 1-2), p2p) for '), line
+
+
+TP = [(AR, 512 << 10), (AR, 512 << 10)]
+
+
+def test_an_overlapped_rank_that_skipped_an_all_reduce_is_named_though_it_is_behind():
+    # Megatron, TP=2: async all-reduces overlapped. Rank 1 skipped the 4-byte
+    # one at seq 3; its next op (512 KiB) met rank 0's 4 B there, and rank 0
+    # launched one op more. The rank behind is the one that skipped.
+    rank0 = TP + [(AR, 4), (AR, 512 << 10)]
+    rank1 = TP + [(AR, 512 << 10)]
+    findings, line, doc = judge([rank(0, 2, rank0, completed=2, in_flight=3),
+                                 rank(1, 2, rank1, completed=2, in_flight=3)])
+    assert ("the ranks diverged at seq 3: rank 0 all_reduce 4 B (float32, sum), rank 1 all_reduce 512 KiB "
+            "(float32, sum): rank 1 skipped all_reduce 4 B (float32, sum) (its ops from seq 3 are rank 0's "
+            "1 seq later)") in line
+    assert "ahead" not in line and "cannot tell" not in line
+    assert doc["culprits"] == [1]
+    [group] = doc["mismatch"]["groups"]
+    assert group["skips"] == [{"ranks": [1], "seq": 3, "skipped": "all_reduce 4 B (float32, sum)",
+                               "evidence": "its ops from seq 3 are rank 0's 1 seq later"}]
+    assert group["culprit_note"] == "rank 1 skipped all_reduce 4 B (float32, sum) at seq 3"
+
+
+def test_a_rank_whose_op_belongs_to_the_next_step_skipped_the_rest_of_the_step():
+    # DeepSpeed on gloo: rank 1 skipped the logging all_reduce that ends step
+    # 5 and blocked in step 6's first all_gather; neither side could run on.
+    gather = ("ncclAllGather", 7, -1, -1)
+    rank0 = [(gather, 4096, 4), (AR, 4096, 4), (AR, 4, 4)]
+    rank1 = [(gather, 4096, 4), (AR, 4096, 4), (gather, 4096, 5)]
+    findings, line, doc = judge([rank(0, 2, rank0, completed=2), rank(1, 2, rank1, completed=2)])
+    assert ("rank 1 skipped the rest of step 5 from all_reduce 4 B (float32, sum) (its op at seq 3 started "
+            "in step 6, rank 0's in step 5)") in line
+    assert doc["culprits"] == [1] and "cannot tell" not in line
+
+
+def test_evidence_both_ways_names_no_one():
+    # The same two ops alternating, one rank a seq off: each looks like the
+    # other's skip. No call is made; the tie is said as before.
+    a, b = (AR, 1024), (AR, 2048)
+    findings, line, doc = judge([rank(0, 2, [a, b, a, b], completed=0, in_flight=1),
+                                 rank(1, 2, [b, a, b, a], completed=0, in_flight=1)])
+    assert "skipped" not in line and "the seqs alone cannot tell" in line
+    assert doc["mismatch"]["groups"][0]["skips"] == []
+
+
+def test_the_same_steps_and_no_shift_make_no_skip_claim():
+    findings, line, doc = judge([rank(0, 2, TP + [(AR, 4, 7)], completed=2),
+                                 rank(1, 2, TP + [(AR, 8, 7)], completed=2)])
+    assert "skipped" not in line and doc["culprits"] == []
+
+
+def stage(r, ops, *, completed, in_flight):
+    """A pipeline stage of a 2-rank group (comm rank = r): p2p ops
+    (name, bytes, peer, nth), seq 1.., in flight in seq ``in_flight``."""
+    p = pb.RankProgress(rank=r, world_size=2, pid=100 + r, alive=True, last_op=ops[-1][0])
+    comm = p.comms.add(comm_id=55, last_started_seq=len(ops), last_completed_seq=completed, comm_size=2,
+                       lane=pb.OP_KIND_P2P, group_name="PIPELINE_MODEL_PARALLEL_GROUP", comm_rank=r)
+    comm.recent.first_seq = 1
+    comm.recent.ops.extend(pb.Fingerprint(name=n, bytes=b, dtype=7, reduce_op=-1, peer=peer, nth=k)
+                           for n, b, peer, k in ops)
+    name, nbytes = ops[in_flight - 1][:2]
+    p.oldest_in_flight.CopyFrom(pb.InFlightOp(name=name, kind=pb.OP_KIND_P2P, comm_id=55, seq=in_flight,
+                                              age_ns=int(12e9), bytes=nbytes))
+    return p
+
+
+def test_two_stages_sending_to_each_other_are_not_a_divergence():
+    # 1F1B: both stages send, then receive, in one batch; by seq they "ran
+    # different ops" (rank 0 send to 1, rank 1 send to 0), which is no mismatch.
+    kib = 512 << 10
+    s0 = [("ncclSend", kib, 1, 1), ("ncclRecv", kib, 1, 1), ("ncclSend", kib, 1, 2), ("ncclRecv", kib, 1, 2)]
+    s1 = [("ncclRecv", kib, 0, 1), ("ncclSend", kib, 0, 1), ("ncclSend", kib, 0, 2), ("ncclRecv", kib, 0, 2)]
+    findings, line, doc = judge([stage(0, s0, completed=2, in_flight=3), stage(1, s1, completed=2, in_flight=3)])
+    assert line.startswith("HANG: ") and "diverged" not in line and "pair" not in line and "ahead" not in line
+    assert doc["mismatch"] is None and doc["culprits"] == []
+
+
+def test_a_send_whose_recv_differs_is_said_by_pair():
+    s0 = [("ncclSend", 4096, 1, 1), ("ncclSend", 8192, 1, 2)]
+    s1 = [("ncclRecv", 4096, 0, 1), ("ncclRecv", 2048, 0, 2)]
+    findings, line, doc = judge([stage(0, s0, completed=1, in_flight=2), stage(1, s1, completed=1, in_flight=2)])
+    assert ("the p2p ops do not pair: rank 0's send #2 to rank 1 (8 KiB float32) met rank 1's recv #2 "
+            "from rank 0 (2 KiB float32)") in line
+    [group] = doc["mismatch"]["groups"]
+    assert group["unpaired"] and doc["culprits"] == [] and "either side" in group["culprit_note"]
