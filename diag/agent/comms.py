@@ -27,6 +27,7 @@ import bisect
 import collections
 import dataclasses
 
+from diag.common import parallel
 from diag.pb import collector_pb2 as pb
 from diag.records import format as fmt
 
@@ -113,12 +114,18 @@ class CommTable:
         self.steps = Steps()
         self.lanes: dict[tuple[int, int, int], Lane] = {}
         self.names: dict[int, str] = {}       # group id -> display name (tracer)
+        self.places: dict[str, int] = {}      # group name -> this rank's index in it
         self.alias: dict[int, int] = {}       # hook comm id -> group id
         self._spans: collections.deque = collections.deque(maxlen=RECENT_SPANS)   # tracer ops
         self._unmatched: dict[int, tuple] = {}   # hook comm -> its latest untied start
 
     def group(self, rec) -> None:
         self.names[rec.comm_id] = rec.name
+        self.places[rec.name] = rec.comm_rank
+
+    def coords(self) -> str:
+        """The rank's parallel coordinates, from its named groups."""
+        return parallel.coords(self.places)
 
     def start(self, producer: int, rec) -> None:
         lane = self.lanes.setdefault((producer, rec.comm_id, rec.kind), Lane())

@@ -229,7 +229,10 @@ class NodeState:
         msg = pb.RankProgress(
             rank=state.rank, local_rank=state.local_rank, world_size=state.world_size,
             pid=state.pid, alive=state.alive, dropped_records=sum(state.dropped.values()),
-            idle_ns=max(0, now - state.last_activity_ns), last_op=state.last_op)
+            idle_ns=max(0, now - state.last_activity_ns), last_op=state.last_op,
+            # Always, short and only where the framework names its groups: the
+            # culprit of a hang is often a rank in no op (a stall in user code).
+            parallel_coords=state.comms.coords())
         stuck = False
         if state.in_flight:
             op = _oldest(state)

@@ -24,9 +24,12 @@ group this module finds:
     (k = 1 to ``MAX_SKIPPED``): they skipped the k ops the others ran there.
     This holds whichever side launched further: with Megatron's overlapped
     tensor-parallel all-reduces the rank that skipped one is the one behind.
+  - *pattern*: the agreed ops just before that seq repeat every P seqs
+    (each training step runs the same ones); the others' op there is the one the
+    pattern runs, theirs the one it runs k seqs later, and so are their ops
+    after it. This holds where neither side could run on (sync ops on gloo).
   - *step*: their op at that seq started in a later optimizer step than the
-    others' (Fingerprint.step): they skipped the rest of the others' step,
-    where neither side could run on (a sync op on gloo).
+    others' (Fingerprint.step): they skipped the rest of the others' step.
 
   A tie (1 against 1 in a 2-rank tensor-parallel group) is then no longer
   undecided.
@@ -262,13 +265,15 @@ def _skips(windowed, seq: int | None, variants: tuple[Variant, ...]) -> tuple[Sk
     windows = {rank: comm.recent for rank, comm in windowed}
     # Each variant by the member that saw furthest: its window has the most ops after seq.
     reps = [max(v.ranks, key=lambda r: _last(windows[r])) for v in variants]
+    period = _period(windows[reps[0]], seq)
     found = []
     for i, v in enumerate(variants):
         for j, w in enumerate(variants):
             if i == j:
                 continue
-            evidence = _skip_evidence(windows[reps[i]], windows[reps[j]], seq, w, v)
-            if evidence is not None and _skip_evidence(windows[reps[j]], windows[reps[i]], seq, v, w) is None:
+            evidence = _skip_evidence(windows[reps[i]], windows[reps[j]], seq, w, v, period)
+            if evidence is not None and _skip_evidence(windows[reps[j]], windows[reps[i]], seq, v, w,
+                                                       period) is None:
                 found.append(Skip(v.ranks, seq, evidence[0], evidence[1]))
                 break
     if len(found) == len(variants):
@@ -276,7 +281,19 @@ def _skips(windowed, seq: int | None, variants: tuple[Variant, ...]) -> tuple[Sk
     return tuple(found)
 
 
-def _skip_evidence(mine, theirs, seq: int, them: Variant, me: Variant) -> tuple[str, str] | None:
+def _period(window, seq: int) -> int:
+    """The smallest P with which the agreed ops just before ``seq`` repeat:
+    their last P equal the P before those (a training step's ops on this
+    lane; the first steps, with their set-up ops, may differ); 0 if none."""
+    ops = [_key(fp) for fp in window.ops[:max(0, seq - window.first_seq)]]
+    n = len(ops)
+    for p in range(1, n // 2 + 1):
+        if ops[n - p:] == ops[n - 2 * p:n - p]:
+            return p
+    return 0
+
+
+def _skip_evidence(mine, theirs, seq: int, them: Variant, me: Variant, period: int) -> tuple[str, str] | None:
     """(what I skipped, how it shows), if my window shows I skipped ops that
     theirs ran at ``seq``; None otherwise."""
     for k in range(1, MAX_SKIPPED + 1):
@@ -297,6 +314,19 @@ def _skip_evidence(mine, theirs, seq: int, them: Variant, me: Variant) -> tuple[
             return what, (f"its ops from seq {seq} are {_ranks(them.ranks)}'s {k} seq"
                           f"{'s' if k > 1 else ''} later")
     a, b = _op(mine, seq), _op(theirs, seq)
+    if period and a is not None and b is not None:
+        # The ops repeat every `period` seqs (each step runs the same ones).
+        # Theirs at seq is what the pattern runs there; mine is what it runs
+        # k seqs later, and so is each of my ops after it.
+        expected = [_op(theirs, seq - period + i) for i in range(period)]
+        if None not in expected and _key(b) == _key(expected[0]) and _key(a) != _key(expected[0]):
+            for k in range(1, min(MAX_SKIPPED, period - 1) + 1):
+                mine_after = [_op(mine, seq + i) for i in range(_last(mine) - seq)]
+                if all(_key(fp) == _key(expected[(k + i) % period]) for i, fp in enumerate(mine_after)):
+                    ran = describe(*_key(expected[0]))
+                    what = ran if k == 1 else f"{k} ops from {ran}"
+                    return what, (f"its op at seq {seq} is the one each step runs {k} seq{'s' if k > 1 else ''} "
+                                  f"later; the ops repeat every {period}")
     if a is not None and b is not None and a.step > b.step:
         return (f"the rest of step {b.step + 1} from {them.op}",
                 f"its op at seq {seq} started in step {a.step + 1}, {_ranks(them.ranks)}'s in step {b.step + 1}")

@@ -84,19 +84,37 @@ def _explain(findings: Findings) -> list[str]:
     return clauses
 
 
-def hang_line(findings: Findings, event_dir: str, link: str = "") -> str:
+def hang_line(findings: Findings, event_dir: str, link: str = "", coords: str = "") -> str:
     """The one verdict line; starts with ``HANG: ``. ``link``: the stuck-link
-    clause (docs/link.md), after "every reporting rank waits"."""
+    clause (docs/link.md), after "every reporting rank waits"; ``coords``:
+    the culprits' parallel coordinates (:func:`coords_clause`)."""
     groups = _group_phrases(findings)
     if len(groups) > MAX_GROUPS_IN_LINE:
         groups = groups[:MAX_GROUPS_IN_LINE] + [f"{len(groups) - MAX_GROUPS_IN_LINE} more hung ops in hang.json"]
     clauses = groups + [m.summary for m in findings.mismatches if m.summary] + _explain(findings)
+    if coords:
+        clauses.append(coords)
     if not findings.culprits:
         clauses.append("no rank is behind: every reporting rank waits" if not findings.mismatches
                        else "no rank is behind")
     if link:
         clauses.append(link)
     return f"HANG: {'; '.join(clauses)}; stacks in {event_dir.rstrip('/')}/"
+
+
+MAX_COORDS_SHOWN = 4
+
+
+def coords_clause(findings: Findings, snap: Snapshot) -> str:
+    """``rank 1 is tp 1, pp 0, dp 0``: where the culprits sit in the job's
+    parallel layout, for the first few with named groups."""
+    said = []
+    for rank in findings.culprits[:MAX_COORDS_SHOWN]:
+        entry = snap.ranks.get(rank)
+        coords = entry.progress.parallel_coords if entry is not None else ""
+        if coords:
+            said.append(f"rank {rank} is {coords}")
+    return "; ".join(said)
 
 
 def silent_line(agent) -> str:
@@ -144,7 +162,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "reason": "hung_op",   # or "idle" (diag/collector/idle.py)
         "timeout_s": timeout_s,
         "world_size": findings.world_size,
-        "verdict": hang_line(findings, event_dir, link_analysis.clause(link)),
+        "verdict": hang_line(findings, event_dir, link_analysis.clause(link), coords_clause(findings, snap)),
         "hung_ranks": findings.hung_ranks,
         "hung_ops": [_hung_op(g, findings) for g in findings.hung],
         "culprits": findings.culprits,

@@ -198,3 +198,13 @@ def test_each_fingerprint_says_the_optimizer_step_its_op_started_in():
     clock.now += 120 * S      # stuck: the window is sent
     window = state.report()[0].comms[0].recent
     assert [op.step for op in window.ops] == [0, 1, 1, 2]
+
+
+def test_the_rank_says_its_place_in_each_group_its_framework_names():
+    state = make()
+    # As the tracer's GroupInfo writes them (RecordWriter.group): the rank's index in comm_rank.
+    state.apply("py-r0", [fmt.Record(fmt.EVENT_GROUP, fmt.KIND_COLLECTIVE, 0, index, 0, cid, 0, 90 * S, 0, 0, 0, 1,
+                                     2, name)
+                          for name, cid, index in (("TENSOR_MODEL_PARALLEL_GROUP", 11, 1),
+                                                   ("PIPELINE_MODEL_PARALLEL_GROUP", 12, 0), ("default", 0, 1))])
+    assert state.report()[0].parallel_coords == "tp 1, pp 0"

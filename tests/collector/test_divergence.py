@@ -279,3 +279,38 @@ def test_a_send_whose_recv_differs_is_said_by_pair():
             "from rank 0 (2 KiB float32)") in line
     [group] = doc["mismatch"]["groups"]
     assert group["unpaired"] and doc["culprits"] == [] and "either side" in group["culprit_note"]
+
+
+def test_the_culprit_is_placed_in_the_parallel_layout():
+    ranks = [rank(0, 2, TP + [(AR, 4), (AR, 512 << 10)], completed=2, in_flight=3),
+             rank(1, 2, TP + [(AR, 512 << 10)], completed=2, in_flight=3)]
+    ranks[1].parallel_coords = "tp 1, pp 0, dp 0"
+    ranks[0].parallel_coords = "tp 0, pp 0, dp 0"
+    findings, line, doc = judge(ranks)
+    assert doc["verdict"].count("rank 1 is tp 1, pp 0, dp 0;") == 1 and "rank 0 is" not in doc["verdict"]
+
+
+def test_a_sync_skip_is_named_by_the_steps_repeating_pattern():
+    # DeepSpeed ZeRO-3 on gloo: each step runs [all_reduce 4 B (the logged
+    # loss), all_gather, reduce_scatter, all_reduce 8 B]. Rank 1 skipped the
+    # logged loss; both block at once (sync ops): no one ran on, and the
+    # shift shows nothing. The pattern does: rank 1's op is the one each step
+    # runs a seq later.
+    gather, rs = ("ncclAllGather", 7, -1, -1), ("ncclReduceScatter", 7, 0, -1)
+    setup = [(AR, 64), (gather, 128), (AR, 16)]            # the first steps differ: set-up
+    step = [(AR, 4), (gather, 4096), (rs, 8192), (AR, 8)]
+    history = setup + step * 3
+    findings, line, doc = judge([rank(0, 2, history + [(AR, 4)], completed=len(history)),
+                                 rank(1, 2, history + [(gather, 4096)], completed=len(history))])
+    assert ("rank 1 skipped all_reduce 4 B (float32, sum) (its op at seq 16 is the one each step runs 1 seq "
+            "later; the ops repeat every 4)") in line
+    assert doc["culprits"] == [1]
+
+
+def test_a_rank_that_follows_the_pattern_is_never_said_to_skip():
+    # Both ranks' ops at the seq differ from the pattern: no claim.
+    step = [(AR, 4), (AR, 4096), (AR, 8)]
+    history = step * 3
+    findings, line, doc = judge([rank(0, 2, history + [(AR, 16)], completed=len(history)),
+                                 rank(1, 2, history + [(AR, 32)], completed=len(history))])
+    assert "skipped" not in line and doc["culprits"] == []

@@ -132,14 +132,15 @@ class Stalled:
     output: str
 
 
-def stalled(name: str, tmp: Path) -> Stalled:
-    """The job with --stall: the HANG line, the event directory once every
+def stalled(name: str, tmp: Path, plant: str = "--stall") -> Stalled:
+    """The job with --stall (or ``plant``: --skip, a collective skipped on
+    rank 1, which says SKIP): the HANG line, the event directory once every
     rank's stacks are in, and stack-viewer's answer on it."""
     launch = Launch(["--nproc-per-node", str(WORLD), "--master-port", str(free_port()), "--rdzv-id", name,
                      "--timeline-path", str(tmp), "--hang-timeout", f"{STALL_HANG_TIMEOUT_S}s",
-                     script(name), str(tmp / "out"), "--stall"], env=dict(FAST_DUMPS, **QUIET))
+                     script(name), str(tmp / "out"), plant], env=dict(FAST_DUMPS, **QUIET))
     try:
-        stall = launch.wait_line(r"^STALL ", 180)
+        stall = launch.wait_line(r"^STALL " if plant == "--stall" else r"^SKIP ", 180)
         assert stall is not None, launch.output()
         hang = launch.wait_line(r"HANG: ", STALL_HANG_TIMEOUT_S + 30)
         assert hang is not None, launch.output()

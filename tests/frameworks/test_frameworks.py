@@ -1,6 +1,10 @@
-"""Lightning DDP, HF Trainer, FSDP2 and pipelining on 2 gloo ranks under the
-real launcher (issue 18; docs/frameworks.md). Each framework's healthy run is
+"""Lightning DDP, HF Trainer, FSDP2, pipelining, Megatron-Core's tensor
+parallelism and DeepSpeed ZeRO-3 on 2 gloo ranks under the real launcher (issues 18 and 32;
+docs/frameworks.md). Each framework's healthy run is
 made once and judged three ways; its stall is planted in the user's own code."""
+
+import json
+import os
 
 import pytest
 
@@ -12,6 +16,14 @@ STALLS = {
     "hf_trainer": "collate@hf_trainer.py",                      # the Trainer's data collator
     "fsdp2": "load_batch@fsdp2.py",                             # the batch loader
     "pipeline": "forward@pipeline.py",                          # stage 1's forward
+    "megatron_tp": "load_batch@megatron_tp.py",                 # tp rank 1's batch loader
+    "deepspeed_zero3": "load_batch@deepspeed_zero3.py",         # the batch loader
+}
+# script -> (what rank 1 skips with --skip, running on into the next step;
+# where the HANG line places it: only Megatron names its groups)
+SKIPS = {
+    "megatron_tp": ("all_gather_into_tensor 4 B (float32)", "rank 1 is tp 1"),   # the loss gather
+    "deepspeed_zero3": ("all_reduce 4 B (float32, sum)", None),                 # the logged loss
 }
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,3 +51,15 @@ def test_metrics_match_what_the_script_timed(healthy):
 @pytest.mark.parametrize("name", list(STALLS))
 def test_stall_in_user_code_names_the_rank_and_the_function(name, tmp_path):
     jobs.assert_stall_named(jobs.stalled(name, tmp_path), STALLS[name])
+
+
+@pytest.mark.parametrize("name", list(SKIPS))
+def test_a_collective_skipped_on_one_rank_names_the_rank_that_skipped(name, tmp_path):
+    skipped, place = SKIPS[name]
+    run = jobs.stalled(name, tmp_path, plant="--skip")
+    assert f"rank 1 skipped {skipped}" in run.hang, run.output[-4000:]
+    assert "ahead" not in run.hang and "cannot tell" not in run.hang, run.hang
+    with open(os.path.join(run.event, "hang.json")) as f:
+        doc = json.load(f)
+    assert doc["culprits"] == [1], doc["verdict"]
+    assert place is None or place in doc["verdict"], doc["verdict"]

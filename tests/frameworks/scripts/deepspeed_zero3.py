@@ -1,0 +1,62 @@
+"""DeepSpeed ZeRO-3 on gloo (NCCL with --cuda), started by torchrun or
+xpu_timer_launch rather than the deepspeed launcher: an 8-block MLP, the
+client's AdamW. --stall: rank 1 stops in its batch loader. --skip: rank 1
+skips the loss all-reduce that ends step SKIP_AT (a rank-conditional logging
+branch) and runs on into the next step's parameter all-gathers."""
+import os
+import sys
+import time
+
+import fwlib
+
+if not fwlib.CUDA:
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+SKIP = "--skip" in sys.argv[2:]
+SKIP_AT = 3
+HIDDEN = 64
+
+
+def load_batch(step):
+    if fwlib.should_stall(step):
+        time.sleep(600)
+    fwlib.pace(step)
+    return xs[step].to(fwlib.DEVICE), ys[step].to(fwlib.DEVICE)
+
+
+def log_loss(loss, step):
+    if SKIP and fwlib.RANK == 1 and step == SKIP_AT:
+        print(f"SKIP {time.time()}", flush=True)
+        return
+    reported = loss.detach().clone()
+    dist.all_reduce(reported)
+
+
+fwlib.time_collectives()
+if fwlib.CUDA:
+    torch.cuda.set_device(fwlib.RANK)
+deepspeed.init_distributed(dist_backend=fwlib.BACKEND)
+torch.manual_seed(0)
+blocks = []
+for _ in range(8):
+    blocks += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh()]
+model = torch.nn.Sequential(torch.nn.Linear(32, HIDDEN), *blocks, torch.nn.Linear(HIDDEN, 1))
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+          "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+          "steps_per_print": 10 ** 9, "wall_clock_breakdown": False}
+engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+xs, ys = torch.randn(2, fwlib.STEPS, 8, 32)[fwlib.RANK], torch.randn(2, fwlib.STEPS, 8, 1)[fwlib.RANK]
+for step in range(fwlib.STEPS):
+    x, y = load_batch(step)
+    loss = torch.nn.functional.mse_loss(engine(x), y)
+    engine.backward(loss)
+    engine.step()
+    log_loss(loss, step)
+    fwlib.step_done()
+with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+    fwlib.save([p.detach().clone() for p in engine.module.parameters()])
+dist.destroy_process_group()
