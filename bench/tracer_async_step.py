@@ -124,7 +124,7 @@ def in_process(args) -> None:
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(args.world), LOCAL_RANK=str(rank), XPU_TIMER_SHM_DIR=shm,
                    PYTHONWARNINGS="ignore", XPU_TIMER_RING_CAPACITY=str(1 << 16))
-        procs.append(subprocess.Popen([sys.executable, *os.environ.get("BENCH_WRAP", "").split(), __file__, "--worker", *_pass(args)], env=env,
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", *_pass(args)], env=env,
                                       stdout=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     agent.stop()
@@ -147,12 +147,10 @@ def in_process(args) -> None:
 
 def launched(args) -> None:
     """Whole jobs, alternating: plain torchrun, the launcher, the launcher without the tracer."""
-    bindir = os.path.dirname(sys.executable)
-    modes = {
-        "torchrun": [sys.executable, "-m", "torch.distributed.run"],
-        "launcher": [os.path.join(bindir, "xpu_timer_launch"), ],
-        "launcher, tracer off": [os.path.join(bindir, "xpu_timer_launch"), ],
-    }
+    exe = os.path.join(os.path.dirname(sys.executable), "xpu_timer_launch")
+    launcher = [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "diag.launcher.main"]
+    modes = {"torchrun": [sys.executable, "-m", "torch.distributed.run"], "launcher": launcher,
+             "launcher, tracer off": launcher}
     figures = {m: [] for m in modes}
     for i in range(args.runs):
         order = list(modes) if i % 2 == 0 else list(reversed(modes))

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
+# x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
+# step bench in process and as whole jobs (torchrun against the launcher), and
+# Megatron-Core TP=2 x PP=2 with the distributed optimizer healthy (paired with
+# torchrun) and with each planted fault (tests/gpu/scripts/fw_session.py).
+# x2fw32: the same for DeepSpeed ZeRO-3 on 2 GPUs.
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
 # the per-call bench.
@@ -67,6 +72,11 @@ make -s -C kernel_hook > $R/build.log 2>&1 || { echo "hook build failed"; cat $R
 listen_drops() { awk '/^TcpExt:/{if(!h){split($0,k);h=1}else{split($0,v);for(i=2;i<=length(k);i++) if(k[i]~/Listen|SynRetrans|TCPReqQFull/) printf "%s=%s ",k[i],v[i]; print ""}}' /proc/net/netstat; }
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$R/$name.log" 2>&1; echo "exit $?" | tee -a "$R/$name.log"; tail -n 5 "$R/$name.log"; }
 case $label in
+  x4fw32) run tracer_gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
+      run tracer_async_step_nccl 80 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 10
+      run tracer_async_step_launcher 110 python3 bench/tracer_async_step.py --backend nccl --world 4 --launcher --runs 2 --rounds 10
+      run megatron 300 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 ;;
+  x2fw32) run deepspeed 300 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2 ;;
   x1) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
       run hook_launch_bench 200 python3 bench/hook_launch_bench.py ;;
   x1drv) run hook_driver 300 python3 -m pytest -q -s -p no:cacheprovider "tests/gpu/test_hook_single_gpu.py::test_driver_launches_counted_and_one_all_reduce_series"

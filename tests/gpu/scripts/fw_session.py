@@ -1,0 +1,183 @@
+"""Issue 32 on GPUs: each framework's job healthy under plain torchrun and
+under xpu_timer_launch (alternating, paired), then with each planted fault.
+
+    python3 tests/gpu/scripts/fw_session.py OUT_DIR [megatron] [deepspeed] [--runs N] [--cpu]
+
+Per framework it prints and writes OUT_DIR/<framework>.json:
+- healthy: each run's step median (ms, after 5 warm-up steps), the launcher's
+  cost against torchrun, whether the final parameters are bitwise equal, any
+  HANG/SLOW line, and /metrics' calls per step and step time against the
+  script's own figures;
+- each fault: the HANG line and hang.json's culprits.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, ROOT)
+from diag.common.net import free_port  # noqa: E402
+from tests.frameworks.jobs import Scraper, rank_metrics  # noqa: E402
+from tests.functional.launch import Launch  # noqa: E402
+
+OUT = sys.argv[1]
+RUNS = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 2
+WARMUP = 5
+JOBS = {
+    "megatron": dict(nproc=4, script="tests/gpu/scripts/megatron_gpt.py", args=["--steps", "30"],
+                     faults={"--stall-tp": 1, "--stall-pp": 2, "--skip-tp": 1}, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+                     plant=r"^PLANTED "),
+    "deepspeed": dict(nproc=2, script="tests/frameworks/scripts/deepspeed_zero3.py",
+                      args=["--cuda", "--steps", "60"], faults={"--stall": 1, "--skip": 1},
+                      env={"DS_ACCELERATOR": "cuda", "CUDA_VISIBLE_DEVICES": "0,1"}, plant=r"^(STALL|SKIP) "),
+}
+
+
+if "--cpu" in sys.argv:   # a dry run of this orchestration on CPU (gloo): DeepSpeed only
+    JOBS["deepspeed"].update(args=["--steps", "60"], env={"DS_ACCELERATOR": "cpu"})
+
+
+def step_figures(out_dir: str, nproc: int) -> list[dict]:
+    """Per rank: sha256, step ms after warm-up, calls per step (the script's own)."""
+    found = []
+    for rank in range(nproc):
+        with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
+            r = json.load(f)
+        if "step_ms" in r:
+            ms, calls = r["step_ms"][WARMUP:], r["calls"][WARMUP:]
+        else:   # tests/frameworks/scripts/fwlib.py: step end times, and each collective's [start, end]
+            t = r["steps"]
+            ms = [(b - a) * 1e3 for a, b in zip(t[WARMUP:], t[WARMUP + 1:])]
+            calls = [sum(1 for s, _ in r["comms"] if a <= s < b) for a, b in zip(t[WARMUP:], t[WARMUP + 1:])]
+        found.append({"sha256": r["sha256"], "step_ms": statistics.median(ms),
+                      "calls_per_step": statistics.mean(calls)})
+    return found
+
+
+def run_job(job: dict, mode: str, out_dir: str) -> dict:
+    env = dict(os.environ, PYTHONWARNINGS="ignore", **job["env"])
+    cmd_tail = ["--nproc-per-node", str(job["nproc"]), "--master-port", str(free_port()), job["script"], out_dir,
+                *job["args"]]
+    t0 = time.monotonic()
+    if mode == "torchrun":
+        for key in [k for k in env if k.startswith("XPU_TIMER_")]:
+            del env[key]
+        p = subprocess.run([sys.executable, "-m", "torch.distributed.run", *cmd_tail], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=400)
+        ok, output, scrapes = p.returncode == 0, p.stdout + p.stderr, []
+    else:
+        port = free_port()
+        launch = Launch(["--metrics-port", str(port), "--metrics-addr", "127.0.0.1", "--perf-window", "2s",
+                         "--timeline-path", os.path.join(out_dir, "timeline"), "--hang-timeout", "60s", *cmd_tail],
+                        env=job["env"])
+        scraper = Scraper(f"http://127.0.0.1:{port}/metrics", interval=0.5)
+        try:
+            code = launch.wait(400)
+        finally:
+            scrapes = scraper.stop() if hasattr(scraper, "stop") else scraper.scrapes
+            launch.kill()
+        ok, output = code == 0, launch.output()
+    result = {"mode": mode, "ok": ok, "wall_s": round(time.monotonic() - t0, 1),
+              "alarms": [line for line in output.splitlines() if re.search(r"\b(HANG|SLOW|SILENT):", line)]}
+    if not ok:
+        result["tail"] = output[-3000:]
+        return result
+    result["ranks"] = step_figures(out_dir, job["nproc"])
+    if scrapes:
+        result["metrics"] = metrics_against_script(scrapes, result["ranks"])
+    return result
+
+
+def metrics_against_script(scrapes, ranks) -> list[dict]:
+    """Per rank: calls per step and step time from /metrics (between the
+    first and last scrape that saw steady steps) against the script's."""
+    rows = []
+    for rank, truth in enumerate(ranks):
+        seen = [m for m in (rank_metrics(s, rank) for s in scrapes)
+                if m is not None and m.steps_total >= WARMUP + 2]   # past set-up and warm-up
+        if len(seen) < 3:
+            rows.append({"rank": rank, "scrapes": len(seen)})
+            continue
+        first, last = seen[1], seen[-1]
+        steps = last.steps_total - first.steps_total
+        calls = (last.calls_total - first.calls_total) / steps if steps else None
+        rows.append({"rank": rank, "metrics_calls_per_step": calls, "script_calls_per_step": truth["calls_per_step"],
+                     "metrics_step_ms": last.step_s * 1e3, "script_step_ms": truth["step_ms"],
+                     "calls_within_10pct": calls is not None and abs(calls / truth["calls_per_step"] - 1) <= 0.10,
+                     "step_within_25pct": abs(last.step_s * 1e3 / truth["step_ms"] - 1) <= 0.25})
+    return rows
+
+
+def fault(job: dict, flag: str, out_dir: str) -> dict:
+    tl = os.path.join(out_dir, "timeline")
+    launch = Launch(["--timeline-path", tl, "--hang-timeout", "20s", "--nproc-per-node", str(job["nproc"]),
+                     "--master-port", str(free_port()), job["script"], out_dir, *job["args"], flag],
+                    env=dict(job["env"], XPU_TIMER_DUMP_TOOLS="py-spy"))
+    try:
+        planted = launch.wait_line(job["plant"], 300)
+        hang = launch.wait_line(r"HANG: ", 120) if planted else None
+        stacks = launch.wait_line(r"^STACKS: ", 120) if hang else None
+        doc = None
+        if stacks:
+            event = stacks[1].rsplit("stack-viewer --path ", 1)[1]
+            for _ in range(40):
+                path = os.path.join(event, "hang.json")
+                if os.path.exists(path):
+                    with open(path) as f:
+                        doc = json.load(f)
+                    break
+                time.sleep(0.5)
+        return {"flag": flag, "planted": planted[1] if planted else None,
+                "hang": hang[1][hang[1].index("HANG: "):] if hang else None,
+                "seconds_to_hang": round(hang[0] - planted[0], 1) if hang and planted else None,
+                "culprits": doc.get("culprits") if doc else None, "expected_culprit": job["faults"][flag],
+                "tail": None if hang else launch.output()[-3000:]}
+    finally:
+        launch.kill()
+        subprocess.run(["pkill", "-9", "-f", job["script"]], check=False)
+
+
+def main() -> None:
+    names = [n for n in JOBS if n in sys.argv[2:]] or list(JOBS)
+    os.makedirs(OUT, exist_ok=True)
+    for name in names:
+        job = JOBS[name]
+        report = {"healthy": [], "faults": []}
+        order = ["torchrun", "launcher", "launcher", "torchrun"] * ((RUNS + 1) // 2)
+        for i, mode in enumerate(order[:2 * RUNS]):
+            r = run_job(job, mode, os.path.join(OUT, name, f"healthy{i}-{mode}"))
+            report["healthy"].append(r)
+            med = statistics.median(x["step_ms"] for x in r["ranks"]) if r.get("ranks") else None
+            print(f"{name} {mode}: ok {r['ok']}, step median {med} ms, alarms {r['alarms']}", flush=True)
+            if not r["ok"]:
+                print(r["tail"], flush=True)
+        good = [r for r in report["healthy"] if r.get("ranks")]
+        shas = {tuple(x["sha256"] for x in r["ranks"]) for r in good}
+        by = {m: [statistics.median(x["step_ms"] for x in r["ranks"]) for r in good if r["mode"] == m]
+              for m in ("torchrun", "launcher")}
+        if by["torchrun"] and by["launcher"]:
+            cost = statistics.median(by["launcher"]) / statistics.median(by["torchrun"]) - 1
+            report["summary"] = {"bitwise_equal": len(shas) == 1, "step_ms": by, "launcher_cost": round(cost, 4)}
+            print(f"{name}: bitwise equal {len(shas) == 1}; step ms {by}; launcher {cost * 100:+.1f} %", flush=True)
+        for r in good:
+            for row in r.get("metrics", []):
+                print(f"{name} metrics {row}", flush=True)
+        for flag in job["faults"]:
+            f = fault(job, flag, os.path.join(OUT, name, f"fault{flag}"))
+            report["faults"].append(f)
+            print(f"{name} {flag}: culprits {f['culprits']} (expected [{f['expected_culprit']}]), "
+                  f"{f['seconds_to_hang']} s after planting\n  {f['hang']}", flush=True)
+            if f["tail"]:
+                print(f["tail"], flush=True)
+        with open(os.path.join(OUT, f"{name}.json"), "w") as fh:
+            json.dump(report, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
