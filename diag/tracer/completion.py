@@ -11,7 +11,10 @@ whichever of these looks first:
   (its send/recv, its ``reduce_scatter_single``) it is the only signal.
 - **The caller's next sync op** (it ends after its lane's elders), and the
   caller's ``wait()`` on any work, each of which looks at the oldest pending
-  op of each lane.
+  op of each lane, while any pending op is a CPU op. A device op's
+  ``wait()`` only orders the caller's stream, and the training thread never
+  queries NCCL: ``is_completed()`` runs the communicator's error check, and
+  on a launch-bound step each query showed.
 - **The watcher's one thread**, which looks every ``POLL_S`` while any op is
   pending, and sleeps on a condition otherwise.
 
@@ -57,13 +60,14 @@ CPU_WORK = 2     # a CPU work without a future: wait() returning, or is_complete
 class _Pending:
     """One op whose END is not written yet."""
 
-    __slots__ = ("record", "parts", "t_end", "failed")
+    __slots__ = ("record", "parts", "t_end", "failed", "on_cpu")
 
-    def __init__(self, record, parts):
+    def __init__(self, record, parts, on_cpu=True):
         self.record = record
         self.parts = parts          # (how, future or work) not yet seen done
         self.t_end = None           # monotonic ns when seen done
         self.failed = False
+        self.on_cpu = on_cpu        # a CPU op: the training thread may look at it
 
     def reports(self) -> bool:
         """Whether each part reports its own completion (a CPU work may never)."""
@@ -83,6 +87,7 @@ class Completions:
         self._unordered: list[_Pending] = []                # p2p: each ends on its own
         self._by_work: dict[int, list] = {}                 # id(work) -> its ops, for CPU works without a future
         self._count = 0
+        self._cpu = 0               # of which CPU ops
         self._thread = None
         self._closing = False
         self._idle = False          # the thread sleeps until notified
@@ -104,7 +109,7 @@ class Completions:
             fut = _future_of(work)
             # The CPU work itself is not kept when it has a future: it holds its group.
             parts.append((CPU_WORK, work) if fut is None else (FUTURE, fut))
-        entry = _Pending(record, parts)
+        entry = _Pending(record, parts, on_cpu)
         with self._cond:
             if record.seq:
                 self._lanes.setdefault((record.comm_id, record.kind), collections.deque()).append(entry)
@@ -114,6 +119,7 @@ class Completions:
                 if how == CPU_WORK:    # several ops share one work under a coalescing manager
                     self._by_work.setdefault(id(part), []).append(entry)
             self._count += 1
+            self._cpu += on_cpu
             if self._thread is None and not self._closing:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="xpu-diag-completions")
                 self._thread.start()
@@ -126,19 +132,23 @@ class Completions:
         now = time.monotonic_ns()
         queue = self._lanes.get((record.comm_id, record.kind)) if record.seq else None
         if queue:
-            entry = _Pending(record, [])
+            entry = _Pending(record, [], False)
             entry.t_end = now
             with self._cond:
                 queue.append(entry)
                 self._count += 1
-            self.check(now)
+            if self._cpu:     # device elders: the thread's next look writes them and this one
+                self.check(now)
         else:
             self.tracer.finish(record, False, now)
 
     def on_wait(self, work) -> None:
         """The caller's ``work.wait()`` returned: that work is done if it runs
-        on the CPU (a device op's wait() only orders the caller's stream)."""
-        if not self._count:   # every sync collective's wait() comes here: nothing to do
+        on the CPU. A device op's wait() only orders the caller's stream, so
+        with only device ops pending there is nothing to look at: the
+        training thread never queries NCCL (``is_completed()`` takes the
+        communicator's error check; on a launch-bound step each query showed)."""
+        if not self._cpu:   # every sync collective's wait() comes here: nothing to do
             return
         now = time.monotonic_ns()
         with self._cond:
@@ -184,7 +194,7 @@ class Completions:
             self._lanes.clear()
             self._unordered = []
             self._by_work.clear()
-            self._count = 0
+            self._count = self._cpu = 0
             self._cond.notify()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -254,6 +264,7 @@ class Completions:
             self._unordered = [e for e in self._unordered if e.t_end is None]
             due += done
         self._count -= len(due)
+        self._cpu -= sum(e.on_cpu for e in due)
         return due
 
 

@@ -74,9 +74,9 @@ run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" 
 case $label in
   x4fw32) run tracer_gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
       run tracer_async_step_nccl 80 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 10
-      run tracer_async_step_launcher 110 python3 bench/tracer_async_step.py --backend nccl --world 4 --launcher --runs 2 --rounds 10
-      run megatron 300 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 ;;
-  x2fw32) run deepspeed 300 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2 ;;
+      run megatron 380 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 ;;
+  x2fw32) run deepspeed 300 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2
+      run tracer_async_step_launcher 110 python3 bench/tracer_async_step.py --backend nccl --world 2 --launcher --runs 2 --rounds 10 ;;
   x1) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
       run hook_launch_bench 200 python3 bench/hook_launch_bench.py ;;
   x1drv) run hook_driver 300 python3 -m pytest -q -s -p no:cacheprovider "tests/gpu/test_hook_single_gpu.py::test_driver_launches_counted_and_one_all_reduce_series"
