@@ -129,8 +129,13 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
 
     The default group (comm 0) has every rank as a member; for other groups a
     rank is a member if it reports progress on that comm id. A rank hung in
-    another op (say an earlier collective) can still be one that never
-    entered this one. Silent ranks are skipped: their seq is stale.
+    another op can still be one that never entered this one, unless it was
+    already in that op before any member entered this one: it could not have
+    entered, and it is the others it waits for that the verdict must name.
+    (Megatron, a tensor-parallel all-reduce skipped on rank 1: rank 0 waits in
+    it; rank 1 ran on into the distributed optimizer's all-reduce, where the
+    rest of the job waits for rank 0. Rank 0 is not a culprit there: it was
+    stuck first.) Silent ranks are skipped: their seq is stale.
     ``members``: (comm_id, lane) -> {rank: last started seq} of the live
     members, where the divergence pass found them (the same ranks and seqs
     this reads: at 100,000 ranks not read twice).
@@ -145,7 +150,9 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
         known = (members or {}).get((comm_id, KIND_COLLECTIVE))
         for rank, started in known.items() if known is not None else _live_started(snap, comm_id):
             if started < seq and rank not in in_group and rank not in out and rank not in silent:
-                out[rank] = NeverEntered(rank, op, started)
+                age = in_flight_age(snap.ranks[rank], snap.now)
+                if age is None or age <= group.max_age_s:    # else stuck before this op began
+                    out[rank] = NeverEntered(rank, op, started)
     return tuple(out[r] for r in sorted(out))
 
 

@@ -314,3 +314,26 @@ def test_a_rank_that_follows_the_pattern_is_never_said_to_skip():
     findings, line, doc = judge([rank(0, 2, history + [(AR, 16)], completed=len(history)),
                                  rank(1, 2, history + [(AR, 32)], completed=len(history))])
     assert "skipped" not in line and doc["culprits"] == []
+
+
+def test_a_rank_stuck_before_another_group_hung_is_not_that_groups_culprit():
+    # Megatron TP=2 x PP=2, one tensor-parallel all-reduce skipped on rank 1:
+    # rank 0 waits in it (seq 5 of TP {0,1}); rank 1 ran on into the
+    # distributed optimizer's all-reduce (seq 9 of a group of all four), where
+    # ranks 1-3 wait for rank 0. Rank 0 was stuck first: only rank 1 is named.
+    def progress(r, op_comm, op_seq, age_s, tp_started, do_started):
+        p = pb.RankProgress(rank=r, world_size=4, pid=100 + r, alive=True, last_op="ncclAllReduce")
+        if r in (0, 1):
+            p.comms.add(comm_id=11, last_started_seq=tp_started, last_completed_seq=4, comm_size=2,
+                        lane=pb.OP_KIND_COLLECTIVE, group_name="TENSOR_MODEL_PARALLEL_GROUP", comm_rank=r)
+        p.comms.add(comm_id=12, last_started_seq=do_started, last_completed_seq=8, comm_size=4,
+                    lane=pb.OP_KIND_COLLECTIVE, group_name="DISTRIBUTED_OPTIMIZER", comm_rank=r)
+        p.oldest_in_flight.CopyFrom(pb.InFlightOp(name="ncclAllReduce", kind=pb.OP_KIND_COLLECTIVE,
+                                                  comm_id=op_comm, seq=op_seq, age_ns=int(age_s * 1e9)))
+        return p
+    ranks = [progress(0, 11, 5, 20.3, 5, 8), progress(1, 12, 9, 20.2, 4, 9),
+             progress(2, 12, 9, 20.2, 0, 9), progress(3, 12, 9, 20.2, 0, 9)]
+    findings, line, doc = judge(ranks)
+    assert doc["culprits"] == [1], line
+    assert "rank 1 never entered ncclAllReduce (group \"TENSOR_MODEL_PARALLEL_GROUP\", seq 5)" in line
+    assert "rank 0 never entered" not in line
