@@ -188,7 +188,8 @@ def rank_metrics(scrape: tuple[float, str], rank: int, step_op: str = "optimizer
             if sample.labels.get("rank") != str(rank):
                 continue
             if sample.name == "xpu_diag_op_calls_total":
-                calls += sample.value if sample.labels["op"] != step_op else 0.0
+                # The step and the garbage collector's time are host-function records, not calls.
+                calls += sample.value if sample.labels["op"] not in (step_op, "gc") else 0.0
             else:
                 values[sample.name] = sample.value
     # The window's gauges come once the rank has stepped twice; its wait ratio

@@ -7,6 +7,9 @@
 # Megatron-Core TP=2 x PP=2 with the distributed optimizer healthy (paired with
 # torchrun) and with each planted fault (tests/gpu/scripts/fw_session.py).
 # x2fw32: the same for DeepSpeed ZeRO-3 on 2 GPUs.
+# x4fw32b: the second call: the tracer's NCCL test and step bench again,
+# DeepSpeed ZeRO-3 (GPUs 0-1), Megatron healthy three ways (torchrun, the
+# launcher, the launcher with the tracer off) and its skipped all-reduce.
 # x2fence: the hook's 2-GPU tests and per-call bench after the fence change;
 # x2step2: short turns, many rounds (the turn-to-turn spread dominates), and
 # the per-call bench.
@@ -77,6 +80,10 @@ case $label in
       run megatron 380 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 ;;
   x2fw32) run deepspeed 300 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2
       run tracer_async_step_launcher 110 python3 bench/tracer_async_step.py --backend nccl --world 2 --launcher --runs 2 --rounds 10 ;;
+  x4fw32b) run tracer_gpu 60 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
+      run tracer_async_step_nccl 60 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8
+      run deepspeed 170 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 1
+      run megatron 290 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 --tracer-off --faults --skip-tp ;;
   x1) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
       run hook_launch_bench 200 python3 bench/hook_launch_bench.py ;;
   x1drv) run hook_driver 300 python3 -m pytest -q -s -p no:cacheprovider "tests/gpu/test_hook_single_gpu.py::test_driver_launches_counted_and_one_all_reduce_series"

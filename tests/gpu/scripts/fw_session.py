@@ -28,6 +28,9 @@ from tests.functional.launch import Launch  # noqa: E402
 
 OUT = sys.argv[1]
 RUNS = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 2
+# --faults a,b: only these planted faults (default: each the job has); --tracer-off:
+# a third healthy mode, the launcher with XPU_TIMER_TRACER_DISABLE=1 (the tracer's share)
+FAULTS = sys.argv[sys.argv.index("--faults") + 1].split(",") if "--faults" in sys.argv else None
 WARMUP = 5
 JOBS = {
     "megatron": dict(nproc=4, script="tests/gpu/scripts/megatron_gpt.py", args=["--steps", "30"],
@@ -65,6 +68,8 @@ def run_job(job: dict, mode: str, out_dir: str) -> dict:
     cmd_tail = ["--nproc-per-node", str(job["nproc"]), "--master-port", str(free_port()), job["script"], out_dir,
                 *job["args"]]
     t0 = time.monotonic()
+    if mode == "launcher, tracer off":
+        env["XPU_TIMER_TRACER_DISABLE"] = "1"
     if mode == "torchrun":
         for key in [k for k in env if k.startswith("XPU_TIMER_")]:
             del env[key]
@@ -75,7 +80,7 @@ def run_job(job: dict, mode: str, out_dir: str) -> dict:
         port = free_port()
         launch = Launch(["--metrics-port", str(port), "--metrics-addr", "127.0.0.1", "--perf-window", "2s",
                          "--timeline-path", os.path.join(out_dir, "timeline"), "--hang-timeout", "60s", *cmd_tail],
-                        env=job["env"])
+                        env={k: v for k, v in env.items() if k in job["env"] or k == "XPU_TIMER_TRACER_DISABLE"})
         scraper = Scraper(f"http://127.0.0.1:{port}/metrics", interval=0.5)
         try:
             code = launch.wait(400)
@@ -149,8 +154,9 @@ def main() -> None:
     for name in names:
         job = JOBS[name]
         report = {"healthy": [], "faults": []}
-        order = ["torchrun", "launcher", "launcher", "torchrun"] * ((RUNS + 1) // 2)
-        for i, mode in enumerate(order[:2 * RUNS]):
+        modes = ["torchrun", "launcher"] + (["launcher, tracer off"] if "--tracer-off" in sys.argv else [])
+        order = [m for i in range(RUNS) for m in (modes if i % 2 == 0 else modes[::-1])]
+        for i, mode in enumerate(order):
             r = run_job(job, mode, os.path.join(OUT, name, f"healthy{i}-{mode}"))
             report["healthy"].append(r)
             med = statistics.median(x["step_ms"] for x in r["ranks"]) if r.get("ranks") else None
@@ -160,15 +166,16 @@ def main() -> None:
         good = [r for r in report["healthy"] if r.get("ranks")]
         shas = {tuple(x["sha256"] for x in r["ranks"]) for r in good}
         by = {m: [statistics.median(x["step_ms"] for x in r["ranks"]) for r in good if r["mode"] == m]
-              for m in ("torchrun", "launcher")}
+              for m in modes}
         if by["torchrun"] and by["launcher"]:
-            cost = statistics.median(by["launcher"]) / statistics.median(by["torchrun"]) - 1
-            report["summary"] = {"bitwise_equal": len(shas) == 1, "step_ms": by, "launcher_cost": round(cost, 4)}
-            print(f"{name}: bitwise equal {len(shas) == 1}; step ms {by}; launcher {cost * 100:+.1f} %", flush=True)
+            base = statistics.median(by["torchrun"])
+            costs = {m: round(statistics.median(v) / base - 1, 4) for m, v in by.items() if v}
+            report["summary"] = {"bitwise_equal": len(shas) == 1, "step_ms": by, "cost_against_torchrun": costs}
+            print(f"{name}: bitwise equal {len(shas) == 1}; step ms {by}; against torchrun {costs}", flush=True)
         for r in good:
             for row in r.get("metrics", []):
                 print(f"{name} metrics {row}", flush=True)
-        for flag in job["faults"]:
+        for flag in [f for f in job["faults"] if FAULTS is None or f in FAULTS]:
             f = fault(job, flag, os.path.join(OUT, name, f"fault{flag}"))
             report["faults"].append(f)
             print(f"{name} {flag}: culprits {f['culprits']} (expected [{f['expected_culprit']}]), "
