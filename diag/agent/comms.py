@@ -79,7 +79,7 @@ class Lane:
             out.first_seq = ops[start][0]
             for _, fp, t in ops[start:]:
                 if steps is not None:
-                    fp.step = steps.at(t)
+                    fp.step, fp.into_step_ns = steps.at(t)
                 out.ops.append(fp)
 
     def end(self, seq: int) -> None:
@@ -101,10 +101,12 @@ class Steps:
         self.total += 1
         self._ends.append(t_mono_ns)
 
-    def at(self, t_mono_ns: int) -> int:
-        """Steps finished before ``t_mono_ns`` (the oldest remembered are a floor)."""
+    def at(self, t_mono_ns: int) -> tuple[int, int]:
+        """(steps finished before ``t_mono_ns``, the oldest remembered a floor;
+        ns since the last of them ended, 0 if none is remembered)."""
         ends = self._ends
-        return self.total - len(ends) + bisect.bisect_right(ends, t_mono_ns)
+        i = bisect.bisect_right(ends, t_mono_ns)
+        return self.total - len(ends) + i, (t_mono_ns - ends[i - 1]) if i else 0
 
 
 class CommTable:

@@ -153,7 +153,74 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
                 age = in_flight_age(snap.ranks[rank], snap.now)
                 if age is None or age <= group.max_age_s:    # else stuck before this op began
                     out[rank] = NeverEntered(rank, op, started)
+    if len(out) > 1:
+        _break_cycles(snap, hung, out)
     return tuple(out[r] for r in sorted(out))
+
+
+def _break_cycles(snap: Snapshot, hung: tuple[HungGroup, ...], out: dict[int, NeverEntered]) -> None:
+    """Two ranks, each in flight in a hung op the other never entered, each
+    waiting for the other: the one that ran past the op that comes first in
+    a step is the culprit, the other only waits (``out`` loses its entry).
+
+    Megatron, a tensor-parallel all-reduce skipped on rank 1: all of a
+    layer's TP all-reduces are one size, so nothing in the TP lane differs;
+    rank 1 ran on into the distributed optimizer's all-reduce, where it waits
+    for rank 0, in the TP all-reduce waiting for rank 1, since the same
+    moment. Which op comes first in a step says who ran past what: the ranks'
+    own earlier steps tell it (``Fingerprint.into_step_ns``). No call where
+    the steps do not show one order."""
+    in_op = {}
+    for g in hung:
+        for r in g.ranks:
+            in_op[r] = (g.op.comm_id, g.op.kind)
+    for p, n in list(out.items()):
+        y = in_op.get(p)                    # p waits in y, never entered x
+        x = (n.op.comm_id, n.op.kind)
+        if y is None or p not in out:
+            continue
+        for r, m in list(out.items()):      # r waits in x, never entered y
+            if r == p or in_op.get(r) != x or (m.op.comm_id, m.op.kind) != y:
+                continue
+            first = _first_in_step(snap, (p, r), x, y)
+            if first == x:
+                del out[r]                  # p ran past x into y: r only waits in x
+            elif first == y:
+                del out[p]
+            break
+
+
+def _first_in_step(snap: Snapshot, ranks, x: tuple[int, int], y: tuple[int, int]):
+    """``x`` or ``y``: the lane whose ops all come before the other's within
+    each earlier step both ran on these ranks (their fingerprint windows); None
+    where no step shows both, or the steps disagree."""
+    seen = set()
+    for rank in ranks:
+        entry = snap.ranks.get(rank)
+        if entry is None:
+            return None
+        lanes = []
+        for comm_id, kind in (x, y):
+            comm = comm_lane(entry.progress, comm_id, kind)
+            if comm is None or not comm.HasField("recent"):
+                return None
+            by_step: dict[int, list[int]] = {}
+            for fp in comm.recent.ops:
+                if fp.into_step_ns:
+                    by_step.setdefault(fp.step, []).append(fp.into_step_ns)
+            lanes.append(by_step)
+        current = max((s for lane in lanes for s in lane), default=0)
+        for step in set(lanes[0]) & set(lanes[1]):
+            if step == current:
+                continue                    # the step the hang is in: the order is what is asked
+            xs, ys = lanes[0][step], lanes[1][step]
+            if max(xs) < min(ys):
+                seen.add(x)
+            elif max(ys) < min(xs):
+                seen.add(y)
+            else:
+                return None
+    return seen.pop() if len(seen) == 1 else None
 
 
 def _live_started(snap: Snapshot, comm_id: int):

@@ -77,7 +77,7 @@ class OpStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., count: _Optional[int] = ..., total_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
 class Fingerprint(_message.Message):
-    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer", "step", "nth")
+    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer", "step", "nth", "into_step_ns")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class Fingerprint(_message.Message):
     PEER_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     NTH_FIELD_NUMBER: _ClassVar[int]
+    INTO_STEP_NS_FIELD_NUMBER: _ClassVar[int]
     name: str
     bytes: int
     dtype: int
@@ -92,7 +93,8 @@ class Fingerprint(_message.Message):
     peer: int
     step: int
     nth: int
-    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ..., step: _Optional[int] = ..., nth: _Optional[int] = ...) -> None: ...
+    into_step_ns: int
+    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ..., step: _Optional[int] = ..., nth: _Optional[int] = ..., into_step_ns: _Optional[int] = ...) -> None: ...
 
 class FingerprintWindow(_message.Message):
     __slots__ = ("first_seq", "ops")

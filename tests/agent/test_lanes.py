@@ -198,6 +198,7 @@ def test_each_fingerprint_says_the_optimizer_step_its_op_started_in():
     clock.now += 120 * S      # stuck: the window is sent
     window = state.report()[0].comms[0].recent
     assert [op.step for op in window.ops] == [0, 1, 1, 2]
+    assert [op.into_step_ns for op in window.ops] == [0, 1 * S, 2 * S, 1 * S]   # since the step before
 
 
 def test_the_rank_says_its_place_in_each_group_its_framework_names():

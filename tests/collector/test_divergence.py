@@ -337,3 +337,44 @@ def test_a_rank_stuck_before_another_group_hung_is_not_that_groups_culprit():
     assert doc["culprits"] == [1], line
     assert "rank 1 never entered ncclAllReduce (group \"TENSOR_MODEL_PARALLEL_GROUP\", seq 5)" in line
     assert "rank 0 never entered" not in line
+
+
+def cycle(into_step: bool):
+    """Megatron TP=2 x PP=2 after a TP all-reduce skipped on rank 1, as the
+    device showed it: rank 0 in TP seq 8, rank 1 in the distributed
+    optimizer's seq 3 with ranks 2-3, all since the same moment. Each step
+    runs 3 TP all-reduces (at 10, 20, 30 ms) then the optimizer's (60 ms)."""
+    ms = 1_000_000 if into_step else 0
+
+    def progress(r, in_comm, in_seq, tp, do):
+        p = pb.RankProgress(rank=r, world_size=4, pid=100 + r, alive=True, last_op="ncclAllReduce")
+        for comm_id, name, ops, size in ((11, "TENSOR_MODEL_PARALLEL_GROUP", tp, 2),
+                                         (12, "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP", do, 4)):
+            if ops is None:
+                continue
+            c = p.comms.add(comm_id=comm_id, last_started_seq=len(ops), last_completed_seq=len(ops) - 1,
+                            comm_size=size, lane=pb.OP_KIND_COLLECTIVE, group_name=name, comm_rank=r % size)
+            c.recent.first_seq = 1
+            c.recent.ops.extend(pb.Fingerprint(name="ncclAllReduce", bytes=b, dtype=7, reduce_op=0, peer=-1,
+                                               step=step, into_step_ns=at * ms) for b, step, at in ops)
+        p.oldest_in_flight.CopyFrom(pb.InFlightOp(name="ncclAllReduce", kind=pb.OP_KIND_COLLECTIVE,
+                                                  comm_id=in_comm, seq=in_seq, age_ns=int(20.234e9)))
+        return p
+    tp_step = [(256 << 10, s, at) for s in (1, 2) for at in (10, 20, 30)]
+    do = [(4, 1, 60), (4, 2, 60)]
+    ranks = [progress(0, 11, 8, tp_step + [(256 << 10, 3, 10), (256 << 10, 3, 20)], do),  # in its 2nd TP op of step 3
+             progress(1, 12, 3, tp_step + [(256 << 10, 3, 20)], do + [(4, 3, 58)]),      # one TP op, then the optimizer
+             progress(2, 12, 3, None, do + [(4, 3, 50)]), progress(3, 12, 3, None, do + [(4, 3, 50)])]
+    return judge(ranks)
+
+
+def test_of_two_ranks_waiting_for_each_other_the_one_that_ran_past_the_earlier_op_is_named():
+    findings, line, doc = cycle(into_step=True)
+    assert doc["culprits"] == [1], line
+    assert "rank 1 never entered ncclAllReduce (group \"TENSOR_MODEL_PARALLEL_GROUP\", seq 8)" in line
+    assert "rank 0 never entered" not in line
+
+
+def test_without_the_steps_order_both_ranks_of_the_cycle_stay_named():
+    findings, line, doc = cycle(into_step=False)
+    assert doc["culprits"] == [0, 1], line
