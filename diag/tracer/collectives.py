@@ -72,7 +72,6 @@ def patch(tracer) -> None:
             _install(dist, c10d, "_coalescing_manager", original,
                      _wrap_coalescing(tracer, groups, original))
         # Collectives issued from C++ (DDP's reducer) on CPU tensors: gloo.
-        from diag.tracer import dispatch
         dispatch.install(tracer, groups)
     except Exception as exc:
         tracer.disable(f"cannot patch torch.distributed: {exc!r}")
@@ -376,12 +375,18 @@ def _wrap_coalescing(tracer, groups, original):
     ops inside end when that work completes (or when the manager returns, for a
     sync one), and the coalesced op itself is not recorded a second time."""
 
+    signature = inspect.signature(original)
+
     @functools.wraps(original)
-    def wrapper(group=None, device=None, async_ops=False):
-        inner = original(group, device, async_ops)
-        if not tracer.enabled or getattr(tracer._local, "busy", False):
+    def wrapper(*args, **kwargs):
+        inner = original(*args, **kwargs)
+        if not tracer.enabled or tracer.busy():
             return inner     # inside a traced call (batch_isend_irecv): that call is the record
-        return _Coalesced(tracer, groups, inner, group, async_ops)
+        try:
+            given = signature.bind(*args, **kwargs).arguments
+        except TypeError:    # a signature this torch changed: the ops inside end as they return
+            return inner
+        return _Coalesced(tracer, groups, inner, given.get("group"), bool(given.get("async_ops", False)))
 
     return rename(wrapper)
 
@@ -392,7 +397,8 @@ class _Coalesced:
     def __init__(self, tracer, groups, inner, group, async_ops):
         self._tracer, self._groups, self._inner = tracer, groups, inner
         self._group, self._async = group, async_ops
-        self._outer = None
+        self._outer = self._manager = None
+        self._ops: list = []
 
     def __enter__(self):
         manager = self._inner.__enter__()

@@ -16,18 +16,22 @@ whichever of these looks first:
   queries NCCL: ``is_completed()`` runs the communicator's error check, and
   on a launch-bound step each query showed.
 - **The watcher's one thread**, which looks every ``POLL_S`` while any op is
-  pending, and sleeps on a condition otherwise.
+  pending, and sleeps on a condition otherwise. While the training thread
+  has neither issued nor waited on a CPU op for ``QUIET_NS``, it blocks on
+  the oldest CPU future instead (GIL released) and stamps its real end: a DDP
+  bucket all-reduce on gloo, waited on by the reducer in C++.
 
-Looking is cheap and never waits: a CPU future's ``done()``; a device op's
-``work.is_completed()``, an event query on NCCL's stream that changes none
-of the user's streams. Never on a device op: ``future.value()``,
+Looking is cheap and never waits on the training thread: a CPU future's
+``done()``; a device op's ``work.is_completed()``, an event query on NCCL's
+stream that changes none of the user's streams. Never on a device op: ``future.value()``,
 ``wait()`` or ``add_done_callback()``, each of which makes a CUDA stream wait
 on NCCL's end event; ``value()`` on the training thread serialised Megatron's
 compute stream behind its overlapped tensor-parallel all-reduces (issue 32).
-And the thread never blocks on a future: a thread woken by every completing
-op takes the GIL from the training thread once per op, which cost a
-Megatron-shaped step 30 to 45 us per op (bench/tracer_async_step.py). An op
-nobody waits on is stamped up to ``POLL_S`` late, once per ``POLL_S`` in all.
+And the thread blocks on a future only while the training thread is quiet:
+a thread woken by every completing op takes the GIL from the training thread
+once per op, which cost a Megatron-shaped step 30 to 45 us per op
+(bench/tracer_async_step.py). An op nobody waits on while the training thread
+is busy with others is stamped up to ``POLL_S`` late.
 
 The time an op took is from its START to that stamp, whenever END is written.
 
@@ -81,6 +85,7 @@ class Completions:
     into the caller; holds no work past the op's END nor past interpreter exit."""
 
     POLL_S = 0.005
+    QUIET_NS = 2_000_000
 
     def __init__(self, tracer):
         self.tracer = tracer
@@ -90,6 +95,7 @@ class Completions:
         self._by_work: dict[int, list] = {}                 # id(work) -> its ops, for CPU works without a future
         self._count = 0
         self._cpu = 0               # of which CPU ops
+        self._active_ns = 0         # when the training thread last added or waited on a CPU op
         self._thread = None
         self._closing = False
         self._idle = False          # the thread sleeps until notified
@@ -122,6 +128,8 @@ class Completions:
                     self._by_work.setdefault(id(part), []).append(entry)
             self._count += 1
             self._cpu += on_cpu
+            if on_cpu:
+                self._active_ns = record.t0
             if self._thread is None and not self._closing:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="xpu-diag-completions")
                 self._thread.start()
@@ -152,7 +160,7 @@ class Completions:
         communicator's error check; on a launch-bound step each query showed)."""
         if not self._cpu:   # every sync collective's wait() comes here: nothing to do
             return
-        now = time.monotonic_ns()
+        now = self._active_ns = time.monotonic_ns()
         with self._cond:
             for entry in self._by_work.pop(id(work), ()):
                 entry.parts = [p for p in entry.parts if p[1] is not work]
@@ -230,10 +238,44 @@ class Completions:
                 # First sleep: most ops are seen done by the caller in the meantime.
                 time.sleep(self.POLL_S)
                 self.check()
+                while not self._closing and self.tracer.enabled:
+                    fut = self._quiet_future()
+                    if fut is None:
+                        break
+                    try:
+                        fut.wait()   # releases the GIL; the op's error is the caller's to see
+                    except Exception:
+                        pass
+                    fut = None       # held no longer than the wait
+                    self.check()
         except Exception as exc:
             self.tracer.disable(f"watching completions failed: {exc!r}")
 
+    def _quiet_future(self):
+        """The oldest pending CPU op's future, once the training thread has
+        neither issued nor waited on a CPU op for ``QUIET_NS``; else None.
+        Waiting on it stamps the op's real end (a DDP bucket all-reduce that
+        the reducer waits on in C++, where no wait() of ours runs), and it wakes
+        this thread once per such op: only while the training thread is in
+        other work, not while it issues or waits on ops itself, when each
+        wake-up would take the GIL from it once per op."""
+        with self._cond:
+            if not self._cpu or time.monotonic_ns() - self._active_ns < self.QUIET_NS:
+                return None
+            oldest = None
+            for entry in self._entries():
+                if entry.on_cpu and entry.t_end is None and (oldest is None or entry.record.t0 < oldest[0]):
+                    fut = next((obj for how, obj in entry.parts if how == FUTURE), None)
+                    if fut is not None:
+                        oldest = (entry.record.t0, fut)
+            return None if oldest is None else oldest[1]
+
     # -- under the lock -------------------------------------------------------
+    def _entries(self):
+        for queue in self._lanes.values():
+            yield from queue
+        yield from self._unordered
+
     def _sweep(self, entry, now) -> None:
         left = []
         for part in entry.parts:

@@ -74,6 +74,10 @@ class Tracer:
     def leave(self) -> None:
         self._local.busy = False
 
+    def busy(self) -> bool:
+        """Inside a traced call on this thread (its record covers what it calls)."""
+        return getattr(self._local, "busy", False)
+
     # -- records --------------------------------------------------------
     def begin(self, kind, name, comm_id=0, nbytes=0, comm_rank=-1, comm_size=0,
               sequenced=True, flags=0, args=0) -> Op:
