@@ -150,12 +150,23 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
         known = (members or {}).get((comm_id, KIND_COLLECTIVE))
         for rank, started in known.items() if known is not None else _live_started(snap, comm_id):
             if started < seq and rank not in in_group and rank not in out and rank not in silent:
-                age = in_flight_age(snap.ranks[rank], snap.now)
-                if age is None or age <= group.max_age_s:    # else stuck before this op began
+                if not _waited_first(snap.ranks[rank], snap.now, group):
                     out[rank] = NeverEntered(rank, op, started)
     if len(out) > 1:
         _break_cycles(snap, hung, out)
     return tuple(out[r] for r in sorted(out))
+
+
+def _waited_first(entry, now: float, group: HungGroup) -> bool:
+    """True when the rank has been in flight in another group's op since
+    before any member entered ``group``'s: it could not have entered. An
+    earlier op of the same group does not count: there the rank is simply
+    behind its peers."""
+    age = in_flight_age(entry, now)
+    if age is None or age <= group.max_age_s:
+        return False
+    op = entry.progress.oldest_in_flight
+    return (op.comm_id, op.kind) != (group.op.comm_id, group.op.kind)
 
 
 def _break_cycles(snap: Snapshot, hung: tuple[HungGroup, ...], out: dict[int, NeverEntered]) -> None:

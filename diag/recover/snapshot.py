@@ -36,7 +36,7 @@ import torch
 from diag.recover import api, checksum, layout, store
 from diag.recover.devcopy import HOST_REGISTER_PORTABLE, clear_cuda_error, copy_all, cuda_error_name
 from diag.recover.restore import restore as _restore
-from diag.recover.state import Adapter, dist_info, has_dtensor
+from diag.recover.state import Adapter, dist_info, has_dtensor, partial_state
 
 _PREHOOK_TIMEOUT_S = 120.0
 _BUSY_TIMEOUT_S = 60.0
@@ -122,6 +122,7 @@ class Checkpointer:
         self._pinned: dict[int, tuple[int, int]] = {}  # slot -> (ptr, size) registered
         self._views: dict[int, tuple[tuple, list]] = {}
         self._said_off = False
+        self._refused = False       # a registration was refused (state.partial_state)
         self._said_pin = False
         self._hooked: set[int] = set()
         self._rank, self._world = None, None
@@ -151,6 +152,11 @@ class Checkpointer:
     def _add(self, where: dict, name: str, obj) -> None:
         if name in self.shared or name in self.local:
             raise ValueError(f"Checkpointer: {name!r} is registered twice; give each object its own name")
+        why = partial_state(obj)
+        if why:   # a partial snapshot restored would resume another job: none at all, said once
+            self._refused = True
+            self._off(f"Checkpointer: {name!r} is {why} (docs/recovery.md, Limits); snapshots are off")
+            return
         where[name] = Adapter(obj)
         hook = getattr(obj, "register_step_pre_hook", None)
         if hasattr(obj, "param_groups") and hook is not None and id(obj) not in self._hooked:
@@ -562,6 +568,8 @@ class Checkpointer:
         return result.step
 
     def restore_result(self) -> api.RestoreResult:
+        if self._refused:   # part of the state was never registered: a restore would be partial
+            return api.RestoreResult(None, "none", None, 0.0, 0)
         rank, world = self._dist()
         if self.replicated is None:
             self.replicated = not any(has_dtensor(a.state_dict()) for a in self.shared.values())

@@ -40,6 +40,35 @@ class Adapter:
         return [p for group in getattr(self.obj, "param_groups", ()) for p in group["params"]]
 
 
+# State holders whose state_dict() leaves out what a resume needs (module, class
+# names: the frameworks are never imported here). A snapshot of them would be
+# partial without a word; register() refuses them and says so once.
+PARTIAL = {
+    ("deepspeed.", "DeepSpeedEngine"): "its ZeRO partitions and optimizer state are outside "
+                                       "state_dict(); use engine.save_checkpoint()",
+    ("deepspeed.", "ZeROOptimizer"): "its partitioned optimizer state is outside state_dict(); "
+                                     "use engine.save_checkpoint()",
+    ("megatron.core.", "DistributedOptimizer"): "its sharded optimizer state is outside state_dict() "
+                                                "(Megatron saves it with sharded_state_dict); use "
+                                                "Megatron's dist_checkpointing",
+    ("megatron.core.", "ChainedOptimizer"): "it chains Megatron optimizers whose sharded state is outside "
+                                            "state_dict(); use Megatron's dist_checkpointing",
+}
+
+
+def partial_state(obj) -> str:
+    """Why a snapshot of ``obj`` would be partial (``PARTIAL``, or a module
+    holding ZeRO-3 partitioned parameters); "" if it would not."""
+    for cls in type(obj).__mro__:
+        for (module, name), why in PARTIAL.items():
+            if cls.__name__ == name and cls.__module__.startswith(module):
+                return f"a {type(obj).__name__}: {why}"
+    if isinstance(obj, torch.nn.Module) and any(hasattr(p, "ds_status") for p in obj.parameters()):
+        return (f"a {type(obj).__name__} with DeepSpeed ZeRO-3 partitioned parameters: this rank holds a "
+                f"partition, state_dict() empty placeholders; use engine.save_checkpoint()")
+    return ""
+
+
 class RNGState:
     """The RNGs a data pipeline and dropout draw from (Python, torch CPU,
     CUDA, NumPy where installed), as a Stateful for ``register_local``."""

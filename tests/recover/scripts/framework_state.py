@@ -1,0 +1,35 @@
+"""One gloo rank: DeepSpeed ZeRO-3's engine and its module, and a real
+Megatron-Core DistributedOptimizer object, each registered with a
+Checkpointer of its own. Prints RESULT: per case what save() and restore()
+did and the lines the Checkpointer said."""
+import io
+import json
+import os
+import sys
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer  # noqa: E402
+
+from diag.recover import Checkpointer  # noqa: E402
+
+deepspeed.init_distributed(dist_backend="gloo")
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters()),
+                                       config={"train_micro_batch_size_per_gpu": 2,
+                                               "zero_optimization": {"stage": 3}})
+# The real class; its buffers need CUDA to build, and only its type is read.
+cases = {"engine": engine, "module": engine.module, "megatron": object.__new__(DistributedOptimizer)}
+results = {}
+for which, target in cases.items():
+    store, log = os.path.join(sys.argv[1], which), io.StringIO()
+    ck = Checkpointer(store, None, log=log)
+    ck.register(state=target)
+    ck.register_local(step={"n": 0})
+    engine.backward(engine(torch.randn(2, 8)).sum())
+    engine.step()
+    results[which] = {"saved": ck.save(1), "restored": ck.restore(), "enabled": ck.enabled,
+                      "files": sorted(os.listdir(store)) if os.path.isdir(store) else [],
+                      "said": log.getvalue().splitlines()}
+print("RESULT " + json.dumps(results), flush=True)

@@ -1,0 +1,38 @@
+"""State a snapshot would hold only in part (issue 32): DeepSpeed's engine
+(its ZeRO partitions and optimizer state are outside state_dict()), a module
+whose parameters ZeRO-3 partitioned, Megatron-Core's distributed optimizer
+(its sharded state too). register() refuses each with one line and snapshots
+are off: never a partial snapshot, and no restore from one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from diag.common.net import free_port
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "framework_state.py")
+SAYS = {
+    "engine": "'state' is a DeepSpeedEngine: its ZeRO partitions and optimizer state are outside state_dict()",
+    "module": "with DeepSpeed ZeRO-3 partitioned parameters",
+    "megatron": "'state' is a DistributedOptimizer: its sharded optimizer state is outside state_dict()",
+}
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_state_a_snapshot_would_hold_in_part_is_refused_with_one_line(tmp_path):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
+               LOCAL_RANK="0", PYTHONWARNINGS="ignore")
+    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "store")], env=env, capture_output=True,
+                         text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.split("RESULT ", 1)[1])
+    assert sorted(results) == sorted(SAYS)
+    for which, says in SAYS.items():
+        r = results[which]
+        assert (r["saved"], r["restored"], r["enabled"], r["files"]) == (False, None, False, []), (which, r)
+        assert len(r["said"]) == 1 and says in r["said"][0] and "snapshots are off" in r["said"][0], (which, r)
