@@ -117,6 +117,7 @@ class CommTable:
         self.lanes: dict[tuple[int, int, int], Lane] = {}
         self.names: dict[int, str] = {}       # group id -> display name (tracer)
         self.places: dict[str, int] = {}      # group name -> this rank's index in it
+        self._coords: str | None = ""
         self.alias: dict[int, int] = {}       # hook comm id -> group id
         self._spans: collections.deque = collections.deque(maxlen=RECENT_SPANS)   # tracer ops
         self._unmatched: dict[int, tuple] = {}   # hook comm -> its latest untied start
@@ -124,10 +125,14 @@ class CommTable:
     def group(self, rec) -> None:
         self.names[rec.comm_id] = rec.name
         self.places[rec.name] = rec.comm_rank
+        self._coords = None
 
     def coords(self) -> str:
-        """The rank's parallel coordinates, from its named groups."""
-        return parallel.coords(self.places)
+        """The rank's parallel coordinates, from its named groups (worked out
+        again only when a group is named: every report carries them)."""
+        if self._coords is None:
+            self._coords = parallel.coords(self.places)
+        return self._coords
 
     def start(self, producer: int, rec) -> None:
         lane = self.lanes.setdefault((producer, rec.comm_id, rec.kind), Lane())

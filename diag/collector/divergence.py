@@ -17,7 +17,7 @@ group this module finds:
 * **ahead**: members that started ops past the others (a rank that skipped
   an op runs on into the next ones: NCCL launches asynchronously).
 * **skips**: members shown to have skipped ops the others ran at the
-  divergence seq, by either of two pieces of evidence, and only where the
+  divergence seq, by any of three pieces of evidence, and only where the
   other side shows no such evidence against them:
 
   - *shift*: from that seq on, their ops are the others' ops k seqs later

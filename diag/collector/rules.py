@@ -185,20 +185,25 @@ def _break_cycles(snap: Snapshot, hung: tuple[HungGroup, ...], out: dict[int, Ne
     for g in hung:
         for r in g.ranks:
             in_op[r] = (g.op.comm_id, g.op.kind)
-    for p, n in list(out.items()):
-        y = in_op.get(p)                    # p waits in y, never entered x
-        x = (n.op.comm_id, n.op.kind)
-        if y is None or p not in out:
+    # (never entered, waits in) -> ranks: one pass, as at 100,000 ranks most
+    # never-entered ranks wait in nothing and none of this is read for them.
+    pairs: dict[tuple, list[int]] = {}
+    for rank, n in out.items():
+        waits = in_op.get(rank)
+        if waits is not None:
+            pairs.setdefault(((n.op.comm_id, n.op.kind), waits), []).append(rank)
+    for (x, y), ps in pairs.items():       # each p waits in y, never entered x
+        rs = pairs.get((y, x), ())          # each r waits in x, never entered y
+        if not rs or x >= y:                # each pair of ops once
             continue
-        for r, m in list(out.items()):      # r waits in x, never entered y
-            if r == p or in_op.get(r) != x or (m.op.comm_id, m.op.kind) != y:
-                continue
-            first = _first_in_step(snap, (p, r), x, y)
-            if first == x:
-                del out[r]                  # p ran past x into y: r only waits in x
-            elif first == y:
-                del out[p]
-            break
+        p, r = ps[0], rs[0]
+        first = _first_in_step(snap, (p, r), x, y)
+        if first == x:                      # p ran past x into y: the rs only wait in x
+            for rank in rs:
+                out.pop(rank, None)
+        elif first == y:
+            for rank in ps:
+                out.pop(rank, None)
 
 
 def _first_in_step(snap: Snapshot, ranks, x: tuple[int, int], y: tuple[int, int]):

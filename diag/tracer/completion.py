@@ -178,7 +178,8 @@ class Completions:
                 if not queue:
                     continue
                 newest = queue[-1]
-                if not newest.on_cpu and newest.t_end is None:
+                if (not newest.on_cpu and newest.t_end is None
+                        and not any(e.on_cpu and e.t_end is None for e in queue)):   # one backend's stream
                     # A group's device ops run in order on its one NCCL stream:
                     # the newest done, all are. One query for the lane, not
                     # one per op (each query lets go of the GIL, and getting it
