@@ -67,20 +67,22 @@ class Lane:
             fp.nth = self.paired[key] = self.paired.get(key, 0) + 1
         self.recent.append((rec.seq, fp, rec.t_mono_ns))
 
-    def window(self, out: pb.FingerprintWindow, steps=None) -> None:
+    def window(self, out: pb.FingerprintWindow, steps=None, times: pb.StepTimes | None = None) -> None:
         """Fill ``out`` with the consecutive tail of the recent ops (a START
-        lost to a full ring breaks the run; older ops are then left out), each
-        with the step it started in (``steps``: a :class:`Steps`)."""
+        lost to a full ring breaks the run; older ops are then left out), and
+        ``times`` with the step each started in (``steps``: a :class:`Steps`)."""
         ops = list(self.recent)
         start = len(ops) - 1
         while start > 0 and ops[start - 1][0] == ops[start][0] - 1:
             start -= 1
         if ops:
             out.first_seq = ops[start][0]
-            for _, fp, t in ops[start:]:
-                if steps is not None:
-                    fp.step, fp.into_step_ns = steps.at(t)
-                out.ops.append(fp)
+            out.ops.extend(fp for _, fp, _ in ops[start:])
+            if steps is not None and times is not None:
+                for _, _, t in ops[start:]:
+                    step, into = steps.at(t)
+                    times.step.append(step)
+                    times.into_step_ns.append(into)
 
     def end(self, seq: int) -> None:
         self.completed = max(self.completed, seq)
@@ -213,7 +215,7 @@ class CommTable:
                                   last_completed_seq=lane.completed, comm_size=lane.size, lane=kind,
                                   group_name=self.names.get(group, ""), comm_rank=lane.comm_rank)
             if with_fingerprints and lane.recent:
-                lane.window(msg.recent, self.steps)
+                lane.window(msg.recent, self.steps, msg.recent_steps)
             out.append(msg)
         return out
 

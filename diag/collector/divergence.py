@@ -29,7 +29,7 @@ group this module finds:
     pattern runs, theirs the one it runs k seqs later, and so are their ops
     after it. This holds where neither side could run on (sync ops on gloo).
   - *step*: their op at that seq started in a later optimizer step than the
-    others' (Fingerprint.step): they skipped the rest of the others' step.
+    others' (CommProgress.recent_steps): they skipped the rest of the others' step.
 
   A tie (1 against 1 in a 2-rank tensor-parallel group) is then no longer
   undecided.
@@ -262,17 +262,17 @@ def _skips(windowed, seq: int | None, variants: tuple[Variant, ...]) -> tuple[Sk
     evidence against it, and never all of them."""
     if seq is None or len(variants) < 2:
         return ()
-    windows = {rank: comm.recent for rank, comm in windowed}
+    comms = {rank: comm for rank, comm in windowed}
     # Each variant by the member that saw furthest: its window has the most ops after seq.
-    reps = [max(v.ranks, key=lambda r: _last(windows[r])) for v in variants]
-    period = _period(windows[reps[0]], seq)
+    reps = [max(v.ranks, key=lambda r: _last(comms[r].recent)) for v in variants]
+    period = _period(comms[reps[0]].recent, seq)
     found = []
     for i, v in enumerate(variants):
         for j, w in enumerate(variants):
             if i == j:
                 continue
-            evidence = _skip_evidence(windows[reps[i]], windows[reps[j]], seq, w, v, period)
-            if evidence is not None and _skip_evidence(windows[reps[j]], windows[reps[i]], seq, v, w,
+            evidence = _skip_evidence(comms[reps[i]], comms[reps[j]], seq, w, v, period)
+            if evidence is not None and _skip_evidence(comms[reps[j]], comms[reps[i]], seq, v, w,
                                                        period) is None:
                 found.append(Skip(v.ranks, seq, evidence[0], evidence[1]))
                 break
@@ -293,9 +293,11 @@ def _period(window, seq: int) -> int:
     return 0
 
 
-def _skip_evidence(mine, theirs, seq: int, them: Variant, me: Variant, period: int) -> tuple[str, str] | None:
+def _skip_evidence(my_comm, their_comm, seq: int, them: Variant, me: Variant,
+                   period: int) -> tuple[str, str] | None:
     """(what I skipped, how it shows), if my window shows I skipped ops that
     theirs ran at ``seq``; None otherwise."""
+    mine, theirs = my_comm.recent, their_comm.recent
     for k in range(1, MAX_SKIPPED + 1):
         compared, same = 0, True
         s = seq
@@ -327,10 +329,19 @@ def _skip_evidence(mine, theirs, seq: int, them: Variant, me: Variant, period: i
                     what = ran if k == 1 else f"{k} ops from {ran}"
                     return what, (f"its op at seq {seq} is the one each step runs {k} seq{'s' if k > 1 else ''} "
                                   f"later; the ops repeat every {period}")
-    if a is not None and b is not None and a.step > b.step:
-        return (f"the rest of step {b.step + 1} from {them.op}",
-                f"its op at seq {seq} started in step {a.step + 1}, {_ranks(them.ranks)}'s in step {b.step + 1}")
+    my_step, their_step = _step(my_comm, seq), _step(their_comm, seq)
+    if my_step is not None and their_step is not None and my_step > their_step:
+        return (f"the rest of step {their_step + 1} from {them.op}",
+                f"its op at seq {seq} started in step {my_step + 1}, {_ranks(them.ranks)}'s in step {their_step + 1}")
     return None
+
+
+def _step(comm, seq: int) -> int | None:
+    """The optimizer steps the member had finished when its op at ``seq``
+    started (CommProgress.recent_steps), if it said."""
+    i = seq - comm.recent.first_seq
+    steps = comm.recent_steps.step
+    return steps[i] if 0 <= i < len(steps) else None
 
 
 def _op(window, seq: int):

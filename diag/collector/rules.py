@@ -179,7 +179,7 @@ def _break_cycles(snap: Snapshot, hung: tuple[HungGroup, ...], out: dict[int, Ne
     rank 1 ran on into the distributed optimizer's all-reduce, where it waits
     for rank 0, in the TP all-reduce waiting for rank 1, since the same
     moment. Which op comes first in a step says who ran past what: the ranks'
-    own earlier steps tell it (``Fingerprint.into_step_ns``). No call where
+    own earlier steps tell it (``CommProgress.recent_steps``). No call where
     the steps do not show one order."""
     in_op = {}
     for g in hung:
@@ -218,12 +218,12 @@ def _first_in_step(snap: Snapshot, ranks, x: tuple[int, int], y: tuple[int, int]
         lanes = []
         for comm_id, kind in (x, y):
             comm = comm_lane(entry.progress, comm_id, kind)
-            if comm is None or not comm.HasField("recent"):
+            if comm is None or not comm.HasField("recent_steps"):
                 return None
             by_step: dict[int, list[int]] = {}
-            for fp in comm.recent.ops:
-                if fp.into_step_ns:
-                    by_step.setdefault(fp.step, []).append(fp.into_step_ns)
+            for step, into in zip(comm.recent_steps.step, comm.recent_steps.into_step_ns):
+                if into:
+                    by_step.setdefault(step, []).append(into)
             lanes.append(by_step)
         current = max((s for lane in lanes for s in lane), default=0)
         for step in set(lanes[0]) & set(lanes[1]):

@@ -77,24 +77,28 @@ class OpStats(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., count: _Optional[int] = ..., total_ns: _Optional[int] = ..., max_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
 class Fingerprint(_message.Message):
-    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer", "step", "nth", "into_step_ns")
+    __slots__ = ("name", "bytes", "dtype", "reduce_op", "peer", "nth")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     REDUCE_OP_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
-    STEP_FIELD_NUMBER: _ClassVar[int]
     NTH_FIELD_NUMBER: _ClassVar[int]
-    INTO_STEP_NS_FIELD_NUMBER: _ClassVar[int]
     name: str
     bytes: int
     dtype: int
     reduce_op: int
     peer: int
-    step: int
     nth: int
-    into_step_ns: int
-    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ..., step: _Optional[int] = ..., nth: _Optional[int] = ..., into_step_ns: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ..., nth: _Optional[int] = ...) -> None: ...
+
+class StepTimes(_message.Message):
+    __slots__ = ("step", "into_step_ns")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    INTO_STEP_NS_FIELD_NUMBER: _ClassVar[int]
+    step: _containers.RepeatedScalarFieldContainer[int]
+    into_step_ns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, step: _Optional[_Iterable[int]] = ..., into_step_ns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FingerprintWindow(_message.Message):
     __slots__ = ("first_seq", "ops")
@@ -105,7 +109,7 @@ class FingerprintWindow(_message.Message):
     def __init__(self, first_seq: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[Fingerprint, _Mapping]]] = ...) -> None: ...
 
 class CommProgress(_message.Message):
-    __slots__ = ("comm_id", "last_started_seq", "last_completed_seq", "comm_size", "lane", "group_name", "recent", "comm_rank")
+    __slots__ = ("comm_id", "last_started_seq", "last_completed_seq", "comm_size", "lane", "group_name", "recent", "comm_rank", "recent_steps")
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_STARTED_SEQ_FIELD_NUMBER: _ClassVar[int]
     LAST_COMPLETED_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +118,7 @@ class CommProgress(_message.Message):
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     RECENT_FIELD_NUMBER: _ClassVar[int]
     COMM_RANK_FIELD_NUMBER: _ClassVar[int]
+    RECENT_STEPS_FIELD_NUMBER: _ClassVar[int]
     comm_id: int
     last_started_seq: int
     last_completed_seq: int
@@ -122,7 +127,8 @@ class CommProgress(_message.Message):
     group_name: str
     recent: FingerprintWindow
     comm_rank: int
-    def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ...) -> None: ...
+    recent_steps: StepTimes
+    def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ..., recent_steps: _Optional[_Union[StepTimes, _Mapping]] = ...) -> None: ...
 
 class RankProgress(_message.Message):
     __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links", "parallel_coords")

@@ -196,9 +196,9 @@ def test_each_fingerprint_says_the_optimizer_step_its_op_started_in():
     state.apply("py-r0", [rec(2, 0, t * S, name="optimizer.step", seq=0, kind=fmt.KIND_HOST_FUNC)
                           for t in (92, 95)])
     clock.now += 120 * S      # stuck: the window is sent
-    window = state.report()[0].comms[0].recent
-    assert [op.step for op in window.ops] == [0, 1, 1, 2]
-    assert [op.into_step_ns for op in window.ops] == [0, 1 * S, 2 * S, 1 * S]   # since the step before
+    comm = state.report()[0].comms[0]
+    assert len(comm.recent.ops) == 4 and list(comm.recent_steps.step) == [0, 1, 1, 2]
+    assert list(comm.recent_steps.into_step_ns) == [0, 1 * S, 2 * S, 1 * S]   # since the step before
 
 
 def test_the_rank_says_its_place_in_each_group_its_framework_names():
@@ -209,3 +209,19 @@ def test_the_rank_says_its_place_in_each_group_its_framework_names():
                           for name, cid, index in (("TENSOR_MODEL_PARALLEL_GROUP", 11, 1),
                                                    ("PIPELINE_MODEL_PARALLEL_GROUP", 12, 0), ("default", 0, 1))])
     assert state.report()[0].parallel_coords == "tp 1, pp 0"
+
+
+def test_ranks_running_the_same_ops_at_other_times_send_windows_alike():
+    # The collector compares members whose windows serialize alike once, as a
+    # class: the step times travel beside the window, never inside it.
+    windows = []
+    for shift in (0, 0.3):
+        clock = Clock()
+        state = make(clock)
+        state.apply("py-r0", [rec(2, 0, 92 * S, name="optimizer.step", seq=0,
+                                  kind=fmt.KIND_HOST_FUNC)])
+        state.apply("py-r0", [rec(1, i, int((90 + i + shift) * S), seq=i) for i in range(1, 5)])
+        clock.now += 120 * S
+        comm = state.report()[0].comms[0]
+        windows.append((comm.recent.SerializeToString(), list(comm.recent_steps.into_step_ns)))
+    assert windows[0][0] == windows[1][0] and windows[0][1] != windows[1][1]

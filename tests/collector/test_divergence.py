@@ -15,7 +15,7 @@ BUCKET = ("ncclAllReduce", 9, 0, -1)      # bfloat16 DDP bucket
 
 def fp(op, nbytes, step=0):
     name, dtype, red, peer = op
-    return pb.Fingerprint(name=name, bytes=nbytes, dtype=dtype, reduce_op=red, peer=peer, step=step)
+    return pb.Fingerprint(name=name, bytes=nbytes, dtype=dtype, reduce_op=red, peer=peer)
 
 
 def rank(r, world, ops, *, completed, age_s=12.0, comm_id=0, name="default", lane=pb.OP_KIND_COLLECTIVE,
@@ -29,6 +29,8 @@ def rank(r, world, ops, *, completed, age_s=12.0, comm_id=0, name="default", lan
                        comm_size=world, lane=lane, group_name=name)
     comm.recent.first_seq = 1
     comm.recent.ops.extend(fp(*o) for o in ops)
+    comm.recent_steps.step.extend(o[2] if len(o) > 2 else 0 for o in ops)
+    comm.recent_steps.into_step_ns.extend(0 for _ in ops)
     seq = in_flight or completed + 1
     if seq <= len(ops):
         op, nbytes = ops[seq - 1][:2]
@@ -355,8 +357,10 @@ def cycle(into_step: bool):
             c = p.comms.add(comm_id=comm_id, last_started_seq=len(ops), last_completed_seq=len(ops) - 1,
                             comm_size=size, lane=pb.OP_KIND_COLLECTIVE, group_name=name, comm_rank=r % size)
             c.recent.first_seq = 1
-            c.recent.ops.extend(pb.Fingerprint(name="ncclAllReduce", bytes=b, dtype=7, reduce_op=0, peer=-1,
-                                               step=step, into_step_ns=at * ms) for b, step, at in ops)
+            c.recent.ops.extend(pb.Fingerprint(name="ncclAllReduce", bytes=b, dtype=7, reduce_op=0, peer=-1)
+                                for b, _, _ in ops)
+            c.recent_steps.step.extend(step for _, step, _ in ops)
+            c.recent_steps.into_step_ns.extend(at * ms for _, _, at in ops)
         p.oldest_in_flight.CopyFrom(pb.InFlightOp(name="ncclAllReduce", kind=pb.OP_KIND_COLLECTIVE,
                                                   comm_id=in_comm, seq=in_seq, age_ns=int(20.234e9)))
         return p

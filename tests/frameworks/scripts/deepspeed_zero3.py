@@ -4,7 +4,6 @@ client's AdamW. --stall: rank 1 stops in its batch loader. --skip: rank 1
 skips the loss all-reduce that ends step SKIP_AT (a rank-conditional logging
 branch) and runs on into the next step's parameter all-gathers."""
 import os
-import sys
 import time
 
 import fwlib
@@ -15,8 +14,6 @@ import deepspeed  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-SKIP = "--skip" in sys.argv[2:]
-SKIP_AT = 3
 HIDDEN = 64
 
 
@@ -28,8 +25,7 @@ def load_batch(step):
 
 
 def log_loss(loss, step):
-    if SKIP and fwlib.RANK == 1 and step == SKIP_AT:
-        print(f"SKIP {time.time()}", flush=True)
+    if fwlib.should_skip(step):
         return
     reported = loss.detach().clone()
     dist.all_reduce(reported)

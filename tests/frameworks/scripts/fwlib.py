@@ -1,7 +1,7 @@
 """What the framework scripts share: their argv, the pace, the planted stall,
 the truth they time themselves and the file they leave.
 
-argv: ``OUT_DIR [--stall] [--steps N] [--untimed] [--cuda]``. Each rank writes
+argv: ``OUT_DIR [--stall | --skip] [--steps N] [--untimed] [--cuda]``. Each rank writes
 ``OUT_DIR/rank<R>.json`` at the end: ``sha256`` of its final parameters
 (bitwise comparison with plain torchrun), ``steps`` (monotonic time at the end
 of each step) and ``comms`` (``[start, end]`` of each collective the script
@@ -72,6 +72,19 @@ def pace(step: int) -> None:
     so the other waits for it in a collective (a wait share both ranks have)."""
     if step % 2 == RANK % 2:
         time.sleep(PACE_S)
+
+
+SKIP = "--skip" in sys.argv[2:]
+SKIP_AT = 3        # the step whose last collective rank 1 skips with --skip
+
+
+def should_skip(step: int) -> bool:
+    """--skip: rank 1 skips the collective that ends step SKIP_AT (a
+    rank-conditional logging branch) and runs on into the next step."""
+    if SKIP and RANK == 1 and step == SKIP_AT:
+        os.write(1, f"SKIP {time.time()}\n".encode())
+        return True
+    return False
 
 
 def should_stall(step: int) -> bool:

@@ -5,7 +5,6 @@ TP=2, plain Adam. --stall: rank 1 (tp 1) stops in its batch loader.
 rank-conditional logging branch does) and runs on into the next step, whose
 first collective (the row-parallel all-reduce) the other rank's all-gather
 then waits against: the job hangs."""
-import sys
 import time
 
 import torch
@@ -15,8 +14,6 @@ from megatron.core.model_parallel_config import ModelParallelConfig
 
 import fwlib
 
-SKIP = "--skip" in sys.argv[2:]
-SKIP_AT = 3
 HIDDEN = 64
 
 
@@ -29,8 +26,7 @@ def load_batch(step):
 
 def report_loss(loss, step):
     """Every rank's loss, gathered for the log line."""
-    if SKIP and fwlib.RANK == 1 and step == SKIP_AT:
-        print(f"SKIP {time.time()}", flush=True)
+    if fwlib.should_skip(step):
         return None
     gathered = torch.zeros(fwlib.WORLD, device=loss.device)
     dist.all_gather_into_tensor(gathered, loss.detach().reshape(1),
