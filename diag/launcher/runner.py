@@ -14,13 +14,12 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 
 import diag
 from diag.agent import dumps
 from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
-from diag.common import envnames, options
+from diag.common import envnames, options, owned_dirs
 from diag.common.atomic import probe_writable_dir
 from diag.launcher import collector_proc, torchrun
 from diag.launcher.config import Config
@@ -126,7 +125,7 @@ def _run(config: Config) -> int:
     finally:
         if proc is not None:
             collector_proc.stop(proc)
-        shutil.rmtree(shm_dir, ignore_errors=True)
+        owned_dirs.remove(shm_dir)
         recovery.close()
 
 
@@ -185,9 +184,11 @@ def _user() -> str:
 
 
 def make_shm_dir(config: Config) -> str:
-    """A private (0700) directory, in /dev/shm where there is one."""
+    """A private (0700) directory, in /dev/shm where there is one. Those a
+    killed launcher of this user left there go first (diag/common/owned_dirs.py)."""
     base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix=f"xpu_diag-{config.job_id}-n{config.node_rank}-", dir=base)
+    owned_dirs.sweep(base)
+    return owned_dirs.make(f"{owned_dirs.PREFIX}{config.job_id}-n{config.node_rank}-", base)
 
 
 def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict:

@@ -16,10 +16,10 @@ import json
 import mmap
 import os
 import re
-import shutil
 import tempfile
 import time
 
+from diag.common import owned_dirs
 from diag.common.atomic import probe_writable_dir, write_atomic
 from diag.recover import api
 from diag.recover import checksum
@@ -38,7 +38,8 @@ def create_store_dir(job_id: str, node_rank: int, base: str | None = None) -> st
         base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     safe_job = re.sub(r"[^A-Za-z0-9._-]", "_", str(job_id))[:64] or "job"
     try:
-        path = tempfile.mkdtemp(prefix=f"xpu_diag-ckpt-{safe_job}-n{int(node_rank)}-", dir=base)
+        owned_dirs.sweep(base)   # stores a killed launcher left: gigabytes of tmpfs
+        path = owned_dirs.make(f"{owned_dirs.PREFIX}ckpt-{safe_job}-n{int(node_rank)}-", base)
         probe_writable_dir(path)
     except OSError as exc:
         raise api.StoreUnavailable(
@@ -50,7 +51,7 @@ def create_store_dir(job_id: str, node_rank: int, base: str | None = None) -> st
 def remove_store_dir(path: str) -> None:
     """Remove the store (the launcher, when it exits: the job is over or the
     node goes). Never raises."""
-    shutil.rmtree(path, ignore_errors=True)
+    owned_dirs.remove(path)
 
 
 def rank_dir(store_dir: str, rank: int) -> str:
