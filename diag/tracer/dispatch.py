@@ -59,6 +59,7 @@ OPS = {
 DISPATCH_KEY = "AutogradCPU"
 
 _library = None   # the torch.library.Library holding our kernels; None when not installed
+_below = None     # torch._C._AutoDispatchBelowAutograd, where this torch has it
 
 
 def install(tracer, groups) -> None:
@@ -81,7 +82,7 @@ def install(tracer, groups) -> None:
 def register(tracer, groups) -> bool:
     """Register the kernels now; True when they are in place. Never raises:
     a failure switches the tracer off, as any tracer failure does."""
-    global _library
+    global _library, _below
     if _library is not None:
         return True
     try:
@@ -97,6 +98,7 @@ def register(tracer, groups) -> bool:
             kernel = _kernel(tracer, groups, completions, packet.default, name, kind, size_arg, ProcessGroup, Work)
             library.impl(op_name, kernel, DISPATCH_KEY, with_keyset=True)
         _library = library
+        _below = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
         return True
     except Exception as exc:
         tracer.disable(f"cannot trace collectives issued from C++: {exc!r}")
@@ -144,11 +146,9 @@ def installed() -> bool:
 
 def below_autograd():
     """torch's guard that dispatches below the autograd keys, while the
-    kernels are in place; None otherwise (nothing to go past)."""
-    if _library is None:
-        return None
-    import torch
-    return getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+    kernels are in place; None otherwise (nothing to go past). Read on every
+    traced call: looked up once, at register()."""
+    return _below if _library is not None else None
 
 
 def _kernel(tracer, groups, completions, op, name, kind, size_arg, ProcessGroup, Work):
