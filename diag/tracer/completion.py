@@ -85,7 +85,7 @@ class Completions:
     into the caller; holds no work past the op's END nor past interpreter exit."""
 
     POLL_S = 0.005
-    QUIET_NS = 2_000_000
+    QUIET_NS = 1_000_000
 
     def __init__(self, tracer):
         self.tracer = tracer
@@ -236,21 +236,31 @@ class Completions:
                     self._idle = False
                     if self._closing:
                         return
-                # First sleep: most ops are seen done by the caller in the meantime.
-                time.sleep(self.POLL_S)
-                self.check()
-                while not self._closing and self.tracer.enabled:
-                    fut = self._quiet_future()
-                    if fut is None:
-                        break
-                    try:
-                        fut.wait()   # releases the GIL; the op's error is the caller's to see
-                    except Exception:
-                        pass
-                    fut = None       # held no longer than the wait
+                # The first look once the caller may have gone quiet (an op
+                # issued from C++, with no wait() of ours, wants its real end),
+                # then every POLL_S: most ops are seen done by the caller.
+                delay = self.QUIET_NS / 1e9
+                while self._count and not self._closing and self.tracer.enabled:
+                    time.sleep(delay)
+                    delay = self.POLL_S
                     self.check()
+                    self._wait_quiet()
         except Exception as exc:
             self.tracer.disable(f"watching completions failed: {exc!r}")
+
+    def _wait_quiet(self) -> None:
+        """While the training thread is quiet, block on the oldest CPU future
+        and stamp its real end (:meth:`_quiet_future`)."""
+        while not self._closing and self.tracer.enabled:
+            fut = self._quiet_future()
+            if fut is None:
+                return
+            try:
+                fut.wait()   # releases the GIL; the op's error is the caller's to see
+            except Exception:
+                pass
+            fut = None       # held no longer than the wait
+            self.check()
 
     def _quiet_future(self):
         """The oldest pending CPU op's future, once the training thread has
