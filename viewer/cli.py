@@ -15,6 +15,7 @@ from pathlib import Path
 
 from diag import __version__
 from viewer.api import NoStacks, ViewerError
+from viewer.outputs.dot import DOT_MAX_SIZE, DOT_TIMEOUT_S, size_text
 from viewer.render import FORMATS
 
 _MAX_NOTES = 5  # on the terminal; summary.txt has them all
@@ -28,6 +29,8 @@ class Config:
     out: Path | None        # None: the event directory itself
     formats: frozenset[str]
     jobs: int = 1
+    dot_timeout: float = DOT_TIMEOUT_S
+    dot_max_size: int = DOT_MAX_SIZE
 
     def __post_init__(self):
         if self.jobs < 1:
@@ -51,11 +54,17 @@ def parse_args(argv: list[str]) -> Config:
     p.add_argument("--format", default=",".join(FORMATS), help=f"comma list of {','.join(FORMATS)} (default all)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes that parse dumps when there are many (default: CPU count)")
+    p.add_argument("--dot-timeout", default=f"{DOT_TIMEOUT_S:g}s",
+                   help="stop graphviz's dot after this long; stacks.svg is then not drawn (default %(default)s)")
+    p.add_argument("--dot-max-size", default=size_text(DOT_MAX_SIZE),
+                   help="draw stacks.svg only from dot source up to this size (default %(default)s)")
     p.error = _usage_error
     a = p.parse_args(argv)
     try:
+        from diag.common.units import parse_duration, parse_size
         return Config(a.path, a.event, a.out, frozenset(f.strip() for f in a.format.split(",") if f.strip()),
-                      a.jobs)
+                      a.jobs, parse_duration(a.dot_timeout, "--dot-timeout"),
+                      parse_size(a.dot_max_size, "--dot-max-size"))
     except ValueError as e:
         _usage_error(str(e))
 
@@ -78,7 +87,7 @@ def run(cfg: Config) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ViewerError(f"--out {out}: cannot create ({e.strerror}); choose a writable --out") from None
-    res = render(event, loaded, out, set(cfg.formats))
+    res = render(event, loaded, out, set(cfg.formats), cfg.dot_timeout, cfg.dot_max_size)
     if loaded.bad_lines:
         print(f"stack-viewer: skipped {sum(loaded.bad_lines.values())} unreadable lines in "
               f"{len(loaded.bad_lines)} files (see summary.txt)", file=sys.stderr)

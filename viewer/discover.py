@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.common import dumpnames
+from viewer import hangdoc
 from viewer.api import NoStacks, ViewerError
 
 NAME = dumpnames.DUMP_NAME
@@ -122,12 +123,14 @@ def _load_hang(path: Path, notes: list[str]) -> dict | None:
         return None
     try:
         hang = json.loads(f.read_text())
-        if not isinstance(hang, dict):
-            raise ValueError("not an object")
-        return hang
     except (OSError, ValueError) as e:
         notes.append(f"{f}: unreadable hang.json ({e}); showing stacks without collective info")
         return None
+    wrong = hangdoc.problem(hang)
+    if wrong:
+        notes.append(f"{f}: {wrong}; showing stacks without hang.json (fix or remove it)")
+        return None
+    return hang
 
 
 def _rank_from_hang(hang: dict | None) -> dict[str, int]:

@@ -22,6 +22,11 @@ from viewer.parsers import parse_file
 MAIN = "MainThread"
 _NATIVE_ORDER = (dumpnames.GDB, dumpnames.EU_STACK, dumpnames.PYSPY)
 _MIN_SHARD = 256  # fewer files than this a process: not worth a worker
+# A world size read from a name or hang.json is believed up to this many times
+# the ranks held (a SLOW event dumps a few ranks of a big job), and always up to
+# WORLD_FLOOR; beyond that it is a typo or a hostile name (rank0-of-999999999).
+WORLD_PER_RANK = 1024
+WORLD_FLOOR = 1 << 16
 
 
 @dataclass
@@ -152,14 +157,27 @@ def _absorb(out: Loaded, part: Loaded) -> None:
 
 
 def _world(event: Event, ranks: set[int], notes: list[str]) -> int:
-    named = {f.world for f in event.files if f.world}
-    if len(named) > 1:
-        notes.append(f"file names disagree on the world size ({sorted(named)}); using the largest")
-    candidates = [max(ranks, default=-1) + 1, *named]
+    """The largest of: highest rank held + 1, the names' world sizes, hang.json's.
+    A claimed size past WORLD_PER_RANK x the ranks held (and WORLD_FLOOR) is
+    unknown, with one note: it costs nothing (rank sets are as long as the
+    ranks held) but would read as a world of absent ranks."""
+    held = max(ranks, default=-1) + 1
+    cap = max(WORLD_FLOOR, WORLD_PER_RANK * max(held, len(event.files)))
+    claims: dict[int, str] = {}
+    for f in event.files:
+        if f.world:
+            claims.setdefault(f.world, f"{f.path.name}: the name's")
     hang_world = (event.hang or {}).get("world_size")
     if isinstance(hang_world, int) and hang_world > 0:
-        candidates.append(hang_world)
-    return max(candidates)
+        claims.setdefault(hang_world, f"{event.path / dumpnames.HANG_JSON}:")
+    believed = {w for w in claims if w <= cap}
+    for w in sorted(set(claims) - believed):
+        notes.append(f"{claims[w]} world size {w} is unknown (over {cap}, the most believed with "
+                     f"{max(held, len(event.files))} ranks held); ignored")
+    named = {f.world for f in event.files if f.world in believed}
+    if len(named) > 1:
+        notes.append(f"file names disagree on the world size ({sorted(named)}); using the largest")
+    return max([held, *believed])
 
 
 def load(event: Event, jobs: int = 1) -> Loaded:

@@ -34,28 +34,71 @@ def ranks_of(bits: int) -> list[int]:
     return out
 
 
-class RankLabels:
-    """Folded rank text per distinct bitset, cached: chains of frames share one set."""
+def gaps(present: Sequence[int], world: int) -> Iterator[tuple[int, int]]:
+    """The ranges ``(first, last)`` of ``[0, world)`` that ``present`` (sorted,
+    distinct) leaves out. Costs O(len(present)), never O(world): a world size
+    read from a file name may be 999999999."""
+    nxt = 0
+    for r in present:
+        if r >= world:
+            break
+        if r > nxt:
+            yield nxt, r - 1
+        nxt = r + 1
+    if nxt < world:
+        yield nxt, world - 1
 
-    def __init__(self, world: int, limit: int | None = 160):
-        self.world_bits = (1 << world) - 1
+
+def fold_gaps(present: Sequence[int], world: int) -> str:
+    """:func:`fold` of the ranks of ``[0, world)`` not in ``present`` (sorted, distinct)."""
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps(present, world))
+
+
+class RankLabels:
+    """Folded rank text per distinct bitset, cached: chains of frames share one set.
+
+    ``table``: the rank number of each bit, ascending (bit i is rank
+    ``table[i]``), so bitsets are as long as the ranks held, not as the
+    largest rank number; None: bit r is rank r.
+    """
+
+    def __init__(self, world: int, limit: int | None = 160, table: Sequence[int] | None = None):
+        self.world = world
         self.limit = limit
+        self.table = table
         self._cache: dict[int, str] = {}
+        self._leak: dict[int, str] = {}
+
+    def ranks(self, bits: int) -> list[int]:
+        """The rank numbers in a bitset, ascending."""
+        found = ranks_of(bits)
+        return found if self.table is None else [self.table[i] for i in found]
+
+    def _cut(self, text: str, bits_count: int) -> str:
+        if self.limit and len(text) > self.limit:
+            cut = text.rfind(",", 0, self.limit)
+            shown = text[:cut] if cut > 0 else text[: self.limit]
+            text = f"{shown},…({bits_count} ranks)"
+        return text
 
     def fold(self, bits: int) -> str:
         text = self._cache.get(bits)
         if text is None:
-            text = fold(ranks_of(bits))
-            if self.limit and len(text) > self.limit:
-                cut = text.rfind(",", 0, self.limit)
-                shown = text[:cut] if cut > 0 else text[: self.limit]
-                text = f"{shown},…({bits.bit_count()} ranks)"
-            self._cache[bits] = text
+            text = self._cache[bits] = self._cut(fold(self.ranks(bits)), bits.bit_count())
+        return text
+
+    def leak(self, bits: int) -> str:
+        """The ranks of the world not in ``bits``, folded (and cut like :meth:`fold`)."""
+        text = self._leak.get(bits)
+        if text is None:
+            present = self.ranks(bits)
+            missing = self.world - sum(1 for r in present if r < self.world)
+            text = self._leak[bits] = self._cut(fold_gaps(present, self.world), missing)
         return text
 
     def label(self, frame: Frame, bits: int) -> str:
         """``func@file:line@<stuck>|<leak>``; threads and root get ranks only."""
-        return f"{frame.label}@{self.fold(bits)}|{self.fold(self.world_bits & ~bits)}"
+        return f"{frame.label}@{self.fold(bits)}|{self.leak(bits)}"
 
 
 class Node:
@@ -102,19 +145,26 @@ class Tree:
         return self
 
     def leaves(self) -> Iterator[tuple[list[Node], int]]:
-        """(path below the root, bitset of ranks whose stack ends there)."""
-        def rec(node: Node, path: list[Node]):
-            path.append(node)
-            below = 0
-            for c in node.sorted_children():
-                below |= c.ranks
-                yield from rec(c, path)
-            own = node.ranks & ~below
-            if own:
-                yield list(path), own
-            path.pop()
+        """(path below the root, bitset of ranks whose stack ends there), in
+        pre-order, children biggest first. Iterative: a stack may be
+        thousands of frames deep (a runaway recursion), far past Python's
+        recursion limit."""
         for t in self.root.sorted_children():
-            yield from rec(t, [])
+            path: list[Node] = []
+            todo: list[Node | None] = [t]   # None: leave the node on top of ``path``
+            while todo:
+                node = todo.pop()
+                if node is None:
+                    done = path.pop()
+                    below = 0
+                    for c in done.children.values():
+                        below |= c.ranks
+                    if done.ranks & ~below:
+                        yield list(path) + [done], done.ranks & ~below
+                    continue
+                path.append(node)
+                todo.append(None)
+                todo.extend(reversed(node.sorted_children()))
 
 
 def walk(node: Node, depth: int = 0) -> Iterator[tuple[Node, int]]:

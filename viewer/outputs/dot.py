@@ -3,10 +3,16 @@
 A chain of frames that all hold the same ranks becomes one box (first frame,
 "… N frames …", last frame), so the picture shows only the forks; every box
 carries its folded rank set, and boxes held by a minority are filled red.
+
+``dot`` runs with a wall-time limit and only on source up to a size limit:
+graphviz's layout is superlinear, and a 200 MB dump once kept it busy for
+minutes. Past either limit stacks.svg is not drawn, the CLI says so in one
+line, and every other picture is written as usual.
 """
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Sequence
 
@@ -16,13 +22,28 @@ from viewer.kinds import is_hot
 from viewer.merge import Node, RankLabels, Tree
 
 
+DOT_TIMEOUT_S = 60.0
+DOT_MAX_SIZE = 4 << 20
+
+
+def size_text(n: int) -> str:
+    """A size the way --dot-max-size reads it: ``4M``, ``1K``, ``1500``."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
 def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class Dot:
-    def __init__(self, world: int, title: str):
-        self.world, self.title = world, title
+    def __init__(self, world: int, title: str, table: Sequence[int] | None = None,
+                 timeout_s: float = DOT_TIMEOUT_S, max_size: int = DOT_MAX_SIZE):
+        """``timeout_s``, ``max_size``: the limits on `dot` (--dot-timeout, --dot-max-size)."""
+        self.world, self.title, self.table = world, title, table
+        self.timeout_s, self.max_size = timeout_s, max_size
         self.tree = Tree()
         self.rendered: str | None = None  # how stacks.svg came about, for the CLI to report
 
@@ -42,7 +63,7 @@ class Dot:
 
     def render(self) -> str:
         tree = self.tree.finish()
-        labels = RankLabels(self.world, limit=60)
+        labels = RankLabels(self.world, limit=60, table=self.table)
         lines = ["digraph stacks {", f"  label={_q(self.title)}; labelloc=t; rankdir=TB;",
                  '  node [shape=box, style="rounded,filled", fontname="monospace", fontsize=10];']
         ids = 0
@@ -71,18 +92,32 @@ class Dot:
         text = self.render()
         write_text(path, text)
         svg = path.with_suffix(".svg")
+        by_hand = f"render with `dot -Tsvg {path} -o {svg}`"
+        source = text.encode("utf-8")
+        if len(source) > self.max_size:
+            self.rendered = (f"{svg.name} not drawn: {path.name} is {len(source)} B, over --dot-max-size "
+                             f"{size_text(self.max_size)}; {by_hand} (or raise the limit)")
+            return
         try:
             import graphviz  # a dependency; it runs the `dot` program, which is not
+            from graphviz.backend import dot_command, execute
         except ImportError:
-            self.rendered = f"the graphviz Python package is missing: render with `dot -Tsvg {path} -o {svg}`"
+            self.rendered = f"the graphviz Python package is missing: {by_hand}"
             return
         try:
-            data = graphviz.Source(text, engine="dot").pipe(format="svg", quiet=True)
+            # The package's own pipe() has no time limit; its run_check passes one to subprocess.run,
+            # which kills dot when it expires.
+            data = execute.run_check(dot_command.command("dot", "svg"), input=source, capture_output=True,
+                                     quiet=True, timeout=self.timeout_s).stdout
         except graphviz.ExecutableNotFound:
-            self.rendered = f"graphviz not installed: render with `dot -Tsvg {path} -o {svg}`"
+            self.rendered = f"graphviz not installed: {by_hand}"
+            return
+        except subprocess.TimeoutExpired:
+            self.rendered = (f"{svg.name} not drawn: dot ran past --dot-timeout {self.timeout_s:g}s and was "
+                             f"stopped; {by_hand} (or raise the limit)")
             return
         except (graphviz.CalledProcessError, OSError) as e:
-            self.rendered = f"dot failed ({e.__class__.__name__}); render with `dot -Tsvg {path} -o {svg}`"
+            self.rendered = f"dot failed ({e.__class__.__name__}); {by_hand}"
             return
         write_bytes(svg, data)
         self.rendered = f"rendered {svg}"

@@ -81,10 +81,13 @@ def _header(title: str, subtitle: str) -> list[str]:
 class FlameSvg:
     """Writer: one flame graph of one view (Python or native frames)."""
 
-    def __init__(self, title: str, subtitle: str, world: int, html: bool = False, culprits: int = 0):
+    def __init__(self, title: str, subtitle: str, world: int, html: bool = False, culprits: int = 0,
+                 table: Sequence[int] | None = None):
         """``culprits``: bitset of the ranks hang.json names (culprits, never
-        entered); their groups are linked first, even in a 1-against-1 split."""
+        entered); their groups are linked first, even in a 1-against-1 split.
+        ``table``: the rank number of each bit (see merge.RankLabels)."""
         self.title, self.subtitle, self.world, self.html = title, subtitle, world, html
+        self.table = table
         self.culprits = culprits
         self.units = 0
         self.tree = Tree()
@@ -112,7 +115,7 @@ class FlameSvg:
 
     def _frames(self) -> tuple[list[str], int]:
         tree = self.tree
-        labels = RankLabels(self.world)
+        labels = RankLabels(self.world, table=self.table)
         weights = self._weights()
         units = max(sum(t.width * weights.get(id(t), 1) for t in tree.root.children.values()), 1)
         scale = (WIDTH - 2 * PAD) / units
@@ -212,7 +215,7 @@ class FlameSvg:
         self.odd = self._odd()
         frames, depth = self._frames()
         height = HEADER + ROW * len(self.odd) + (depth + 1) * ROW + FOOTER
-        body = (_header(self.title, self.subtitle) + self._odd_links(RankLabels(self.world, limit=60))
+        body = (_header(self.title, self.subtitle) + self._odd_links(RankLabels(self.world, limit=60, table=self.table))
                 + frames + [f'<text id="details" x="{PAD}" y="{height - 12}"> </text>'])
         return _svg(height, body, self.title, self.units)
 

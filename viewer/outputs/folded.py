@@ -16,15 +16,15 @@ from viewer.merge import RankLabels, Tree
 
 
 class Folded:
-    def __init__(self, world: int):
-        self.world = world
+    def __init__(self, world: int, table: Sequence[int] | None = None):
+        self.world, self.table = world, table
         self.tree = Tree()
 
     def add_stack(self, thread: str, frames: Sequence[Frame], ranks: int) -> None:
         self.tree.add(thread, frames, ranks)
 
     def render(self) -> str:
-        labels = RankLabels(self.world)
+        labels = RankLabels(self.world, table=self.table)
         lines = []
         for path, own in self.tree.finish().leaves():
             text = ";".join(labels.label(n.frame, n.ranks).replace(";", ",") for n in path)

@@ -19,7 +19,7 @@ from viewer.api import PYTHON, Frame
 from viewer.atomic import write_text
 from viewer.kinds import user_frame
 from viewer.load import MAIN
-from viewer.merge import ranks_of
+from viewer.merge import gaps, ranks_of
 
 
 @dataclass
@@ -32,6 +32,7 @@ class Context:
     notes: list[str] = field(default_factory=list)
     bad_lines: dict[str, int] = field(default_factory=dict)
     others: list[str] = field(default_factory=list)
+    table: Sequence[int] | None = None          # rank number of each bit (merge.RankLabels); None: bit r = rank r
 
 
 def _innermost(frames: Sequence[Frame]) -> str:
@@ -61,6 +62,10 @@ class Summary:
         if thread == MAIN:
             self.groups[tuple(frames)] |= ranks
 
+    def _ranks(self, bits: int) -> list[int]:
+        found = ranks_of(bits)
+        return found if self.ctx.table is None else [self.ctx.table[i] for i in found]
+
     def sorted_groups(self) -> list[tuple[tuple[Frame, ...], int]]:
         """Biggest first; ties by lowest rank."""
         return sorted(self.groups.items(), key=lambda kv: (-kv[1].bit_count(), (kv[1] & -kv[1]).bit_length()))
@@ -70,7 +75,7 @@ class Summary:
         collective) for the table."""
         out = []
         for i, (frames, bits) in enumerate(self.sorted_groups(), 1):
-            ranks = ranks_of(bits)
+            ranks = self._ranks(bits)
             out.append((f"#{i}", fold(ranks), len(ranks), _innermost(frames), _user(frames),
                         self._collective(ranks)))
         return out
@@ -100,7 +105,7 @@ class Summary:
             by_frame[(_innermost(frames), _user(frames))] |= bits
         lines = ["", f"Odd ranks out (not in group #1), innermost {self.ctx.view} frame:"]
         for (inner, user), bits in sorted(by_frame.items(), key=lambda kv: (kv[1] & -kv[1]).bit_length()):
-            r = ranks_of(bits)
+            r = self._ranks(bits)
             mine = f"   (your code: {user})" if user and user != inner else ""
             lines.append(f"  {'rank' if len(r) == 1 else 'ranks'} {fold(r)}: {inner}{mine}")
         return lines
@@ -135,15 +140,20 @@ class Summary:
         return lines
 
     def _missing_lines(self) -> list[str]:
-        missing = sorted(set(range(self.ctx.world)) - set(ranks_of(self.seen)))
-        if not missing:
+        """Ranks of the world without a stack, as ranges: never ``range(world)``,
+        whose size came from a file name or hang.json."""
+        ranges = list(gaps(self._ranks(self.seen), self.ctx.world))
+        count = sum(b - a + 1 for a, b in ranges)
+        if not count:
             return []
-        lines = ["", f"No usable stack for {_n(len(missing))}: {fold(missing)}"]
-        for r in missing[:20]:
+        lines = ["", f"No usable stack for {_n(count)}: "
+                     + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)]
+        first = (r for a, b in ranges for r in range(a, b + 1))
+        for _, r in zip(range(20), first):
             if r in self.ctx.errors:
                 lines.append(f"  rank {r}: {self.ctx.errors[r]}")
-        if len(missing) > 20:
-            lines.append(f"  ... and {len(missing) - 20} more")
+        if count > 20:
+            lines.append(f"  ... and {count - 20} more")
         return lines
 
     def render(self) -> str:
