@@ -22,13 +22,22 @@ Readers only need ``version``, ``created_unix`` and ``faulty``; ``records``
 is the evidence, kept so that nothing measured is lost. Writers go through
 :func:`write`, which writes a temp file in the same directory and renames it,
 so a reader never sees half a file.
+
+A list read from a file is input from whoever could write it, and its words
+reach a terminal: :func:`load` escapes control characters in every name
+(``\x1b`` stays visible, it is never sent), cuts each reason to one line of
+``REASON_MAX`` characters, and takes ``created_unix`` only when it is a finite
+number; one dated in the future beyond ``CLOCK_SKEW_S`` has an unknown age and
+counts as stale (:meth:`FaultList.stale`). The full text stays in the file.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -36,6 +45,28 @@ from diag.common.atomic import write_atomic
 
 EXIT_FAULTY_NODE = 75  # EX_TEMPFAIL: "try again elsewhere"; the launcher's exit code
 VERSION = 1
+REASON_MAX = 200       # characters of a reason as printed; the file keeps it whole
+NAME_MAX = 255         # a host name is at most 253
+CLOCK_SKEW_S = 300.0   # a list this far ahead of our clock is still believed (nodes' clocks differ)
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(ch: str) -> str:
+    if ch in _ESCAPES:
+        return _ESCAPES[ch]
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str, limit: int | None = REASON_MAX) -> str:
+    """``text`` safe for a terminal and one line: control and format characters
+    (ESC, newlines, C1 codes, bidi overrides) are shown escaped (``\\x1b``), and
+    more than ``limit`` characters end in an ellipsis. Idempotent."""
+    raw = text if limit is None else text[:limit + 1]  # escapes only lengthen: never read a 1 MB reason whole
+    out = "".join(_escape(ch) if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in raw)
+    if limit is not None and (len(out) > limit or len(text) > limit):
+        out = out[:limit - 1] + "…"
+    return out
 
 
 class FaultListError(ValueError):
@@ -128,6 +159,16 @@ class FaultList:
         """Seconds since the list was made (negative if the clock went back)."""
         return (time.time() if now is None else now) - self.created_unix
 
+    def stale(self, max_age_s: float, now: float | None = None) -> str | None:
+        """Why the list is too old to trust (a phrase: "is 3.0 h old"), or None.
+        A list dated more than CLOCK_SKEW_S ahead of ``now`` has no known age
+        (a wrong clock, or a date made up so that it never goes stale): stale."""
+        age = self.age_s(now)
+        if age < -CLOCK_SKEW_S:
+            return (f"is dated {-age / 3600:.3g} h in the future (more than the {CLOCK_SKEW_S:g} s of clock "
+                    f"skew allowed), so its age is unknown")
+        return f"is {age / 3600:.1f} h old" if age > max_age_s else None
+
 
 def _short(name: str) -> str:
     return name.split(".", 1)[0]
@@ -137,7 +178,9 @@ def _fail(path: str, why: str) -> FaultListError:
     return FaultListError(f"fault list {path}: {why}")
 
 
-def _parse_faulty(path: str, raw: Any) -> list[FaultEntry]:
+def _parse_faulty(path: str, raw: Any, shown: bool = False) -> list[FaultEntry]:
+    """``shown``: a list read from a file, whose words are printed: names
+    escaped, reasons escaped and cut to REASON_MAX (see :func:`printable`)."""
     if not isinstance(raw, list):
         raise _fail(path, "'faulty' must be a list of {node, reason}; regenerate it with netcheck --output")
     out: list[FaultEntry] = []
@@ -145,9 +188,13 @@ def _parse_faulty(path: str, raw: Any) -> list[FaultEntry]:
         if not isinstance(entry, dict) or not isinstance(entry.get("node"), str) or not entry["node"]:
             raise _fail(path, f"faulty[{i}] has no node name; regenerate it with netcheck --output")
         rank = entry.get("node_rank")
-        out.append(FaultEntry(entry["node"], str(entry.get("reason") or "marked faulty"),
-                              str(entry.get("hostname") or ""), rank if isinstance(rank, int) else None,
-                              str(entry.get("addr") or "")))
+        e = FaultEntry(entry["node"], str(entry.get("reason") or "marked faulty"),
+                       str(entry.get("hostname") or ""), rank if isinstance(rank, int) else None,
+                       str(entry.get("addr") or ""))
+        if shown:
+            e = FaultEntry(printable(e.node, NAME_MAX), printable(e.reason), printable(e.hostname, NAME_MAX),
+                           e.node_rank, printable(e.addr, NAME_MAX))
+        out.append(e)
     return out
 
 
@@ -165,10 +212,12 @@ def parse(text: str, path: str = "<string>") -> FaultList:
     created = doc.get("created_unix")
     if not isinstance(created, (int, float)) or isinstance(created, bool):
         raise _fail(path, "missing or bad 'created_unix'; regenerate it with netcheck --output")
+    if not math.isfinite(created):   # json reads NaN and Infinity; either would never go stale
+        raise _fail(path, f"'created_unix' is {created}, not a time; regenerate it with netcheck --output")
     records = doc.get("records", [])
     if not isinstance(records, list):
         raise _fail(path, "'records' must be a list")
-    entries = _parse_faulty(path, doc.get("faulty"))
+    entries = _parse_faulty(path, doc.get("faulty"), shown=True)
     return FaultList(float(created), {e.node: e.reason for e in entries}, records, path, entries)
 
 

@@ -246,7 +246,8 @@ def check_fault_list(config: Config) -> int | None:
         entry, how = hit
         say(f"node {entry.node} is marked faulty in {config.fault_list} (matched by {how}): {entry.reason}")
         return faultlist.EXIT_FAULTY_NODE
-    if faults.age_s() > config.fault_list_max_age:
-        say(f"warning: fault list {config.fault_list} is {faults.age_s() / 3600:.1f} h old "
+    stale = faults.stale(config.fault_list_max_age)
+    if stale:
+        say(f"warning: fault list {config.fault_list} {stale} "
             f"(--fault-list-max-age {config.fault_list_max_age / 3600:.1f} h); rerun netcheck")
     return None

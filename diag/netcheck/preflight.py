@@ -63,8 +63,8 @@ def run_preflight(cfg: Config) -> int:
     hit = listed.match(cfg.rdzv.node_name, socket.gethostname(), local_addrs())
     if hit is not None:
         entry, how = hit
-        print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is faulty: {entry.reason}",
-              file=sys.stderr)
+        print(f"netcheck preflight: {faultlist.printable(entry.node, faultlist.NAME_MAX)} (this node, matched by "
+              f"{how}) is faulty: {faultlist.printable(entry.reason)}", file=sys.stderr)
         return EXIT_FAULTY
     # Never measured (--deadline): not healthy either; the scheduler decides.
     unknown = [faultlist.FaultEntry(r["node"], r["reason"], (r.get("extra") or {}).get("hostname") or "",
@@ -74,7 +74,7 @@ def run_preflight(cfg: Config) -> int:
                                                                          local_addrs())
     if hit is not None:
         entry, how = hit
-        print(f"netcheck preflight: {entry.node} (this node, matched by {how}) is unknown: {entry.reason}",
-              file=sys.stderr)
+        print(f"netcheck preflight: {faultlist.printable(entry.node, faultlist.NAME_MAX)} (this node, matched by "
+              f"{how}) is unknown: {faultlist.printable(entry.reason)}", file=sys.stderr)
         return EXIT_INCOMPLETE
     return EXIT_HEALTHY

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Iterable
 
 from diag.common.ranks import fold
+from diag.faultlist import NAME_MAX, printable
 from diag.netcheck.ncclnet import NcclNet
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
@@ -26,7 +27,7 @@ def slurm_hostlist(names: Iterable[str]) -> str:
     """
     groups: dict[tuple[str, int], set[int]] = {}
     plain: list[str] = []
-    for name in sorted(set(names)):
+    for name in sorted({printable(n, NAME_MAX) for n in names}):   # peers' hostnames: one line, no escapes
         match = _NUMBERED.match(name)
         if not match:
             plain.append(name)
@@ -77,8 +78,11 @@ def taint_commands(faulty: dict[str, str], key: str) -> list[str]:
     """kubectl commands that keep pods off the faulty nodes. Printed, never run."""
     out = []
     for node, reason in sorted(faulty.items()):
-        out.append(f"# {node}: {reason}")
-        out.append(f"kubectl taint nodes {shlex.quote(node)} {key}=netcheck:NoSchedule --overwrite")
+        # Names and reasons carry peers' hostnames: a newline in one must not start a line of its own
+        # (the output is meant for a shell), nor an escape sequence reach the terminal.
+        name = printable(node, NAME_MAX)
+        out.append(f"# {name}: {printable(reason)}")
+        out.append(f"kubectl taint nodes {shlex.quote(name)} {key}=netcheck:NoSchedule --overwrite")
     return out
 
 

@@ -67,3 +67,33 @@ def test_unreadable_list_is_a_one_line_usage_error(tmp_path, capsys):
     assert check_fault_list(config_for(path)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err
+
+
+def test_a_hostile_reason_reaches_the_terminal_escaped_and_cut_to_one_line(tmp_path):
+    path = tmp_path / "faults.json"
+    hostile = "\x1b[2J\x1b[H\x1b[32mall good, node healthy\x1b[0m\n" + "A" * 1_000_000
+    faultlist.write(path, {socket.gethostname(): hostile}, [])
+    exe = os.path.join(os.path.dirname(sys.executable), "xpu_timer_launch")
+    proc = subprocess.run([exe, "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == faultlist.EXIT_FAULTY_NODE
+    assert b"\x1b" not in proc.stderr and len(proc.stderr) < 2000, proc.stderr[:300]
+    lines = [line for line in proc.stderr.decode().splitlines() if line.startswith("xpu_timer_launch")]
+    assert len(lines) == 1 and lines[0].endswith("…"), lines
+    assert "(matched by hostname): \\x1b[2J\\x1b[H\\x1b[32mall good, node healthy\\x1b[0m\\nAAA" in lines[0]
+
+
+def test_a_list_dated_in_the_future_warns_as_stale(tmp_path, capsys):
+    path = tmp_path / "faults.json"
+    faultlist.write(path, {"elsewhere": "x"}, [], created_unix=1e18)
+    assert check_fault_list(config_for(path, "1h")) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning: fault list" in err and "in the future" in err, err
+
+
+def test_a_nan_dated_list_is_a_one_line_error(tmp_path, capsys):
+    path = tmp_path / "faults.json"
+    faultlist.write(path, {"elsewhere": "x"}, [], created_unix=float("nan"))
+    assert check_fault_list(config_for(path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "'created_unix' is nan" in err, err

@@ -1,10 +1,15 @@
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from diag import faultlist
 from diag.faultlist import EXIT_FAULTY_NODE, FaultListError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _write_raw(tmp_path, doc):
@@ -58,6 +63,9 @@ def test_age(tmp_path):
     ({"version": 1, "created_unix": 1.0, "faulty": {"n1": "x"}}, "'faulty' must be a list"),
     ({"version": 1, "created_unix": 1.0, "faulty": [{"reason": "x"}]}, "faulty[0] has no node"),
     ({"version": 1, "created_unix": 1.0, "faulty": [], "records": {}}, "'records' must be a list"),
+    ('{"version": 1, "created_unix": NaN, "faulty": []}', "'created_unix' is nan, not a time"),
+    ('{"version": 1, "created_unix": Infinity, "faulty": []}', "'created_unix' is inf, not a time"),
+    ('{"version": 1, "created_unix": -Infinity, "faulty": []}', "'created_unix' is -inf, not a time"),
 ])
 def test_bad_files_give_one_line_naming_the_file(tmp_path, doc, fragment):
     path = _write_raw(tmp_path, doc)
@@ -86,3 +94,52 @@ def test_failed_write_keeps_old_file(tmp_path):
         faultlist.write(path, {"n2": "new"}, [{"value": object()}])  # not JSON-serialisable
     assert faultlist.load(path).faulty == {"n1": "old"}
     assert sorted(os.listdir(tmp_path)) == ["faults.json"]
+
+
+HOSTILE = "\x1b[2J\x1b[H\x1b[32mall good\x1b[0m\r\n" + "A" * 1_000_000   # clear screen, a fake verdict, 1 MB
+
+
+def test_a_read_list_escapes_control_characters_and_cuts_reasons_to_one_line(tmp_path):
+    path = _write_raw(tmp_path, {"version": 1, "created_unix": 1.0, "faulty": [
+        {"node": "n1\x07\u202e", "reason": HOSTILE, "hostname": "h\x1b]0;x\x07", "addr": "10.0.0.1\n"}]})
+    fl = faultlist.load(path)
+    (e,) = fl.entries
+    assert e.reason.startswith("\\x1b[2J\\x1b[H\\x1b[32mall good\\x1b[0m\\r\\nAAA")
+    assert len(e.reason) == faultlist.REASON_MAX and e.reason.endswith("…")
+    assert (e.node, e.hostname, e.addr) == ("n1\\x07\\u202e", "h\\x1b]0;x\\x07", "10.0.0.1\\n")
+    assert fl.faulty == {e.node: e.reason}
+    for text in (e.reason, e.node, e.hostname, e.addr):
+        assert text.isprintable(), text
+    assert json.loads(path.read_text())["faulty"][0]["reason"] == HOSTILE   # the evidence stays whole
+
+
+def test_printable_is_idempotent_and_keeps_plain_text():
+    plain = "node3: [relative-ratio] all_reduce busbw 0.003 GB/s < 0.2 x fleet median 0.41 GB/s"
+    assert faultlist.printable(plain) == plain
+    once = faultlist.printable(HOSTILE)
+    assert faultlist.printable(once) == once
+
+
+@pytest.mark.parametrize("created, stale", [
+    (1e18, "in the future"),                 # never goes stale otherwise
+    (1000.0 + 3 * 3600, "in the future"),    # 3 h ahead: beyond any clock skew
+    (1000.0 + 60.0, None),                   # a minute ahead: clocks differ
+    (1000.0, None),
+    (1000.0 - 2 * 3600, "is 2.0 h old"),
+])
+def test_a_list_dated_in_the_future_is_stale(created, stale):
+    fl = faultlist.parse(json.dumps({"version": 1, "created_unix": created, "faulty": []}))
+    got = fl.stale(3600.0, now=1000.0)
+    assert (got is None) if stale is None else (stale in got), got
+
+
+def test_preflight_prints_a_listed_reason_escaped_and_cut(tmp_path):
+    path = _write_raw(tmp_path, {"version": 1, "created_unix": 1.0, "faulty": [{"node": "boxA", "reason": HOSTILE}]})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XPU_TIMER_")}
+    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "preflight", "--fault-list", str(path),
+                          "--node-name", "boxA", "--no-progress"], cwd=REPO, env=env, capture_output=True,
+                         timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert b"\x1b" not in res.stderr and b"\r" not in res.stderr
+    lines = [l for l in res.stderr.decode().splitlines() if l.startswith("netcheck preflight: ")]
+    assert len(lines) == 1 and "\\x1b[2J" in lines[0] and len(lines[0]) < 400, res.stderr[:500]

@@ -113,3 +113,15 @@ def test_unwritable_output_is_refused_before_anything_is_measured(tmp_path):
     err = res.stderr.splitlines()
     assert len(err) == 1 and err[0].startswith("netcheck: --output: cannot write")
     assert "writable directory" in err[0]
+
+
+def test_taints_and_hostlist_keep_peers_words_on_their_own_line():
+    """A reason or a peer's hostname with a newline must not become a line of the
+    shell script --format taints prints, nor an escape reach the terminal."""
+    lines = taint_commands({"n1": "slow\nkubectl delete nodes --all\x1b[2J" + "x" * 10_000,
+                            "n2\nrm -rf ~": "down"}, "xpu-diag/faulty")
+    assert len(lines) == 4
+    assert all(l.startswith("# ") or l.startswith("kubectl taint nodes ") for l in lines), lines
+    assert all(l.isprintable() and len(l) < 400 for l in lines), lines
+    assert "\\nkubectl delete nodes --all\\x1b[2J" in lines[0]
+    assert slurm_hostlist(["node3", "evil\x1b[2J\n"]) == "node3,evil\\x1b[2J\\n"
