@@ -16,7 +16,7 @@ from typing import Mapping
 
 from diag.collector.auth import TOKEN_METADATA_KEY
 from diag.collector.config import TOKEN_ENV, sanitize_job_id
-from diag.common.atomic import write_atomic
+from diag.common import safe_dirs
 
 ACCESS_FILE = "collector.json"
 
@@ -32,9 +32,9 @@ def access_path(timeline_path: str, job_id: str) -> str:
 def write(timeline_path: str, job_id: str, address: str, token: str) -> str:
     """Leave the address and token for the job's owner; returns the path."""
     path = access_path(timeline_path, job_id)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     body = {"version": 1, "job_id": job_id, "address": address, "token": token, "pid": os.getpid()}
-    write_atomic(path, (json.dumps(body) + "\n").encode(), mode=0o600)
+    # Under a shared --timeline-path: no link followed, another user's directory refused.
+    safe_dirs.write_file(path, (json.dumps(body) + "\n").encode(), mode=0o600, create_dirs=True)
     return path
 
 

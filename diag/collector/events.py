@@ -10,6 +10,7 @@ dump files arrive.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import threading
@@ -17,11 +18,12 @@ import time
 
 import grpc
 
-from diag.common import dumpnames
-from diag.common.atomic import write_atomic
+from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 from diag.collector.config import Config
 from diag.pb import collector_pb2 as pb
+
+log = logging.getLogger("diag.collector")
 
 # Uploads are accepted this long after a hang is declared (slow gdb dumps of
 # many ranks); after that the event id is refused.
@@ -150,7 +152,10 @@ class HangEvent:
             # Indented for people reading small jobs; compact past that (16k ranks: 7.9 MB -> 6.5 MB, 3x faster).
             data = json.dumps(self._doc, indent=1 if self.world_size <= INDENT_UP_TO_WORLD else None).encode()
             self._dirty = False
-        write_atomic(os.path.join(self.path, self.doc_name), data)
+        try:
+            safe_dirs.write_file(os.path.join(self.path, self.doc_name), data)
+        except OSError as exc:   # a full disk, a planted link: one line, the hang is named anyway
+            safe_dirs.say_once(log.warning, exc)
 
 
 class EventStore:
@@ -160,21 +165,34 @@ class EventStore:
         self._config = config
         self._job_dir = os.path.join(config.timeline_path, config.safe_job_id)
         self._events: dict[str, HangEvent] = {}
+        self._issued: set[str] = set()   # ids handed out, their directory made or not
         self._lock = threading.Lock()
         self._accept_s = max(MIN_UPLOAD_WINDOW_S, 2 * config.dump_timeout_s)
 
     def reserve_dir(self, declared_unix: float) -> tuple[str, str]:
-        """Make a new, empty event directory; returns (event_id, path)."""
-        os.makedirs(self._job_dir, exist_ok=True)
+        """Make a new, empty event directory; returns (event_id, path).
+
+        The job directory and the event directory are made and checked by
+        diag/common/safe_dirs.py: no link is followed, another user's
+        directory is refused. A name already taken (a link planted under the
+        next event id too) is skipped. When the directory cannot be made
+        (refused, disk full), one line says why and the id and path are
+        returned all the same: the HANG is still named, and each write
+        into it fails with its own line."""
         base = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(declared_unix))
         for n in range(10000):
             event_id = base if n == 0 else f"{base}-{n}"
             path = os.path.join(self._job_dir, event_id)
+            if event_id in self._issued:
+                continue
             try:
-                os.mkdir(path)
-                return event_id, path
+                safe_dirs.make_dir(path)
             except FileExistsError:
                 continue
+            except OSError as exc:
+                safe_dirs.say_once(log.warning, exc)
+            self._issued.add(event_id)
+            return event_id, path
         raise OSError(f"no free event directory name for {base} under {self._job_dir}")
 
     def open_event(self, event_id: str, path: str, doc: dict, expected: set[int], now: float,
@@ -201,7 +219,11 @@ class EventStore:
                               f"event id {dump.event_id[:64]!r} was not issued by this collector or no longer accepts uploads")
         self._validate(dump, event)
         name = dump_filename(dump.rank, event.world_size, dump.format)
-        write_atomic(os.path.join(event.path, name), dump.content)
+        try:
+            safe_dirs.write_file(os.path.join(event.path, name), dump.content)
+        except safe_dirs.Unwritable as exc:   # said here once, not once per rank by the servicer
+            safe_dirs.say_once(log.warning, exc)
+            raise UploadError(grpc.StatusCode.FAILED_PRECONDITION, f"collector cannot write the dump: {exc}") from None
         event.add_dump(dump.rank, name, dump.last, now)
         return name
 

@@ -13,6 +13,7 @@ Reads each rank's GpuHealth (RankProgress.gpu, sent by its agent) and:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from diag import faultlist
 from diag.collector import links
 from diag.collector.state import Snapshot
-from diag.common import dumpnames
+from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 from diag.gpu import causes, wire
 from diag.gpu.api import GpuHealth
@@ -190,10 +191,12 @@ def write_faults(path: str, entries: list[faultlist.FaultEntry], events: list[di
                  "value": ev["code"], "unit": "", "verdict": "fail" if ev["fatal"] else "info",
                  "reason": ev["text"], "rule": "gpu-" + ev["kind"]}
                 for e in faultlist.merge_entries(entries) for ev in events if ev["node_rank"] == e.node_rank]
-    try:
-        faultlist.write(os.path.join(path, dumpnames.FAULTS_JSON), entries, records, tool=TOOL)
+    doc = faultlist.to_document(entries, records, tool=TOOL)
+    try:   # faultlist.write's format, through safe_dirs: the event dir may sit in a shared --timeline-path
+        safe_dirs.write_file(os.path.join(path, dumpnames.FAULTS_JSON),
+                             (json.dumps(doc, indent=1) + "\n").encode("utf-8"), fsync=True)
     except OSError as exc:
-        log.warning("could not write %s: %s", os.path.join(path, dumpnames.FAULTS_JSON), exc)
+        safe_dirs.say_once(log.warning, exc)
 
 
 def slow_cause(snap: Snapshot, rank: int) -> str:

@@ -37,7 +37,7 @@ from diag.collector.relays import RelayBoard
 from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState
 from diag.collector.watchdog import Watchdog
-from diag.common import envnames
+from diag.common import envnames, safe_dirs
 from diag.pb import collector_pb2_grpc as pb_grpc
 from diag.pb import ingest_pb2_grpc as ipb_grpc
 from diag.timeline.gather import TimelineGatherer
@@ -391,6 +391,8 @@ def _leave_access_file(config: Config, address: str) -> str | None:
         host = "127.0.0.1" if host == "0.0.0.0" else "[::1]"
     try:
         return access.write(config.timeline_path, config.job_id, f"{host}:{port}", config.token)
+    except safe_dirs.Unwritable as exc:   # its line names the directory and why
+        log.warning("%s; xpu-diag top/timeline then need --collector", exc)
     except OSError as exc:
         log.warning("cannot write %s under %s (%s); xpu-diag top/timeline then need --collector",
                     access.ACCESS_FILE, config.timeline_path, exc.strerror or exc)

@@ -19,8 +19,7 @@ from diag.collector.config import Config
 from diag.collector.events import EventStore
 from diag.collector.servicer import SessionRegistry
 from diag.collector.state import Snapshot
-from diag.common import dumpnames
-from diag.common.atomic import write_atomic
+from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 from diag.pb import collector_pb2 as pb
 from diag.slow import windows as slow_windows
@@ -73,7 +72,10 @@ class SlowWatch:
             self._registry.broadcast(pb.Command(dump_stacks=pb.DumpStacks(event_id=event_id, ranks=ranks)))
             opened.flush(snap.now, force=True)
         else:
-            write_atomic(os.path.join(path, SLOW_DOC), json.dumps(doc, indent=1).encode())
+            try:
+                safe_dirs.write_file(os.path.join(path, SLOW_DOC), json.dumps(doc, indent=1).encode())
+            except OSError as exc:   # the SLOW line is said all the same
+                safe_dirs.say_once(log.warning, exc)
         self.declared.append((event_id, doc))
         self._say(doc["verdict"])
 

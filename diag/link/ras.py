@@ -19,7 +19,7 @@ import threading
 import time
 
 from diag.common import envnames
-from diag.common.atomic import write_atomic
+from diag.common import safe_dirs
 
 DEFAULT_ADDR = "localhost:28028"
 PROTOCOL = 2
@@ -85,10 +85,10 @@ def ask_in_background(event_dir: str, log, addr: tuple[str, int] | None = None,
         if text is None:
             return
         try:
-            write_atomic(os.path.join(event_dir, RAS_FILE), text.encode())
+            safe_dirs.write_file(os.path.join(event_dir, RAS_FILE), text.encode())
             log(f"NCCL RAS status in {os.path.join(event_dir, RAS_FILE)}")
-        except OSError as exc:
-            log(f"could not write {os.path.join(event_dir, RAS_FILE)}: {exc}")
+        except OSError as exc:   # safe_dirs' line names the directory and why
+            safe_dirs.say_once(log, exc)
 
     thread = threading.Thread(target=run, name="xpu-diag-nccl-ras", daemon=True)
     thread.start()

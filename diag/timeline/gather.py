@@ -20,7 +20,7 @@ import uuid
 import grpc
 
 from diag.collector.events import UploadError
-from diag.common.atomic import write_atomic
+from diag.common import safe_dirs
 from diag.common.ranks import fold
 from diag.pb import collector_pb2 as pb
 from diag.timeline import trace
@@ -164,10 +164,12 @@ class TimelineGatherer:
         try:
             doc = self._document(pending)
             path = os.path.join(pending.event_path, TIMELINE_FILE)
-            write_atomic(path, trace.dumps(doc))
+            safe_dirs.write_file(path, trace.dumps(doc))
             self.written.append(path)
             missing = f"; nodes {fold(pending.missing)} did not answer" if pending.missing else ""
             log.info("event %s: %s with %d rank(s)%s", pending.request_id, TIMELINE_FILE,
                      len(doc["otherData"]["pids"]), missing)
+        except safe_dirs.Unwritable as exc:   # a full disk, a planted link: one line, no traceback
+            safe_dirs.say_once(log.warning, exc)
         except Exception:  # never take the collector down over one file
             log.exception("event %s: writing %s failed", pending.request_id, TIMELINE_FILE)

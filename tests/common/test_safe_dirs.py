@@ -1,0 +1,107 @@
+"""Writes under a shared (1777) directory follow no other user's link and go
+into no other user's directory (diag/common/safe_dirs.py, issue 33). The
+other user is a real one: a subprocess as nobody (65534)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from diag.common import safe_dirs
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second local user")
+
+
+def as_nobody(code: str, *args: str) -> None:
+    """Run ``code`` (Python) as uid/gid 65534, as another local user would."""
+    wrapped = f"import os, sys; os.setgid({NOBODY}); os.setuid({NOBODY}); {code}"
+    out = subprocess.run([sys.executable, "-c", wrapped, *args], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.fixture
+def shared():
+    """A root-owned 1777 directory in /tmp (a shared --timeline-path) and a
+    root-owned victim directory beside it."""
+    base = tempfile.mkdtemp(prefix="safe-dirs-test-")
+    os.chmod(base, 0o755)
+    timeline, victim = os.path.join(base, "timeline"), os.path.join(base, "victim")
+    os.mkdir(timeline)
+    os.chmod(timeline, 0o1777)
+    os.mkdir(victim, 0o700)
+    yield timeline, victim
+    shutil.rmtree(base)
+
+
+@as_root
+def test_a_link_planted_by_another_user_is_refused_in_one_line(shared):
+    timeline, victim = shared
+    as_nobody("os.symlink(sys.argv[1], sys.argv[2])", victim, os.path.join(timeline, "job"))
+    with pytest.raises(safe_dirs.Unwritable) as err:
+        safe_dirs.write_file(os.path.join(timeline, "job", "ev", "hang.json"), b"{}", create_dirs=True)
+    assert os.listdir(victim) == []
+    line = str(err.value)
+    assert "\n" not in line and line == (f"refusing to write under {timeline}/job: it is a link owned by uid "
+                                         f"{NOBODY}; nothing is written there")
+
+
+@as_root
+def test_another_users_directory_is_refused(shared):
+    timeline, _ = shared
+    as_nobody("os.mkdir(sys.argv[1], 0o777); os.chmod(sys.argv[1], 0o777)", os.path.join(timeline, "job"))
+    with pytest.raises(safe_dirs.Unwritable, match=rf"under {timeline}/job: it is owned by uid {NOBODY}"):
+        safe_dirs.write_file(os.path.join(timeline, "job", "hang.json"), b"{}", create_dirs=True)
+    assert os.listdir(os.path.join(timeline, "job")) == []
+
+
+def test_a_directory_swapped_for_a_link_after_it_was_opened_gets_nothing(tmp_path):
+    """The swap lands between the directory's open and the file's write: the
+    file goes into the directory that was opened and checked, never into
+    what the name points at now."""
+    event, victim, moved = tmp_path / "event", tmp_path / "victim", tmp_path / "moved"
+    event.mkdir()
+    victim.mkdir()
+    fd = safe_dirs.open_dir(event)
+    try:
+        os.rename(event, moved)
+        os.symlink(victim, event)
+        safe_dirs.write_in(fd, str(event), "hang.json", b"{}")
+    finally:
+        os.close(fd)
+    assert os.listdir(victim) == [] and os.listdir(moved) == ["hang.json"]
+
+
+def test_a_link_at_the_files_name_is_replaced_not_followed(tmp_path):
+    victim = tmp_path / "victim.json"
+    victim.write_bytes(b"precious")
+    os.symlink(victim, tmp_path / "hang.json")
+    safe_dirs.write_file(tmp_path / "hang.json", b"{}")
+    assert victim.read_bytes() == b"precious" and (tmp_path / "hang.json").read_bytes() == b"{}"
+    assert not (tmp_path / "hang.json").is_symlink()
+
+
+def test_own_links_on_the_way_are_followed_and_a_world_writable_dir_needs_the_sticky_bit(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    os.symlink("real", tmp_path / "mine")           # the user's own link, as /root/timeline -> /data may be
+    safe_dirs.write_file(tmp_path / "mine" / "a" / "x.json", b"1", create_dirs=True)
+    assert (real / "a" / "x.json").read_bytes() == b"1"
+    os.chmod(real, 0o777)                            # anyone may rename what is in it
+    with pytest.raises(safe_dirs.Unwritable, match=r"others may write in it \(mode 777\) and it is not sticky"):
+        safe_dirs.write_file(tmp_path / "mine" / "a" / "y.json", b"2")
+    os.chmod(real, 0o1777)
+    safe_dirs.write_file(tmp_path / "mine" / "a" / "y.json", b"2")
+
+
+def test_say_once_says_a_line_once():
+    said = []
+    exc = safe_dirs.Unwritable(28, "cannot write hang.json in /x: no space left (10 bytes needed)")
+    for _ in range(3):
+        safe_dirs.say_once(said.append, exc)
+    assert said == [str(exc)]
