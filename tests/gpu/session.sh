@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
 # Megatron-Core TP=2 x PP=2 with the distributed optimizer healthy (paired with
 # torchrun) and with each planted fault (tests/gpu/scripts/fw_session.py).
 # x2fw32: the same for DeepSpeed ZeRO-3 on 2 GPUs.
+# x4titan: torchtitan 0.3.0's debug Llama (TP=2 x FSDP=2, torch.compile) healthy
+# under torchrun and the launcher (paired, twice) and with each planted fault
+# (a stall in tp rank 1's forward, one in rank 3's data iterator, a skipped
+# tensor-parallel reduce-scatter on rank 1). Carried wheels: torchtitan,
+# spmd_types, tyro, docstring_parser, typeguard (docs/frameworks.md).
 # x4fw32b: the second call: the tracer's NCCL test and step bench again,
 # DeepSpeed ZeRO-3 (GPUs 0-1), Megatron healthy three ways (torchrun, the
 # launcher, the launcher with the tracer off) and its skipped all-reduce.
@@ -78,6 +83,8 @@ case $label in
   x4fw32) run tracer_gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
       run tracer_async_step_nccl 80 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 10
       run megatron 380 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 ;;
+  x4titan) python3 -c "import torch, torchtitan, spmd_types, tyro; print('torch', torch.__version__)" >> $R/machine.txt 2>&1
+      run torchtitan 560 python3 tests/gpu/scripts/fw_session.py $R/fw torchtitan --runs 2 ;;
   x2fw32) run deepspeed 300 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2
       run tracer_async_step_launcher 110 python3 bench/tracer_async_step.py --backend nccl --world 2 --launcher --runs 2 --rounds 10 ;;
   x4fw32b) run tracer_gpu 60 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py

@@ -1,7 +1,7 @@
 """Issue 32 on GPUs: each framework's job healthy under plain torchrun and
 under xpu_timer_launch (alternating, paired), then with each planted fault.
 
-    python3 tests/gpu/scripts/fw_session.py OUT_DIR [megatron] [deepspeed] [--runs N] [--cpu]
+    python3 tests/gpu/scripts/fw_session.py OUT_DIR [megatron] [deepspeed] [torchtitan] [--runs N] [--cpu]
 
 Per framework it prints and writes OUT_DIR/<framework>.json:
 - healthy: each run's step median (ms, after 5 warm-up steps), the launcher's
@@ -39,11 +39,15 @@ JOBS = {
     "deepspeed": dict(nproc=2, script="tests/frameworks/scripts/deepspeed_zero3.py",
                       args=["--cuda", "--steps", "60"], faults={"--stall": 1, "--skip": 1},
                       env={"DS_ACCELERATOR": "cuda", "CUDA_VISIBLE_DEVICES": "0,1"}, plant=r"^(STALL|SKIP) "),
+    # torchtitan's debug Llama, TP=2 x FSDP=2, torch.compile on: ranks 0-1 and 2-3 are tp groups
+    "torchtitan": dict(nproc=4, script="tests/gpu/scripts/torchtitan_llama.py", args=["--steps", "40"],
+                       faults={"--stall-tp": 1, "--stall-data": 3, "--skip-tp": 1}, env={}, plant=r"^PLANTED "),
 }
 
 
-if "--cpu" in sys.argv:   # a dry run of this orchestration on CPU (gloo): DeepSpeed only
+if "--cpu" in sys.argv:   # a dry run of this orchestration on CPU (gloo): DeepSpeed and torchtitan
     JOBS["deepspeed"].update(args=["--steps", "60"], env={"DS_ACCELERATOR": "cpu"})
+    JOBS["torchtitan"].update(args=["--cpu", "--no-compile", "--steps", "24"])
 
 
 def step_figures(out_dir: str, nproc: int) -> list[dict]:
