@@ -19,6 +19,7 @@ import tempfile
 import time
 import warnings
 
+from diag.common import safe_dirs
 from diag.common.atomic import write_atomic
 from diag.recover import api, layout, store
 
@@ -130,11 +131,22 @@ def _why(exc: Exception, where: str, needed: int) -> str:
 def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
     """Write one rank's snapshot as a DCP checkpoint at ``target`` (temp
     directory, then rename; a copy already there is replaced whole)."""
+    # The default persist dir lies under a shared --timeline-path: the parent
+    # is walked and checked by safe_dirs (no other user's link or directory),
+    # and everything below is reached through its open fd, so a name swapped
+    # meanwhile redirects nothing.
+    fd = safe_dirs.open_dir(os.path.dirname(target), create=True)
+    try:
+        _write_copy_in(f"/proc/self/fd/{fd}", os.path.basename(target), meta, data, objects)
+    finally:
+        os.close(fd)
+
+
+def _write_copy_in(parent: str, name: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
     import torch.distributed.checkpoint as dcp   # the agent imports torch only to persist
 
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.path.basename(target)}-", dir=parent)
+    target = os.path.join(parent, name)
+    tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=parent)
     try:
         tensors = layout.views(data, meta.tensors)
         tree = layout.build([(e.path, t) for e, t in zip(meta.tensors, tensors)]
