@@ -124,6 +124,8 @@ def in_process(args) -> None:
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(args.world), LOCAL_RANK=str(rank), XPU_TIMER_SHM_DIR=shm,
                    PYTHONWARNINGS="ignore", XPU_TIMER_RING_CAPACITY=str(1 << 16))
+        if args.hook:   # as the launcher starts a worker: the C++ hook preloaded
+            env["LD_PRELOAD"] = os.path.join(ROOT, "diag", "lib", "libxpu_timer_hook.so")
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", *_pass(args)], env=env,
                                       stdout=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
@@ -137,7 +139,7 @@ def in_process(args) -> None:
     traced = args.ops + (args.world > 1)     # the all-reduces and the batch
     print(f"tracer on a Megatron-shaped step: {args.ops} async all_reduce of {args.numel} float32 on a "
           f"sub-group + batch_isend_irecv, {args.world} {args.backend} ranks, {args.rounds} x {args.steps} steps "
-          f"per mode (median, rank 0)")
+          f"per mode (median, rank 0){', hook preloaded in both modes' if args.hook else ''}")
     print(f"  untraced        {off:8.3f} ms/step")
     print(f"  traced          {on:8.3f} ms/step")
     print(f"  tracer cost     {(on - off) * 1e3:8.0f} us/step, {(on - off) * 1e6 / traced:6.0f} ns per traced op")
@@ -189,6 +191,9 @@ def main() -> None:
     p.add_argument("--ops", type=int, default=32, help="async all_reduces a step")
     p.add_argument("--numel", type=int, default=256, help="float32 elements per op (256: 1 KiB)")
     p.add_argument("--launcher", action="store_true", help="whole jobs: torchrun against the launcher")
+    p.add_argument("--hook", action="store_true",
+                   help="preload the C++ hook into the workers, as the launcher does (with NCCL the tracer "
+                        "then leaves each group's ops to it after its first ones: diag/tracer/hooked.py)")
     p.add_argument("--runs", type=int, default=3, help="runs per mode with --launcher")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", action="store_true", help=argparse.SUPPRESS)

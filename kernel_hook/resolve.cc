@@ -337,3 +337,11 @@ __thread int tl_launch_depth __attribute__((tls_model("initial-exec")));
 extern "C" __attribute__((visibility("default"))) int xpu_timer_hook_bypass(int on) {
   return xt_core_set_bypass(on);
 }
+
+// Whether NCCL calls are recorded now: the core on and not bypassed. Asking
+// starts nothing. The Python tracer asks before it leaves a CUDA tensor's
+// collective to the hook alone (docs/tracer.md, "Device collectives"): the
+// hook records that call anyway, at a fraction of the tracer's cost.
+extern "C" __attribute__((visibility("default"))) int xpu_timer_hook_recording(void) {
+  return !xt::bypassed() && xt_core_active() != 0;
+}

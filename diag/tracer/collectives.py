@@ -16,7 +16,7 @@ import threading
 import weakref
 
 from diag.records import format as fmt
-from diag.tracer import completion, device, dispatch
+from diag.tracer import completion, device, dispatch, hooked
 
 # name -> (kind, parameter whose tensor size is recorded as bytes)
 OPS = {
@@ -57,16 +57,17 @@ def patch(tracer) -> None:
         import torch
         _grad_enabled = torch.is_grad_enabled
         groups = GroupInfo(c10d, tracer)
+        share = hooked.find()
         for name, (kind, size_param) in OPS.items():
             original = getattr(c10d, name, None)
             if original is None or hasattr(original, MARK):
                 continue
-            wrapper = _wrap(tracer, groups, original, name, kind, size_param)
+            wrapper = _wrap(tracer, groups, original, name, kind, size_param, share)
             _install(dist, c10d, name, original, wrapper)
         original = getattr(c10d, "batch_isend_irecv", None)
         if original is not None and not hasattr(original, MARK):
             _install(dist, c10d, "batch_isend_irecv", original,
-                     _wrap_batch(tracer, groups, original))
+                     _wrap_batch(tracer, groups, original, share))
         original = getattr(c10d, "_coalescing_manager", None)
         if original is not None and not hasattr(original, MARK):
             _install(dist, c10d, "_coalescing_manager", original,
@@ -236,7 +237,7 @@ def _arg(args, kwargs, name, index, default=None):
     return default
 
 
-def _wrap(tracer, groups, original, name, kind, size_param):
+def _wrap(tracer, groups, original, name, kind, size_param, share=hooked.HookShare()):
     group_i = _param_index(original, "group")
     async_i = _param_index(original, "async_op")
     size_i = _param_index(original, size_param) if size_param else None
@@ -256,13 +257,14 @@ def _wrap(tracer, groups, original, name, kind, size_param):
                 info = groups.lookup(_arg(args, kwargs, "group", group_i))
                 if info is not None:
                     tensor = _arg(args, kwargs, size_param, size_i) if size_param else None
-                    reduce_op = reduce_op_code(_arg(args, kwargs, "op", op_i)) if op_i is not None else -1
-                    peer = _arg(args, kwargs, peer_param, peer_i, -1) if peer_param else -1
-                    op = tracer.begin(kind, name, info[0], tensor_bytes(tensor), info[1], info[2], sequenced,
-                                      dtype_flags(tensor), fmt.pack_coll_args(reduce_op, peer if
-                                                                              isinstance(peer, int) else -1))
                     if not device.settled:   # the device NCCL runs on (docs/gpu.md)
                         device.from_tensor(tracer, tensor)
+                    peer = _arg(args, kwargs, peer_param, peer_i, -1) if peer_param else -1
+                    if not (share.present and _on_cuda(tensor) and share.leaves((info[0], kind, peer))):
+                        reduce_op = reduce_op_code(_arg(args, kwargs, "op", op_i)) if op_i is not None else -1
+                        op = tracer.begin(kind, name, info[0], tensor_bytes(tensor), info[1], info[2], sequenced,
+                                          dtype_flags(tensor), fmt.pack_coll_args(reduce_op, peer if
+                                                                                  isinstance(peer, int) else -1))
             except Exception as exc:
                 tracer.disable(f"tracing {name} failed: {exc!r}")
             if op is None:
@@ -327,7 +329,7 @@ def rename(wrapper):
     return wrapper
 
 
-def _wrap_batch(tracer, groups, original):
+def _wrap_batch(tracer, groups, original, share=hooked.HookShare()):
     @functools.wraps(original)
     def wrapper(p2p_op_list, *args, **kwargs):
         if not tracer.enabled or not tracer.enter():
@@ -337,7 +339,10 @@ def _wrap_batch(tracer, groups, original):
             try:
                 first = p2p_op_list[0] if p2p_op_list else None
                 info = groups.lookup(getattr(first, "group", None))
-                if info is not None:
+                if info is not None and not (
+                        share.present and _on_cuda(getattr(first, "tensor", None))
+                        and share.leaves((info[0], fmt.KIND_P2P, tuple(sorted(getattr(p, "peer", -1)
+                                                                             for p in p2p_op_list))))):
                     nbytes = sum(tensor_bytes(getattr(p, "tensor", None)) for p in p2p_op_list)
                     op = tracer.begin(fmt.KIND_P2P, "batch_isend_irecv", info[0], nbytes,
                                       info[1], info[2], False)
@@ -444,6 +449,13 @@ class _Coalesced:
         except Exception as exc:
             tracer.disable(f"watching a coalesced op failed: {exc!r}")
         return result
+
+
+def _on_cuda(value) -> bool:
+    """True when the op's (first) tensor is a CUDA tensor: its NCCL call is the hook's to see."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return bool(getattr(value, "is_cuda", False))
 
 
 def _on_cpu(value) -> bool:

@@ -15,6 +15,10 @@ def test_bypassed_calls_are_forwarded_but_leave_no_record(built, tmp_path):
     assert out.returncode == 0 and out.stderr == "", out.stdout + out.stderr
     # Off before, on during; the bypassed all-reduce still reached the library.
     assert "bypass before 0 during 1 forwarded 1" in out.stdout, out.stdout
+    # xpu_timer_hook_recording(): what the tracer asks before leaving a
+    # device collective to the hook. Off until the first hooked call starts
+    # the core (asking starts nothing), off while bypassed.
+    assert "recording unstarted 0 started 1 bypassed 0 again 1" in out.stdout, out.stdout
     [region] = read_regions(str(tmp_path))
     # 2 rounds recorded before, 1 after; the 5 bypassed ones are not there.
     # A round's kernels: its own launch, the GEMM's and the all-reduce's (the

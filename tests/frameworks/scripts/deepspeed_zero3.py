@@ -31,6 +31,9 @@ def log_loss(loss, step):
     dist.all_reduce(reported)
 
 
+import tracer_ab  # noqa: E402
+
+AB = "--ab" in fwlib.sys.argv and tracer_ab.install() > 0   # under the launcher: the tracer in and out by blocks
 fwlib.time_collectives()
 if fwlib.CUDA:
     torch.cuda.set_device(fwlib.RANK)
@@ -47,6 +50,8 @@ config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
 engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 xs, ys = torch.randn(2, fwlib.STEPS, 8, 32)[fwlib.RANK], torch.randn(2, fwlib.STEPS, 8, 1)[fwlib.RANK]
 for step in range(fwlib.STEPS):
+    if AB:
+        fwlib.traced.append(tracer_ab.at_step(step, 5))
     x, y = load_batch(step)
     loss = torch.nn.functional.mse_loss(engine(x), y)
     engine.backward(loss)

@@ -34,6 +34,7 @@ COLLECTIVES = ("all_reduce", "broadcast", "barrier", "reduce", "all_gather", "al
                "all_to_all", "all_to_all_single", "gather", "scatter")
 comms: list = []
 steps: list = []
+traced: list = []   # per step with --ab (tracer_ab.py): whether the tracer was in
 _inside = threading.local()
 
 
@@ -118,4 +119,4 @@ def save(tensors) -> None:
         digest.update(t.detach().cpu().contiguous().numpy().tobytes())
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as f:
-        json.dump({"sha256": digest.hexdigest(), "steps": steps, "comms": comms}, f)
+        json.dump({"sha256": digest.hexdigest(), "steps": steps, "comms": comms, "traced": traced}, f)

@@ -35,9 +35,10 @@ WARMUP = 5
 JOBS = {
     "megatron": dict(nproc=4, script="tests/gpu/scripts/megatron_gpt.py", args=["--steps", "30"],
                      faults={"--stall-tp": 1, "--stall-pp": 2, "--skip-tp": 1}, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+                     ab_steps="65",
                      plant=r"^PLANTED "),
     "deepspeed": dict(nproc=2, script="tests/frameworks/scripts/deepspeed_zero3.py",
-                      args=["--cuda", "--steps", "60"], faults={"--stall": 1, "--skip": 1},
+                      args=["--cuda", "--steps", "60"], faults={"--stall": 1, "--skip": 1}, ab_steps="125",
                       env={"DS_ACCELERATOR": "cuda", "CUDA_VISIBLE_DEVICES": "0,1"}, plant=r"^(STALL|SKIP) "),
     # torchtitan's debug Llama, TP=2 x FSDP=2, torch.compile on: ranks 0-1 and 2-3 are tp groups
     "torchtitan": dict(nproc=4, script="tests/gpu/scripts/torchtitan_llama.py", args=["--steps", "40"],
@@ -62,9 +63,24 @@ def step_figures(out_dir: str, nproc: int) -> list[dict]:
             t = r["steps"]
             ms = [(b - a) * 1e3 for a, b in zip(t[WARMUP:], t[WARMUP + 1:])]
             calls = [sum(1 for s, _ in r["comms"] if a <= s < b) for a, b in zip(t[WARMUP:], t[WARMUP + 1:])]
-        found.append({"sha256": r["sha256"], "step_ms": statistics.median(ms),
-                      "calls_per_step": statistics.mean(calls)})
+        row = {"sha256": r["sha256"], "step_ms": statistics.median(ms), "calls_per_step": statistics.mean(calls)}
+        if any(t is not None for t in r.get("traced", [])):   # --ab: the tracer in and out by blocks
+            row["ab"] = ab_figures(r)
+        found.append(row)
     return found
+
+
+def ab_figures(r: dict) -> dict:
+    """Step medians with the tracer's wrappers in and out (tests/frameworks/scripts/tracer_ab.py)."""
+    if "step_ms" in r:
+        pairs = list(zip(r["traced"], r["step_ms"]))[WARMUP:]
+    else:   # step i ran from the end of step i-1 to the end of step i
+        t = r["steps"]
+        pairs = [(r["traced"][i], (t[i] - t[i - 1]) * 1e3) for i in range(WARMUP + 1, len(t))]
+    on = [ms for mode, ms in pairs if mode]
+    off = [ms for mode, ms in pairs if mode is False]
+    return {"on_ms": statistics.median(on), "off_ms": statistics.median(off), "steps": [len(on), len(off)],
+            "cost": statistics.median(on) / statistics.median(off) - 1}
 
 
 def run_job(job: dict, mode: str, out_dir: str) -> dict:
@@ -74,6 +90,11 @@ def run_job(job: dict, mode: str, out_dir: str) -> dict:
     t0 = time.monotonic()
     if mode == "launcher, tracer off":
         env["XPU_TIMER_TRACER_DISABLE"] = "1"
+    if mode == "launcher A/B":   # the tracer in and out by blocks of steps, inside the job
+        args = list(job["args"])
+        if "--steps" in args:
+            args[args.index("--steps") + 1] = job["ab_steps"]
+        cmd_tail = cmd_tail[:-len(job["args"])] + args + ["--ab"] if job["args"] else cmd_tail + ["--ab"]
     if mode == "torchrun":
         for key in [k for k in env if k.startswith("XPU_TIMER_")]:
             del env[key]
@@ -158,7 +179,8 @@ def main() -> None:
     for name in names:
         job = JOBS[name]
         report = {"healthy": [], "faults": []}
-        modes = ["torchrun", "launcher"] + (["launcher, tracer off"] if "--tracer-off" in sys.argv else [])
+        modes = ["torchrun", "launcher"] + (["launcher, tracer off"] if "--tracer-off" in sys.argv else []) \
+            + (["launcher A/B"] if "--ab" in sys.argv else [])
         order = [m for i in range(RUNS) for m in (modes if i % 2 == 0 else modes[::-1])]
         for i, mode in enumerate(order):
             r = run_job(job, mode, os.path.join(OUT, name, f"healthy{i}-{mode}"))
@@ -170,12 +192,17 @@ def main() -> None:
         good = [r for r in report["healthy"] if r.get("ranks")]
         shas = {tuple(x["sha256"] for x in r["ranks"]) for r in good}
         by = {m: [statistics.median(x["step_ms"] for x in r["ranks"]) for r in good if r["mode"] == m]
-              for m in modes}
+              for m in modes if m != "launcher A/B"}
         if by["torchrun"] and by["launcher"]:
             base = statistics.median(by["torchrun"])
             costs = {m: round(statistics.median(v) / base - 1, 4) for m, v in by.items() if v}
             report["summary"] = {"bitwise_equal": len(shas) == 1, "step_ms": by, "cost_against_torchrun": costs}
             print(f"{name}: bitwise equal {len(shas) == 1}; step ms {by}; against torchrun {costs}", flush=True)
+        ab = [x["ab"]["cost"] for r in good for x in r["ranks"] if "ab" in x]
+        if ab:
+            report.setdefault("summary", {})["tracer_ab_cost"] = {"per_rank_run": ab, "median": statistics.median(ab)}
+            print(f"{name}: tracer in/out inside the job, cost per rank and run {[round(c, 4) for c in ab]}, "
+                  f"median {statistics.median(ab):+.4f}", flush=True)
         for r in good:
             for row in r.get("metrics", []):
                 print(f"{name} metrics {row}", flush=True)

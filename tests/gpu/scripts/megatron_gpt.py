@@ -57,6 +57,11 @@ def count_calls():
     c10d.batch_isend_irecv = dist.batch_isend_irecv = wrapped
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "frameworks", "scripts"))
+import tracer_ab  # noqa: E402
+
+AB = "--ab" in ARGS and tracer_ab.install() > 0   # under the launcher: the tracer in and out by blocks
 count_calls()
 torch.cuda.set_device(LOCAL)
 dist.init_process_group("nccl")
@@ -124,9 +129,10 @@ if "--skip-tp" in ARGS and RANK == 1:
     mappings._reduce = _reduce
 
 data = batches()
-step_ms, step_calls = [], []
+step_ms, step_calls, traced = [], [], []
 for step in range(STEPS):
     step_now[0] = step
+    traced.append(tracer_ab.at_step(step, 5) if AB else None)
     torch.cuda.synchronize()
     t0, c0 = time.perf_counter(), calls[0]
     model.zero_grad_buffer()
@@ -143,7 +149,7 @@ for p in model.parameters():
     digest.update(p.detach().float().cpu().contiguous().numpy().tobytes())
 os.makedirs(OUT, exist_ok=True)
 with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as f:
-    json.dump({"sha256": digest.hexdigest(), "step_ms": step_ms, "calls": step_calls,
+    json.dump({"sha256": digest.hexdigest(), "step_ms": step_ms, "calls": step_calls, "traced": traced,
                "coords": {"tp": parallel_state.get_tensor_model_parallel_rank(),
                           "pp": parallel_state.get_pipeline_model_parallel_rank(),
                           "dp": parallel_state.get_data_parallel_rank()}}, f)

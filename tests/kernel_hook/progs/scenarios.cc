@@ -467,6 +467,9 @@ int scenario_destroy_race(int argc, char** argv) {
 int scenario_bypass(int, char**) {
   auto bypass = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "xpu_timer_hook_bypass"));
   if (!bypass) return printf("no xpu_timer_hook_bypass\n"), 3;
+  auto recording = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "xpu_timer_hook_recording"));
+  if (!recording) return printf("no xpu_timer_hook_recording\n"), 3;
+  int unstarted = recording();  // asking starts nothing
   Ctx c;
   ncclComm_t world = comm_from("b1a5", 2, 0);
   auto round = [&](int n) {
@@ -477,7 +480,9 @@ int scenario_bypass(int, char**) {
     }
   };
   round(2);
+  int started = recording();
   int before = bypass(1);
+  int bypassed = recording();
   round(5);
   int forwarded = fake_last_call()->args[2] == 104;  // the 5th all-reduce's count
   ncclComm_t child = nullptr;
@@ -487,9 +492,11 @@ int scenario_bypass(int, char**) {
   ncclGroupEnd();
   int during = bypass(0);
   round(1);
+  int again = recording();
   ncclAllGather(nullptr, nullptr, 16, 9, child, c.s);
   cudaDeviceSynchronize();
   sleep_ms(100);
+  printf("recording unstarted %d started %d bypassed %d again %d\n", unstarted, started, bypassed, again);
   printf("bypass before %d during %d forwarded %d app events %d\n", before, during, forwarded,
          fake_event_records(0));
   return 0;

@@ -1,0 +1,50 @@
+"""Device collectives left to the C++ hook (diag/tracer/hooked.py): the
+tracer records each (group, lane, peers) key's first TIE_OPS ops, then only
+while the hook says it records. On a real GPU: tests/gpu/test_tracer_gpu.py."""
+
+import os
+import subprocess
+import sys
+
+from diag.tracer import hooked
+from tests.kernel_hook.conftest import HOOK, built  # noqa: F401  (the fixture builds the hook)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_a_key_is_recorded_for_its_first_ops_then_left_while_the_hook_records():
+    answers = []
+    share = hooked.HookShare(lambda: answers[-1])
+    answers.append(1)
+    key, other = (7, 1, -1), (7, 2, 3)
+    assert [share.leaves(key) for _ in range(hooked.TIE_OPS)] == [False] * hooked.TIE_OPS
+    assert share.leaves(key) and share.leaves(key)
+    assert not share.leaves(other)            # each key counts its own first ops
+    answers.append(0)                         # the hook stopped recording (bypassed, switched off)
+    assert not share.leaves(key)
+    answers.append(1)
+    assert share.leaves(key)
+
+
+def test_without_a_hook_every_op_is_recorded():
+    share = hooked.HookShare(None)
+    assert not share.present
+    assert not any(share.leaves((0, 1, -1)) for _ in range(hooked.TIE_OPS + 10))
+
+
+def _find_in_child(env) -> str:
+    code = ("from diag.tracer import hooked; s = hooked.find(); "
+            "print(s.present, s._recording() if s.present else None)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_real_hook_is_found_and_says_it_records_nothing_before_its_first_call(built):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XPU_TIMER_", "LD_PRELOAD"))}
+    env["PYTHONPATH"] = ROOT
+    assert _find_in_child(env) == "False None"
+    # Preloaded, as the launcher does: found; its core starts on the first
+    # CUDA call, which a CPU process never makes, so the tracer records all.
+    assert _find_in_child(dict(env, LD_PRELOAD=HOOK)) == "True 0"
