@@ -190,18 +190,22 @@ def forward_backward(inputs, labels, global_valid_tokens):
 
 if "--skip-tp" in ARGS and RANK == 1:
     # The token embedding runs outside the compiled blocks: its sequence-parallel
-    # output is a reduce-scatter on the tp group, issued by DTensor.
+    # output is a reduce-scatter on the tp group, issued by DTensor (torch 2.13
+    # calls funcol.reduce_scatter_single, 2.11 funcol.reduce_scatter_tensor).
     from torch.distributed import _functional_collectives as funcol
-    real_reduce_scatter, tp_group = funcol.reduce_scatter_tensor, dims.get_mesh("tp").get_group()
-
-    def reduce_scatter_tensor(tensor, reduceOp, scatter_dim, group, tag=""):
-        if step_now[0] == SKIP_AT and not skipped:
-            skipped.append(1)
-            print(f"PLANTED skip of a tensor-parallel reduce_scatter on rank {RANK} {time.time()}", flush=True)
-            return tensor.chunk(TP, dim=scatter_dim)[tp_rank].contiguous()
-        return real_reduce_scatter(tensor, reduceOp, scatter_dim, group, tag)
     skipped: list = []
-    funcol.reduce_scatter_tensor = reduce_scatter_tensor
+
+    def skipping(real):
+        def reduce_scatter(tensor, reduceOp, scatter_dim, group, tag=""):
+            if step_now[0] == SKIP_AT and not skipped:
+                skipped.append(1)
+                print(f"PLANTED skip of a tensor-parallel reduce_scatter on rank {RANK} {time.time()}", flush=True)
+                return tensor.chunk(TP, dim=scatter_dim)[tp_rank].contiguous()
+            return real(tensor, reduceOp, scatter_dim, group, tag)
+        return reduce_scatter
+    for name in ("reduce_scatter_single", "reduce_scatter_tensor"):
+        if hasattr(funcol, name):
+            setattr(funcol, name, skipping(getattr(funcol, name)))
 
 data = batches()
 step_ms, step_calls, losses = [], [], []
