@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gc
 import logging
 import os
@@ -351,6 +352,12 @@ GC_THRESHOLDS = (50_000, 20, 10)
 
 def serve(config: Config, stop: threading.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code."""
+    # The handlers go in before the address goes out: a stop right after it is ours to handle.
+    with _stop_signals() as signalled:
+        return _serve(config, stop or threading.Event(), signalled)
+
+
+def _serve(config: Config, stop: threading.Event, signalled: list[int]) -> int:
     raise_file_limit(config.max_agents)
     server, port = create_server(config.listen, config)
     server.start()
@@ -367,11 +374,8 @@ def serve(config: Config, stop: threading.Event | None = None) -> int:
     access_file = _leave_access_file(config, address)
     log.info("serving job %s on %s (hang timeout %gs, idle timeout %gs, action %s, timeline %s)", config.job_id,
              address, config.hang_timeout_s, config.idle_timeout_s, config.hang_action, config.timeline_path)
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    while not signalled and not stop.wait(STOP_POLL_S):
+        pass
     server.stop(grace=2).wait(5)
     if access_file:
         try:
@@ -381,6 +385,29 @@ def serve(config: Config, stop: threading.Event | None = None) -> int:
     log.info("stopped (%d node reports ingested; streams: %s)", server.state.reports,
              ", ".join(f"{n} {how}" for how, n in sorted(server.servicer.streams.items())) or "none")
     return 0
+
+
+STOP_POLL_S = 0.1   # how soon a stop signal is acted on
+
+
+@contextlib.contextmanager
+def _stop_signals():
+    """Inside, SIGTERM and SIGINT append to the list yielded (in the main
+    thread only: elsewhere Python cannot take them); the previous handlers
+    come back after. The handler takes no lock: one that called Event.set was
+    re-entered by a second signal while the first held the Event's lock,
+    deadlocked, and the collector then ignored every SIGTERM (an orphan of a
+    killed launcher, still running minutes later)."""
+    signalled: list[int] = []
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda signum, _frame: signalled.append(signum))
+    try:
+        yield signalled
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _leave_access_file(config: Config, address: str) -> str | None:
