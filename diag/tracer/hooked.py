@@ -21,9 +21,11 @@ CPU tensors (gloo) are never left: no hook sees them.
 from __future__ import annotations
 
 import ctypes
+import time
 
 TIE_OPS = 64     # per key: the agent ties on the first op whose span holds the hook's START;
 #                 the rest are spares for starts that overlapped another group's span
+ASK_EVERY_NS = 50_000_000   # the hook's answer is kept this long: a clock read costs less than the call
 
 
 class HookShare:
@@ -33,6 +35,8 @@ class HookShare:
         # The hook's xpu_timer_hook_recording(), or None when no hook is in this process.
         self._recording = recording
         self._seen: dict = {}
+        self._asked_ns = -ASK_EVERY_NS
+        self._answer = False
 
     @property
     def present(self) -> bool:
@@ -46,11 +50,25 @@ class HookShare:
         if seen < TIE_OPS:
             self._seen[key] = seen + 1
             return False
-        return self._recording() != 0
+        now = time.monotonic_ns()
+        if now - self._asked_ns >= ASK_EVERY_NS:
+            self._asked_ns, self._answer = now, self._recording() != 0
+        return self._answer
+
+
+_share = None
 
 
 def find() -> HookShare:
-    """The share for this process: the hook's control where the hook is loaded."""
+    """The one share of this process (its counts outlive a re-patch): the
+    hook's control where the hook is loaded."""
+    global _share
+    if _share is None:
+        _share = _find()
+    return _share
+
+
+def _find() -> HookShare:
     try:
         # The process's global symbols, where a preloaded hook's are. PyDLL: the
         # call keeps the GIL, a trivial C read needs no hand-over and back.

@@ -7,6 +7,14 @@
 # Megatron-Core TP=2 x PP=2 with the distributed optimizer healthy (paired with
 # torchrun) and with each planted fault (tests/gpu/scripts/fw_session.py).
 # x2fw32: the same for DeepSpeed ZeRO-3 on 2 GPUs.
+# x4s16: issue 32's tracer cost once device ops are left to the hook: the
+# tracer's GPU tests, the step bench without and with the hook preloaded,
+# Megatron healthy (torchrun / launcher pairs, and the tracer in and out by
+# blocks inside one launched job: --ab) and its TP skip and stall.
+# x4s16b: the same after the hook's answer is kept 50 ms and the share outlives a
+# re-patch: the tracer's GPU tests, the step bench with the hook, Megatron's
+# healthy pair and in-job A/B, DeepSpeed's (GPUs 0-1) with its faults.
+# x2s16: the same healthy pairs and in-job A/B for DeepSpeed ZeRO-3, and its faults.
 # x4titan: torchtitan 0.3.0's debug Llama (TP=2 x FSDP=2, torch.compile) healthy
 # under torchrun and the launcher (paired, twice) and with each planted fault
 # (a stall in tp rank 1's forward, one in rank 3's data iterator, a skipped
@@ -83,6 +91,15 @@ case $label in
   x4fw32) run tracer_gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
       run tracer_async_step_nccl 80 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 10
       run megatron 380 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 ;;
+  x4s16) run tracer_gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
+      run tracer_async_step_nccl 70 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8
+      run tracer_async_step_nccl_hook 70 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8 --hook
+      run megatron 330 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 --ab --faults --skip-tp,--stall-tp ;;
+  x2s16) run deepspeed 330 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2 --ab ;;
+  x4s16b) run tracer_gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
+      run tracer_async_step_nccl_hook 70 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8 --hook
+      run megatron 150 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 1 --ab --faults none
+      run deepspeed 200 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 1 --ab ;;
   x4titan) python3 -c "import torch, torchtitan, spmd_types, tyro; print('torch', torch.__version__)" >> $R/machine.txt 2>&1
       run torchtitan 560 python3 tests/gpu/scripts/fw_session.py $R/fw torchtitan --runs 2 ;;
   x2fw32) run deepspeed 300 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2

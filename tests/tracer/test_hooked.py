@@ -12,7 +12,8 @@ from tests.kernel_hook.conftest import HOOK, built  # noqa: F401  (the fixture b
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_a_key_is_recorded_for_its_first_ops_then_left_while_the_hook_records():
+def test_a_key_is_recorded_for_its_first_ops_then_left_while_the_hook_records(monkeypatch):
+    monkeypatch.setattr(hooked, "ASK_EVERY_NS", 0)   # ask on every call: each answer is seen at once
     answers = []
     share = hooked.HookShare(lambda: answers[-1])
     answers.append(1)
@@ -24,6 +25,15 @@ def test_a_key_is_recorded_for_its_first_ops_then_left_while_the_hook_records():
     assert not share.leaves(key)
     answers.append(1)
     assert share.leaves(key)
+
+
+def test_the_hooks_answer_is_kept_a_while():
+    calls = []
+    share = hooked.HookShare(lambda: calls.append(1) or 1)
+    key = (7, 1, -1)
+    for _ in range(hooked.TIE_OPS + 100):
+        share.leaves(key)
+    assert len(calls) == 1     # 100 ops within ASK_EVERY_NS: one call into the hook
 
 
 def test_without_a_hook_every_op_is_recorded():
