@@ -50,13 +50,12 @@ from diag.agent.config import AgentConfig  # noqa: E402
 from diag.agent.connection import HEALTHY_AFTER, MOVE_WAIT_S, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
 from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
-from diag.common import envnames  # noqa: E402
+from diag.common import envnames, handshake  # noqa: E402
 from diag.pb import collector_pb2 as pb  # noqa: E402
 from diag.pb import ingest_pb2 as ipb  # noqa: E402
 
 RANKS_PER_AGENT = 8
 TARGET_REPORTS_PER_S = 2000.0
-TOKEN_KEY = "x-xpu-diag-token"
 STATS_LINE = re.compile(r"ingest: (\d+) reports total, [0-9.]+/s over the last ([0-9.]+) s(?:.*; ([0-9.]+) s behind)?")
 BACKOFF_MIN_S, BACKOFF_MAX_S = AgentConfig.backoff_min, AgentConfig.backoff_max   # an agent's own
 FDS_SPARE = 256   # beyond the sockets: files, pipes, gRPC's own
@@ -295,10 +294,17 @@ def stamped(payload: bytes, at_ns: int | None = None) -> bytes:
     return payload + bytes(out)
 
 
+def _session(address: str, token: str) -> tuple:
+    """The handshake once (diag/common/handshake.py): the credential is good
+    at the collector and at any relay of the job, which check it with the token."""
+    with grpc.insecure_channel(address) as channel:
+        return handshake.session_metadata(channel, token, address, timeout=60)
+
+
 class Load:
     def __init__(self, address: str, token: str, args):
         self.address, self.args = address, args
-        self.metadata = ((TOKEN_KEY, token),)
+        self.metadata = _session(address, token)
         self.world = args.agents * RANKS_PER_AGENT
         self.sent = 0
         self.connected = 0
@@ -461,7 +467,7 @@ class RelayLoad:
 
     def __init__(self, address: str, token: str, args):
         self.address, self.args = address, args
-        self.metadata = ((TOKEN_KEY, token),)
+        self.metadata = _session(address, token)
         self.world = args.agents * RANKS_PER_AGENT
         self.sent = self.connected = self.relayed = self.paced = self.failed = 0
         self.errors: list[str] = []

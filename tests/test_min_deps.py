@@ -38,8 +38,9 @@ report = pb.NodeReport(job_id="j", ranks=[pb.RankProgress(rank=1, world_size=2, 
 assert pb.NodeReport.FromString(report.SerializeToString()) == report
 server, port = create_server("127.0.0.1:0", Config(job_id="j", token="t", timeline_path=tempfile.mkdtemp()))
 server.start()
-md = (("x-xpu-diag-token", "t"),)
+from diag.common import handshake
 with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+    md = handshake.session_metadata(ch, "t", f"127.0.0.1:{port}")
     health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), metadata=md, timeout=10)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     try:

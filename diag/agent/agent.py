@@ -47,6 +47,9 @@ class Agent:
         self.connection = Connection(config, self) if config.collector else None
         self.dumped_events: list[tuple[str, int]] = []   # a repeated request is ignored
         self.recovery = Recovery(self, config)   # persist, last words, restart timing (docs/recovery.md)
+        # Called once the collector's address turns out to be another
+        # process's (issue 33); the launcher stops the node with it.
+        self.on_untrusted = None
 
     # -- lifecycle --------------------------------------------------------
     def start(self) -> None:
@@ -122,6 +125,18 @@ class Agent:
         self._said[message] = now
         sys.stderr.write(f"xpu-diag agent (node {self.config.node_rank}, "
                          f"{self.config.hostname}): {message}\n")
+
+    def collector_untrusted(self, reason: str) -> None:
+        """The server at the collector's address failed the handshake: say so
+        in one line, report no more (the connection thread ends) and tell the
+        launcher, which stops the node rather than wait for a rendezvous whose
+        node 0 could not start its collector."""
+        self.log(f"{reason}; this agent reports no more and stops the node", every=0)
+        if self.on_untrusted is not None:
+            try:
+                self.on_untrusted(reason)
+            except Exception as exc:   # never let the connection thread die of it
+                self.log(f"stopping the node failed: {exc!r}", every=0)
 
     # -- sampling and reports ---------------------------------------------
     def sample_once(self) -> float:

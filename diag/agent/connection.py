@@ -21,6 +21,14 @@ seconds behind while a whole job moves) are read, not dropped. A relay that
 cannot be reached or whose stream fails is left for RELAY_RETRY_S and the
 agent reports directly again (said once); the collector sends it to a new
 relay when there is one.
+
+Before any call to a server (the collector, a relay) the agent runs the
+handshake (diag/common/handshake.py): the server proves it holds the job
+token before the agent sends anything that could be replayed, and the token
+never goes on the wire. A collector address whose server fails the proof is
+another process's (issue 33): the agent says so in one line, stops
+reporting and tells its launcher (``Agent.collector_untrusted``), which
+stops the node. A relay that fails it is left like a relay that failed.
 """
 
 from __future__ import annotations
@@ -32,10 +40,9 @@ import time
 import grpc
 
 from diag.agent.report_relay import ReportRelay
-from diag.common import envnames
+from diag.common import envnames, handshake
 from diag.pb import collector_pb2_grpc as pb_grpc
 
-TOKEN_KEY = "x-xpu-diag-token"
 HEALTHY_AFTER = 10.0   # a stream that lived this long resets the backoff
 MAX_PACE_S = 10.0      # the slowest report interval a collector may ask for
 MAX_PERF_EVERY = 60
@@ -81,7 +88,7 @@ class Connection:
     def __init__(self, config, agent):
         self.config = config
         self.agent = agent
-        self._metadata = ((TOKEN_KEY, config.token),)
+        self._sessions = handshake.Sessions(config.token)
         self._channel = grpc.insecure_channel(config.collector)
         self._stub = pb_grpc.CollectorStub(self._channel)
         self._call = None
@@ -109,6 +116,12 @@ class Connection:
             via = self.via
             try:
                 self._stream_once(via)
+            except handshake.ImpostorError as exc:
+                if via is None:   # fatal: never retried, never sent anything
+                    self.agent.collector_untrusted(str(exc))
+                    return
+                self._leave_relay(via, exc)
+                continue
             except grpc.RpcError as exc:
                 if stop.is_set():   # close() cancelled it
                     return
@@ -147,7 +160,9 @@ class Connection:
                 self._via_channel = grpc.insecure_channel(via)
             stub = pb_grpc.CollectorStub(self._via_channel)
         self._given_at, self._stalled = None, False
-        call = stub.Connect(self._reports(ended), metadata=self._metadata)
+        address = via if via is not None else self.config.collector
+        metadata = self._sessions.metadata(address, self._via_channel if via is not None else self._channel)
+        call = stub.Connect(self._reports(ended), metadata=metadata)
         with self._call_lock:
             self._call = call
         self.pace(None)   # a new stream starts at our own pace
@@ -184,7 +199,8 @@ class Connection:
 
     def _leave_relay(self, via: str, exc, stalled: bool = False) -> None:
         why = (f"it took no report for {self.stalled_write_s:g} s" if stalled
-               else f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else "it ended the stream")
+               else f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError)
+               else str(exc) if exc is not None else "it ended the stream")
         self.agent.log(f"the report relay at {via} failed ({why}); reporting to the collector at "
                        f"{self.config.collector} directly", every=0)
         self._via_failed[via] = time.monotonic()
@@ -254,6 +270,7 @@ class Connection:
         if code == grpc.StatusCode.CANCELLED and self.agent.stopping.is_set():
             return
         if code == grpc.StatusCode.UNAUTHENTICATED:
+            self._sessions.forget(self.config.collector)   # ran out: a new handshake on the next try
             self.agent.log(f"the collector at {self.config.collector} refused this agent's job "
                            f"token ({envnames.JOB_TOKEN} must be the same on every node)")
         else:
@@ -261,16 +278,29 @@ class Connection:
             self.agent.log(f"collector at {self.config.collector} unreachable "
                            f"({code.name if code else 'error'}: {detail}); retrying")
 
+    def _metadata(self):
+        """The collector's session metadata (a handshake when none is held);
+        raises as handshake.Sessions.metadata."""
+        return self._sessions.metadata(self.config.collector, self._channel)
+
+    def _refused(self, exc) -> None:
+        if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            self._sessions.forget(self.config.collector)
+
     def upload(self, dump) -> bool:
         """UploadStacks with a timeout and a few retries; never raises."""
         for attempt in range(3):
             try:
-                ack = self._stub.UploadStacks(dump, metadata=self._metadata, timeout=30)
+                ack = self._stub.UploadStacks(dump, metadata=self._metadata(), timeout=30)
                 if not ack.ok:
                     self.agent.log(f"collector refused stacks of rank {dump.rank}: {ack.message}",
                                    every=0)
                 return ack.ok
+            except handshake.ImpostorError as exc:
+                self.agent.log(f"stacks of rank {dump.rank} not uploaded: {exc}", every=0)
+                return False
             except grpc.RpcError as exc:
+                self._refused(exc)
                 if attempt == 2 or self.agent.stopping.is_set():
                     self.agent.log(f"uploading stacks of rank {dump.rank} failed: "
                                    f"{exc.code().name}", every=0)
@@ -282,11 +312,15 @@ class Connection:
         """UploadTimeline once, with a timeout; never raises. Not retried: the
         collector closes the request at its deadline anyway."""
         try:
-            ack = self._stub.UploadTimeline(upload, metadata=self._metadata, timeout=30)
+            ack = self._stub.UploadTimeline(upload, metadata=self._metadata(), timeout=30)
             if not ack.ok:
                 self.agent.log(f"collector refused the timeline: {ack.message}", every=0)
             return ack.ok
+        except handshake.ImpostorError as exc:
+            self.agent.log(f"the timeline not uploaded: {exc}", every=0)
+            return False
         except grpc.RpcError as exc:
+            self._refused(exc)
             detail = exc.details() if hasattr(exc, "details") else ""
             self.agent.log(f"uploading the timeline failed: {exc.code().name} {detail}", every=0)
             return False
@@ -296,8 +330,12 @@ class Connection:
         collector kills at its deadline without it)."""
         for attempt in range(2):
             try:
-                return self._stub.ReportLastWords(done, metadata=self._metadata, timeout=10).ok
+                return self._stub.ReportLastWords(done, metadata=self._metadata(), timeout=10).ok
+            except handshake.ImpostorError as exc:
+                self.agent.log(f"last words of {done.event_id} not answered: {exc}", every=0)
+                return False
             except grpc.RpcError as exc:
+                self._refused(exc)
                 if attempt == 1 or self.agent.stopping.is_set():
                     self.agent.log(f"answering last words of {done.event_id} failed: {exc.code().name}", every=0)
                     return False

@@ -1,7 +1,8 @@
 """How a person's command on a node reaches a running job's collector.
 
-Only the job's own processes may talk to the collector (every RPC carries the
-job token). ``xpu-diag top`` and ``xpu-diag timeline`` are run by the person
+Only the job's own processes may talk to the collector (every RPC carries a
+session credential from the handshake over the job token, which proves the
+collector holds the token before anything is sent: diag/common/handshake.py). ``xpu-diag top`` and ``xpu-diag timeline`` are run by the person
 who started the job, so the collector leaves its address and token in
 ``<timeline-path>/<job>/collector.json``, mode 0600: whoever can read that file
 could already read the job's environment. A user who prefers not to keep the
@@ -14,7 +15,6 @@ import json
 import os
 from typing import Mapping
 
-from diag.collector.auth import TOKEN_METADATA_KEY
 from diag.collector.config import TOKEN_ENV, sanitize_job_id
 from diag.common import safe_dirs
 
@@ -66,6 +66,11 @@ def resolve(collector: str | None, job_dir: str | None, env: Mapping[str, str] |
         raise AccessError(f"--job {job_dir}: {path} is not a collector access file") from None
 
 
-def metadata(token: str) -> tuple[tuple[str, str], ...]:
-    """The call metadata every RPC needs."""
-    return ((TOKEN_METADATA_KEY, token),)
+def metadata(channel, token: str, address: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata every RPC on ``channel`` needs, once the collector at
+    ``address`` has proved it holds ``token``; raises AccessError (one line)
+    when it does not, grpc.RpcError when it cannot be reached."""
+    try:
+        return handshake.session_metadata(channel, token, address)
+    except handshake.ImpostorError as exc:
+        raise AccessError(str(exc)) from None

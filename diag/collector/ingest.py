@@ -37,10 +37,10 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from diag.collector.auth import TOKEN_METADATA_KEY as TOKEN_METADATA, TokenInterceptor
+from diag.collector.auth import TokenInterceptor
 from diag.collector.relays import RELAY_METADATA
 from diag.collector.server import SERVICE_NAME, SPARE_CALLS, raise_file_limit, server_options
-from diag.common import envnames
+from diag.common import envnames, handshake
 from diag.common.children import die_with_parent
 from diag.common.atomic import write_atomic
 from diag.pb import collector_pb2 as pb
@@ -86,6 +86,8 @@ class Ingest:
         self._room = asyncio.Event()   # clear: MAX_PENDING reports wait for the link, streams stop reading
         self._room.set()
         self._link: grpc.aio.Channel | None = None
+        self._link_address = ""
+        self._session: tuple[tuple[str, str], float] | None = None   # (metadata pair, made at) on the link
         self._codes = {code.value[0]: code for code in grpc.StatusCode}
         self._draining = False
 
@@ -134,11 +136,24 @@ class Ingest:
 
         async def call(request: bytes, context):
             try:
-                return await self._link.unary_unary(path)(request, metadata=((TOKEN_METADATA, self._token),),
+                return await self._link.unary_unary(path)(request, metadata=(await self._session_pair(),),
                                                           timeout=context.time_remaining())
             except grpc.aio.AioRpcError as exc:
                 await context.abort(exc.code(), exc.details() or "")
+            except handshake.ImpostorError as exc:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return grpc.unary_unary_rpc_method_handler(call)
+
+    async def _session_pair(self, wait_for_ready: bool = False) -> tuple[str, str]:
+        """The link's session credential (the handshake: the token never goes
+        on the wire, not even to the judge), made again after RENEW_S."""
+        held = self._session
+        if held is None or time.monotonic() - held[1] > handshake.RENEW_S:
+            credential = await handshake.hello_async(self._link, self._token, self._link_address,
+                                                     timeout=None if wait_for_ready else handshake.HELLO_TIMEOUT_S,
+                                                     wait_for_ready=wait_for_ready)
+            held = self._session = ((handshake.SESSION_METADATA, credential), time.monotonic())
+        return held[0]
 
     def drain(self) -> None:
         """Send what waits up now, end the link and return: a relay stopped
@@ -155,8 +170,14 @@ class Ingest:
         options = [("grpc.max_receive_message_length", self._max_message),
                    ("grpc.max_send_message_length", self._max_message)]
         self._link = grpc.aio.insecure_channel(link_address, options=options)
-        # wait_for_ready: the first of us binds before the judge serves its link
-        metadata = ((TOKEN_METADATA, self._token),) + (((RELAY_METADATA, relay_of),) if relay_of else ())
+        self._link_address = link_address
+        try:   # wait_for_ready: the first of us binds before the judge serves its link
+            session = await self._session_pair(wait_for_ready=True)
+        except (handshake.ImpostorError, grpc.aio.AioRpcError) as exc:
+            why = str(exc) if isinstance(exc, handshake.ImpostorError) else f"{exc.code().name} {exc.details()}"
+            log.warning("ingest process %d: no link to the collector: %s", os.getpid(), why[:300])
+            return
+        metadata = (session,) + (((RELAY_METADATA, relay_of),) if relay_of else ())
         call = ipb_grpc.IngestLinkStub(self._link).Relay(metadata=metadata, wait_for_ready=True)
         down = asyncio.ensure_future(self._down(call))
         down.add_done_callback(lambda _: self._kick.set())   # a refused or lost link ends the loop at once

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 
 import diag
 from diag.agent import dumps
@@ -111,22 +112,60 @@ def _run(config: Config) -> int:
         os.environ.pop(envnames.TRACER_PID, None)
         agent = Agent(agent_config(config, address, token, shm_dir, tool_env, recovery))
         agent.recovery.leave = recovery.leave
+        untrusted = NodeStop(f"node {config.node_rank} stopped: the collector address {address} is held by a "
+                             f"server that is not this job's (the agent's line above); free that port or pass "
+                             f"--collector HOST:PORT of this job's collector",
+                             lambda: (owned_dirs.remove(shm_dir), recovery.close()))
+        agent.on_untrusted = untrusted
         agent.start()
         try:
-            return recovery.outcome(torchrun.run(config.torchrun_argv))
+            status = torchrun.run(config.torchrun_argv)
         except Stopped as exc:
-            if recovery.leaving is None:
+            if recovery.leaving is None and untrusted.reason is None:
                 raise
-            return recovery.outcome(128 + exc.signum)
+            status = 128 + exc.signum
         finally:
+            untrusted.handled.set()
             for sig in STOP_SIGNALS:  # torchrun left its handlers installed
                 signal.signal(sig, _raise_stopped)
             agent.stop()
+        if untrusted.reason is not None:
+            say(untrusted.message)
+            return EXIT_USAGE
+        return recovery.outcome(status)
     finally:
         if proc is not None:
             collector_proc.stop(proc)
         owned_dirs.remove(shm_dir)
         recovery.close()
+
+
+class NodeStop:
+    """Called by the agent (its connection thread) when the collector's
+    address is held by a server that failed the handshake (issue 33): stop
+    torchrun as recovery.leave does (SIGTERM). Its rendezvous may be inside
+    a C++ wait (the static rendezvous's TCPStore connect, minutes long) where
+    no signal handler runs: then, GRACE_S later, this says the line, removes
+    the node's directories and exits; no worker has started then."""
+
+    GRACE_S = 3.0
+
+    def __init__(self, message: str, cleanup) -> None:
+        self.message = message
+        self.reason: str | None = None
+        self.handled = threading.Event()   # set once the main thread has left torchrun
+        self._cleanup = cleanup
+
+    def __call__(self, reason: str) -> None:
+        self.reason = reason
+        os.kill(os.getpid(), signal.SIGTERM)
+        if self.handled.wait(self.GRACE_S):
+            return
+        say(self.message)
+        try:
+            self._cleanup()
+        finally:
+            os._exit(EXIT_USAGE)
 
 
 def script_problem(config: Config, cwd: str | None = None) -> str | None:

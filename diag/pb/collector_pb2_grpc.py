@@ -14,6 +14,11 @@ class CollectorStub(object):
         Args:
             channel: A grpc.Channel.
         """
+        self.Hello = channel.stream_unary(
+                '/diag.pb.Collector/Hello',
+                request_serializer=diag_dot_pb_dot_collector__pb2.HelloRequest.SerializeToString,
+                response_deserializer=diag_dot_pb_dot_collector__pb2.HelloReply.FromString,
+                )
         self.Connect = channel.stream_stream(
                 '/diag.pb.Collector/Connect',
                 request_serializer=diag_dot_pb_dot_collector__pb2.NodeReport.SerializeToString,
@@ -48,6 +53,15 @@ class CollectorStub(object):
 
 class CollectorServicer(object):
     """Missing associated documentation comment in .proto file."""
+
+    def Hello(self, request_iterator, context):
+        """The mutual handshake (diag/common/handshake.py): the only call served
+        without a session credential. Client-streaming so the collector never
+        reads a body: the caller sends none and only half-closes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Connect(self, request_iterator, context):
         """An agent holds this stream open: it sends reports, the collector sends commands.
@@ -93,6 +107,11 @@ class CollectorServicer(object):
 
 def add_CollectorServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Hello': grpc.stream_unary_rpc_method_handler(
+                    servicer.Hello,
+                    request_deserializer=diag_dot_pb_dot_collector__pb2.HelloRequest.FromString,
+                    response_serializer=diag_dot_pb_dot_collector__pb2.HelloReply.SerializeToString,
+            ),
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
                     request_deserializer=diag_dot_pb_dot_collector__pb2.NodeReport.FromString,
@@ -132,6 +151,23 @@ def add_CollectorServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Collector(object):
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Hello(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/diag.pb.Collector/Hello',
+            diag_dot_pb_dot_collector__pb2.HelloRequest.SerializeToString,
+            diag_dot_pb_dot_collector__pb2.HelloReply.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
     @staticmethod
     def Connect(request_iterator,

@@ -63,13 +63,20 @@ class Source:
         self._grpc = grpc
         self.channel = grpc.insecure_channel(self.address)
         self.stub = pb_grpc.CollectorStub(self.channel)
-        self.metadata = access.metadata(token)
+        self._token, self._access = token, access
+        self.metadata = None   # after the handshake, on the first fetch
 
     def fetch(self):
         from diag.pb import collector_pb2 as pb
         try:
+            if self.metadata is None:
+                self.metadata = self._access.metadata(self.channel, self._token, self.address)
             return self.stub.GetPerfView(pb.PerfViewRequest(), metadata=self.metadata, timeout=5)
+        except self._access.AccessError as exc:
+            raise PerfError(str(exc)) from None
         except self._grpc.RpcError as exc:
+            if exc.code() == self._grpc.StatusCode.UNAUTHENTICATED:
+                self.metadata = None   # the session ran out (or the collector restarted): a new handshake
             raise PerfError(f"collector {self.address}: {exc.code().name}: {exc.details()}") from None
 
 

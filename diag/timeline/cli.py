@@ -88,9 +88,12 @@ def fetch(opts: Options):
     with grpc.insecure_channel(address, options=options) as channel:
         stub = pb_grpc.CollectorStub(channel)
         try:
+            metadata = access.metadata(channel, token, address)
             return stub.GetTimeline(pb.TimelineRequest(last_ns=int(opts.last_s * 1e9),
                                                        wait_ms=int(opts.wait_s * 1000)),
-                                    metadata=access.metadata(token), timeout=opts.wait_s + 30)
+                                    metadata=metadata, timeout=opts.wait_s + 30)
+        except access.AccessError as exc:
+            raise TimelineError(str(exc)) from None
         except grpc.RpcError as exc:
             raise ConnectionError(_why(address, exc)) from None
 

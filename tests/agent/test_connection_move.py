@@ -17,11 +17,15 @@ from diag.agent.config import AgentConfig
 from diag.agent.connection import Connection
 from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
+from tests.collector.fakes import answer_hello
 
 
 class _Server(pb_grpc.CollectorServicer):
     """Reads every report (its ``report_seq``), ``read_s`` apart; the
     collector's first stream says ``say`` after its third report."""
+
+    def Hello(self, request_iterator, context):   # the handshake (diag/common/handshake.py)
+        return answer_hello("t", context)
 
     def __init__(self, read_s: float, say: pb.Command | None = None) -> None:
         self.read_s, self.say = read_s, say

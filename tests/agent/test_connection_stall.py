@@ -16,11 +16,15 @@ from diag.agent.config import AgentConfig
 from diag.agent.connection import Connection
 from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
+from tests.collector.fakes import answer_hello
 
 BIG = "h" * 200_000   # a report this big fills the transport's windows in a few writes
 
 
 class _Collector(pb_grpc.CollectorServicer):
+    def Hello(self, request_iterator, context):   # the handshake (diag/common/handshake.py)
+        return answer_hello("t", context)
+
     def __init__(self) -> None:
         self.streams = 0
         self.read: list[int] = []   # stream number of each report read

@@ -11,7 +11,7 @@ import time
 
 import grpc
 
-from diag.collector.auth import TOKEN_METADATA_KEY
+from diag.common import handshake
 from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
 
@@ -40,14 +40,49 @@ def node_report(node_rank, ranks, *, job_id="job1", hostname=None, seq=1, agent_
                          local_world_size=len(ranks))
 
 
+def session(address: str, token: str | None) -> tuple:
+    """The metadata a caller holding ``token`` sends (None: none at all): the
+    real handshake. A wrong token fails the collector's proof; then this is
+    what a caller that skipped the check would send (its credential made with
+    the wrong token), for the collector to refuse."""
+    if token is None:
+        return ()
+    with grpc.insecure_channel(address) as channel:
+        try:
+            return handshake.session_metadata(channel, token, address)
+        except handshake.ImpostorError:
+            nonce_a = os.urandom(handshake.NONCE_BYTES)
+            reply = handshake._hello_call(channel)(iter(()), metadata=((handshake.HELLO_METADATA, nonce_a.hex()),),
+                                                   timeout=10)
+            mac = handshake._mac(token, b"xpu-diag agent", reply.nonce, nonce_a)
+            return ((handshake.SESSION_METADATA, (reply.nonce + nonce_a + mac).hex()),)
+
+
+def answer_hello(token: str, context) -> pb.HelloReply:
+    """A fake collector's Hello (a servicer's ``Hello`` returns this): the
+    real collector's answer, so that agents take it for the job's."""
+    given = dict(context.invocation_metadata()).get(handshake.HELLO_METADATA, "")
+    nonce, proof = handshake.answer(token, bytes.fromhex(given))
+    return pb.HelloReply(nonce=nonce, proof=proof)
+
+
+def minted_session(token: str) -> tuple:
+    """A valid session's metadata made without a server: whoever holds the
+    token can (the credential is stateless, good for any server of the job
+    for handshake.SESSION_S)."""
+    nonce_a = os.urandom(handshake.NONCE_BYTES)
+    nonce_c, proof = handshake.answer(token, nonce_a)
+    return ((handshake.SESSION_METADATA, handshake.credential(token, nonce_a, nonce_c, proof, "-")),)
+
+
 class FakeAgent:
     """Holds a real Connect stream open; ``send`` queues a report, commands
     arrive in ``commands`` (a queue.Queue) from a reader thread."""
 
-    def __init__(self, address: str, token: str | None):
+    def __init__(self, address: str, token: str | None, metadata: tuple | None = None):
         self.channel = grpc.insecure_channel(address)
         self.stub = pb_grpc.CollectorStub(self.channel)
-        self.metadata = ((TOKEN_METADATA_KEY, token),) if token is not None else ()
+        self.metadata = session(address, token) if metadata is None else metadata
         self._outbox: queue.Queue = queue.Queue()
         self.commands: queue.Queue = queue.Queue()
         self.error: grpc.RpcError | None = None
@@ -122,7 +157,7 @@ class SimulatedAgents:
 
     def __init__(self, address: str, token: str, n: int, interval: float, world: int, first_node: int = 1,
                  job_id: str = "job1"):
-        self.address, self.metadata, self.n, self.interval = address, ((TOKEN_METADATA_KEY, token),), n, interval
+        self.address, self.metadata, self.n, self.interval = address, session(address, token), n, interval
         self.world, self.first_node, self.job_id = world, first_node, job_id
         self.sent = 0
         self.paces: list[pb.ReportPace] = []

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from diag.collector.auth import TOKEN_METADATA_KEY
+from diag.common import handshake
 from diag.collector.config import ConfigError, check_timeline_writable, parse_args
 from diag.collector.server import create_server
 
@@ -127,7 +127,7 @@ def test_cli_binds_port_0_writes_address_file_and_stops_on_sigterm(tmp_path):
         assert os.listdir(address_file.parent) == ["collector.addr"]  # no temp file left behind
         with grpc.insecure_channel(address) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), metadata=((TOKEN_METADATA_KEY, "tok"),), timeout=10)
+                health_pb2.HealthCheckRequest(), metadata=handshake.session_metadata(channel, "tok", address), timeout=10)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

@@ -8,11 +8,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from diag.collector.auth import TOKEN_METADATA_KEY
 from diag.pb import collector_pb2 as pb
 from tests.collector.conftest import TOKEN
-from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
-from tests.waiting import wait_for
+from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress, session
 from tests.waiting import wait_for
 
 WAIT = 30.0
@@ -47,8 +45,8 @@ def start_collector(request, start_collector):
 def agents():
     made = []
 
-    def make(address, token=TOKEN):
-        agent = FakeAgent(address, token)
+    def make(address, token=TOKEN, metadata=None):
+        agent = FakeAgent(address, token, metadata)
         made.append(agent)
         return agent
 
@@ -63,26 +61,28 @@ def health_check(address, metadata):
                                                          metadata=metadata, timeout=10)
 
 
-@pytest.mark.parametrize("metadata", [(), ((TOKEN_METADATA_KEY, "wrong"),)], ids=["no-token", "wrong-token"])
-def test_every_rpc_without_the_right_token_is_unauthenticated(start_collector, agents, metadata):
+@pytest.mark.parametrize("token", [None, "wrong", "raw"], ids=["no-token", "wrong-token", "raw-token"])
+def test_every_rpc_without_the_right_token_is_unauthenticated(start_collector, agents, token):
+    """No credential, one made with the wrong token, or the token itself in
+    the clear (as before issue 33: no longer a credential)."""
     _, address = start_collector()
+    metadata = (("x-xpu-diag-token", TOKEN),) if token == "raw" else session(address, token)
     with pytest.raises(grpc.RpcError) as err:
         health_check(address, metadata)
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    token = dict(metadata).get(TOKEN_METADATA_KEY)
-    agent = agents(address, token)
+    agent = agents(address, None, metadata)
     with pytest.raises(grpc.RpcError) as err:
         agent.upload(dump("x", 0))
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     agent.send(healthy())
     assert agent.commands.get(timeout=WAIT) is None  # the stream was refused
     assert agent.error.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert "x-xpu-diag-token" in agent.error.details()
+    assert "x-xpu-diag-session" in agent.error.details()
 
 
 def test_health_service_answers_serving_with_the_token(start_collector):
     _, address = start_collector()
-    reply = health_check(address, ((TOKEN_METADATA_KEY, TOKEN),))
+    reply = health_check(address, session(address, TOKEN))
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 

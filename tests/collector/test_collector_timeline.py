@@ -7,20 +7,19 @@ import json
 import grpc
 import pytest
 
-from diag.collector.auth import TOKEN_METADATA_KEY
 from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
 from diag.records import format as fmt
 from diag.timeline import wire
 from diag.timeline.api import RankMeta, RankSnapshot, Span
 from tests.collector.conftest import TOKEN
-from tests.collector.fakes import FakeAgent, node_report, rank_progress
+from tests.collector.fakes import FakeAgent, minted_session, node_report, rank_progress
 from tests.collector.test_collector_service import stalled
 from tests.timeline.trace_check import check
 from tests.waiting import wait_for
 
 S = 1_000_000_000
-META = ((TOKEN_METADATA_KEY, TOKEN),)
+META = minted_session(TOKEN)
 
 
 @pytest.fixture
@@ -134,7 +133,7 @@ def test_uploads_need_the_job_token(start_collector):
         for call, msg in ((stub.UploadTimeline, answer("x", 0, [0])),
                           (stub.GetTimeline, pb.TimelineRequest())):
             with pytest.raises(grpc.RpcError) as refused:
-                call(msg, metadata=((TOKEN_METADATA_KEY, "wrong"),), timeout=10)
+                call(msg, metadata=minted_session("wrong"), timeout=10)
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
