@@ -276,6 +276,24 @@ class JobState:
             if info is not None and info.agent_pid == agent_pid:
                 self._agents[node_rank] = info._replace(connected=False)
 
+    def forgive_pause(self, paused_s: float, now: float) -> None:
+        """The collector itself did not run for ``paused_s`` up to ``now``
+        (SIGSTOP, a VM frozen, no CPU): move every agent's last report and
+        every rank's report time that much later (never past ``now``), so
+        that time counts neither as the agents' silence nor as the ranks'
+        idle or in-flight time. Reports that come in afterwards carry their
+        own ages (the agents' clocks) and replace these as usual. O(ranks), once a pause."""
+        def later(t: float) -> float:
+            return min(t + paused_s, now)
+
+        with self._lock:
+            for node, info in self._agents.items():   # all moved alike: the order of last report holds
+                self._agents[node] = info._replace(last_seen=later(info.last_seen))
+            for rank, entry in self._ranks.items():
+                self._ranks[rank] = entry._replace(received=later(entry.received))
+            if self.active_at != float("-inf"):
+                self.active_at = later(self.active_at)
+
     def snapshot(self, now: float) -> Snapshot:
         with self._lock:
             return Snapshot(now, self._world_size, dict(self._ranks), dict(self._agents))

@@ -45,6 +45,9 @@ FULL_RANKS_PER_S = 20_000
 SLOW_TICK_S = 1.0
 HOLD_FOR_S = INDEX_SLACK_S + 2.0   # the window's width, and a little: the ticks that may declare
 FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice, not overload
+# The watchdog waking this much later than asked: the collector itself was
+# paused. Far above a busy host's scheduling delay, well below --silent-after.
+PAUSED_S = 1.0
 # The perf path's pass takes at most this share of the GIL: at 100,000 ranks
 # reading every window costs ~4 s of Python, and taking the GIL half the time
 # for that long put ingest 3 s behind (an OVERLOAD of our own making,
@@ -83,6 +86,8 @@ class Watchdog:
         self._expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
         self._deferred: list = []   # a declaration's work the HANG line does not need: after the hold
+        self._pauses = 0                      # the collector's own pauses not yet said (paused())
+        self._pause_said_at = float("-inf")
 
     def start(self) -> None:
         if self._thread is None:
@@ -102,8 +107,13 @@ class Watchdog:
 
     def _loop(self) -> None:
         said = float("-inf")
-        while not self._stop.wait(self._config.eval_interval_s):
+        interval = self._config.eval_interval_s
+        waited_from = time.monotonic()
+        while not self._stop.wait(interval):
             began, cpu = time.monotonic(), time.thread_time()
+            late = began - waited_from - interval
+            if late > PAUSED_S:
+                self._no_throw(self.paused, "forgiving the collector's own pause", late, began)
             self._no_throw(self.tick, "evaluating the hang rules")
             took = time.monotonic() - began
             if took > SLOW_TICK_S and began - said > 60:   # the HANG path itself is late: say so, at most once a minute
@@ -114,6 +124,23 @@ class Watchdog:
                         f"it on this thread's CPU" if self._line_at >= began else "")
                 log.warning("a watchdog tick took %.1f s (%d agents, %d ranks; %.1f s behind%s)", took,
                             *self._state.size, self.pacer.lag_s, line)
+            waited_from = time.monotonic()
+
+    def paused(self, paused_s: float, now: float) -> None:
+        """The watchdog woke ``paused_s`` later than it asked to: the whole
+        collector was stopped (SIGSTOP, a frozen VM) or got no CPU, so the
+        reports sent meanwhile wait unread. That time is taken out of every
+        agent's silence and every rank's age (JobState.forgive_pause), and
+        the backlog it leaves is not overload: nobody is blamed for our own
+        pause. Said at most once a minute (a starved host pauses it often)."""
+        self._state.forgive_pause(paused_s, now)
+        self.pacer.forgive(now + FORGIVE_S + paused_s)
+        self._pauses += 1
+        if now - self._pause_said_at >= 60:
+            more = f"; {self._pauses - 1} other pause(s) since the last such line" if self._pauses > 1 else ""
+            log.warning("the collector itself did not run for %.1f s (stopped, or no CPU): that time is not counted "
+                        "against any agent or rank%s", paused_s, more)
+            self._pause_said_at, self._pauses = now, 0
 
     @staticmethod
     def _no_throw(fn, doing: str, *args) -> None:

@@ -1,0 +1,41 @@
+"""Issue 33 items 4, 6 and 7 end to end through the real xpu_timer_launch:
+the node-0 collector paused, killed, or left behind by a killed launcher."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from diag.common.options import DEFAULT_SILENT_AFTER_S
+from tests.functional.launch import SCRIPTS, children_matching
+from tests.functional.test_launch import launches  # noqa: F401
+
+pytestmark = pytest.mark.timeout(240)
+STALL_ON_FILE = os.path.join(SCRIPTS, "stall_on_file.py")
+
+
+@pytest.mark.alone   # it stops the collector for a set time and judges what is said after
+def test_a_stopped_collector_blames_no_agent_for_its_own_pause(launches, tmp_path):
+    """The host frozen whole (a VM paused): the collector and the launcher
+    (its agent) stop together; the collector comes back first, so no report
+    can be waiting for it. Before: "SILENT: rank 0 ... agent sent no report
+    for 7.x s" at its first tick; the agent's silence was the collector's pause."""
+    silent_s = DEFAULT_SILENT_AFTER_S   # not a launcher option
+    job = launches(["--nproc-per-node", "1", "--hang-timeout", "60s", "--timeline-path", str(tmp_path),
+                    STALL_ON_FILE, str(tmp_path / "never"), "-1"])
+    assert job.wait_line(r"^STARTED rank=0", 120), job.output()   # its rank reported many times by then
+    [collector] = children_matching(job.proc.pid, "diag.collector")
+    os.kill(collector, signal.SIGSTOP)
+    os.kill(job.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(silent_s + 2.0)   # the pause under test: longer than --silent-after
+        os.kill(collector, signal.SIGCONT)
+        paused = job.wait_line(r"the collector itself did not run for \d+\.\d s \(stopped, or no CPU\)", 5.0)
+    finally:
+        os.kill(collector, signal.SIGCONT)
+        os.kill(job.proc.pid, signal.SIGCONT)
+    assert job.wait_line(r"^SILENT", 3.0) is None, job.output()
+    assert paused is not None, job.output()
