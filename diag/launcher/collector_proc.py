@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 
 from diag.common import envnames, options
-from diag.common.children import die_with_parent
+from diag.common.children import dies_with_this_thread
 
 
 def collector_argv(config, address_file: str) -> list[str]:
@@ -52,8 +53,10 @@ def start(config, token: str, workdir: str, env: dict) -> tuple[subprocess.Popen
     address_file = os.path.join(workdir, "collector.addr")
     argv = [sys.executable, "-m", "diag.collector", *collector_argv(config, address_file)]
     child_env = {**env, envnames.JOB_TOKEN: token}
+    # SIGTERM when the launcher dies, SIGKILL included: its orderly stop
+    # removes the access file (which holds the token) from the timeline path.
     proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=die_with_parent)
+                            start_new_session=True, preexec_fn=dies_with_this_thread(signal.SIGTERM))
     try:
         return proc, _wait_for_address(proc, address_file)
     except BaseException:  # also a stop signal while waiting: no orphan collector

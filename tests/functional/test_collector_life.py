@@ -3,6 +3,7 @@ the node-0 collector paused, killed, or left behind by a killed launcher."""
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import time
@@ -12,9 +13,11 @@ import pytest
 from diag.common.options import DEFAULT_SILENT_AFTER_S
 from tests.functional.launch import SCRIPTS, children_matching
 from tests.functional.test_launch import launches  # noqa: F401
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.timeout(240)
 STALL_ON_FILE = os.path.join(SCRIPTS, "stall_on_file.py")
+STALL = os.path.join(SCRIPTS, "stall.py")
 
 
 @pytest.mark.alone   # it stops the collector for a set time and judges what is said after
@@ -39,3 +42,40 @@ def test_a_stopped_collector_blames_no_agent_for_its_own_pause(launches, tmp_pat
         os.kill(job.proc.pid, signal.SIGCONT)
     assert job.wait_line(r"^SILENT", 3.0) is None, job.output()
     assert paused is not None, job.output()
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a reaper (a container's PID 1 may never reap)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def test_a_launcher_killed_by_sigkill_takes_its_workers_and_collector_along(launches, tmp_path):
+    """Before: the workers and the collector ran on under PID 1 for minutes,
+    and the node's two /dev/shm directories (progress regions, snapshot
+    store) stayed. Now they die with it, and the next launcher sweeps them."""
+    job_id = f"killed-{os.getpid()}"
+    job = launches(["--nproc-per-node", "2", "--rdzv-id", job_id, "--hang-timeout", "60s",
+                    "--timeline-path", str(tmp_path), STALL_ON_FILE, str(tmp_path / "never"), "-1"])
+    assert job.wait_line(r"^STARTED rank=1", 120) and job.wait_line(r"^STARTED rank=0", 30), job.output()
+    collectors = children_matching(job.proc.pid, "diag.collector")
+    workers = children_matching(job.proc.pid, "stall_on_file.py")
+    left = glob.glob(f"/dev/shm/xpu_diag-{job_id}-*") + glob.glob(f"/dev/shm/xpu_diag-ckpt-{job_id}-*")
+    assert len(collectors) == 1 and len(workers) == 2 and len(left) == 2, (collectors, workers, left)
+    try:
+        os.kill(job.proc.pid, signal.SIGKILL)   # the launcher alone, as the OOM killer would
+        job.proc.wait(10)
+        assert poll_until(lambda: not any(alive(p) for p in collectors + workers), 10.0), \
+            [p for p in collectors + workers if alive(p)]
+    finally:
+        for pid in collectors + workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert all(os.path.isdir(d) for d in left)   # nothing of the launcher ran to remove them
+    after = launches(["--nproc-per-node", "1", "--timeline-path", str(tmp_path), STALL, "0", "1"])
+    assert after.wait(120) == 0, after.output()
+    assert not any(os.path.exists(d) for d in left), left
