@@ -27,6 +27,8 @@ class Sampler:
         self._is_descendant = is_descendant
         self._readers: dict[str, reader.RegionReader] = {}
         self._refused: set[str] = set()
+        self._said: dict[str, set[str]] = {}   # region -> anomalies already said
+        self._skipped: dict[str, int] = {}     # region skipped mid-run -> its live worker's pid
         self.busiest = 0.0   # fraction of a ring drained by the last pass
         # The NCCL profiler plugin's tables (docs/link.md), same pid rules as the regions.
         self.links = LinkTables(shm_dir, state, root_pid, log, is_alive, is_descendant)
@@ -42,13 +44,15 @@ class Sampler:
                                            **{p: None for p in self._refused}})
         for path, err in found.errors.items():
             self._refused.add(path)
-            self.log(f"skipping region {path}: {err}")
+            why = err if err.startswith(path) else f"{path}: {err}"   # said once: now refused
+            self.log(f"skipping region {why}; its rank is judged without it")
         for path, rdr in found.readers.items():
             if rdr is None or path in self._readers:
                 continue
             self._adopt(path, rdr)
         for path, rdr in list(self._readers.items()):
             self._drain(path, rdr)
+        self._reap_skipped()
         try:
             self.links.sample()
         except Exception as exc:   # an extra: the progress path it shares this loop with goes on
@@ -74,26 +78,54 @@ class Sampler:
         alive = self._is_alive(rdr.header.pid)
         try:
             records = rdr.poll()
-            self.busiest = max(self.busiest, len(records) / rdr.header.capacity)
+            self.busiest = max(self.busiest, rdr.backlog / rdr.header.capacity)
+            self._say_anomalies(path, rdr)
             self.state.apply(path, records)
             self.state.set_dropped(path, rdr.dropped)
             self._feed_timeline("apply", path, records)
             self._feed_timeline("set_dropped", path, rdr.dropped)
-        except (OSError, ValueError) as exc:
-            self.log(f"reading region {path} failed: {exc}")
-            alive = False
-        if alive:
-            return
+        except Exception as exc:   # one region's garbage never stops the others' pass
+            self.log(f"skipping region {path}: reading it failed: {exc}; its rank is "
+                     f"judged without it")
+            self._refused.add(path)
+            self._forget(path, rdr)
+            if alive:   # its worker's exit is still seen (_reap_skipped)
+                self._skipped[path] = rdr.header.pid
+                return
+        else:
+            if alive:
+                return
+            self._forget(path, rdr)
         # Read after the death check, so no record written before exit is lost.
         self.state.mark_exited(rdr.header.pid)
+        _unlink(path)
+
+    def _forget(self, path: str, rdr: reader.RegionReader) -> None:
         self.state.remove_region(path)
         self._feed_timeline("remove_region", path)
         del self._readers[path]
+        self._said.pop(path, None)
         rdr.close()
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+
+    def _reap_skipped(self) -> None:
+        """Workers whose region was skipped mid-run still exit as ranks."""
+        for path, pid in list(self._skipped.items()):
+            if not self._is_alive(pid):
+                del self._skipped[path]
+                self.state.mark_exited(pid)
+                _unlink(path)
+
+    def _say_anomalies(self, path: str, rdr: reader.RegionReader) -> None:
+        """Index jumps and garbage records, each said once per region."""
+        said = self._said.setdefault(path, set())
+        if rdr.index_problem and "index" not in said:
+            said.add("index")
+            self.log(f"region {path}: {rdr.index_problem} ({rdr.lost} records lost); "
+                     f"a worker wrote over its header")
+        if rdr.bad_records and "records" not in said:
+            said.add("records")
+            self.log(f"region {path}: skipping records with an event or kind no producer "
+                     f"writes ({rdr.bad_records} so far)")
 
     def _feed_timeline(self, method: str, *args) -> None:
         """The timeline is an extra: if it fails, it is switched off (one line)
@@ -111,3 +143,10 @@ class Sampler:
         for rdr in self._readers.values():
             rdr.close()
         self._readers.clear()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

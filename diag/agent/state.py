@@ -64,6 +64,7 @@ class NodeState:
         self._is_alive = is_alive
         self._log = log or (lambda message: None)
         self._kept_owner: set[tuple[int, int]] = set()   # (rank, pid) refused, said once
+        self._said_bare: set[tuple[int, int]] = set()    # (rank, pid) reported bare, said once
         # Regions refused while their rank's owner lived: rank -> {region: header}.
         # A restarted worker whose predecessor was still exiting takes over
         # when the exit is seen (mark_exited).
@@ -212,17 +213,34 @@ class NodeState:
         now = self.clock()
         out = []
         for rank in sorted(self.ranks):
-            out.append(self._rank_progress(self.ranks[rank], now))
-            self.ranks[rank].stats = {}
-            window = self.perf_message(rank, totals=False) if with_perf else None
-            if window is not None:
-                # the hook's communicators under their process group's id, as in CommProgress
-                comms = self.ranks[rank].comms
-                for busy in window.comm_busy:   # two hook comms of one group: two entries (diag.perf.derive)
-                    if not busy.all_comms:
-                        busy.comm_id = comms.group_of(busy.producer, busy.comm_id)
-                out[-1].perf.CopyFrom(window)
+            state = self.ranks[rank]
+            try:
+                out.append(self._rank_progress(state, now))
+                window = self.perf_message(rank, totals=False) if with_perf else None
+                if window is not None:
+                    # the hook's communicators under their process group's id, as in CommProgress
+                    for busy in window.comm_busy:   # two hook comms of one group: two entries (diag.perf.derive)
+                        if not busy.all_comms:
+                            busy.comm_id = state.comms.group_of(busy.producer, busy.comm_id)
+                    out[-1].perf.CopyFrom(window)
+            except (ValueError, TypeError, OverflowError) as exc:
+                # Values a worker wrote that no message can carry (a garbage
+                # record's duration overflowing a sum): this rank is reported
+                # bare, and every other rank as usual.
+                if out and out[-1].rank == rank:
+                    out.pop()
+                out.append(self._bare_progress(state, now, exc))
+            state.stats = {}
         return out
+
+    def _bare_progress(self, state: RankState, now: int, exc: Exception) -> pb.RankProgress:
+        if (state.rank, state.pid) not in self._said_bare:
+            self._said_bare.add((state.rank, state.pid))
+            self._log(f"rank {state.rank} (pid {state.pid}): its records do not fit a report "
+                      f"({exc}); only its liveness is reported")
+        return pb.RankProgress(rank=state.rank, local_rank=state.local_rank,
+                               world_size=state.world_size, pid=state.pid, alive=state.alive,
+                               idle_ns=max(0, min(now - state.last_activity_ns, (1 << 63) - 1)))
 
     @staticmethod
     def _rank_progress(state: RankState, now: int) -> pb.RankProgress:

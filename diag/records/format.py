@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import time
 
 MAGIC = b"XPUDREC1"
 VERSION = 1
@@ -11,6 +12,12 @@ HEADER_SIZE = 4096
 RECORD_SIZE = 128
 DEFAULT_CAPACITY = 4096
 NAME_BYTES = 56
+# Bounds a reader holds every header to (docs/records.md): a region is written
+# by a worker, and a crashing or buggy one can leave any bytes in it.
+MAX_CAPACITY = 1 << 20        # XPU_TIMER_RING_CAPACITY's own limit (128 MiB of /dev/shm)
+MAX_WORLD_SIZE = 1 << 24
+# A region's start time is on this host's CLOCK_MONOTONIC: never in the future.
+START_SLACK_NS = 60_000_000_000
 
 PRODUCER_PYTHON = 1
 PRODUCER_HOOK = 2
@@ -108,6 +115,12 @@ def dtype_of(flags: int) -> int:
 
 HEADER_FLAG_DISABLED = 1
 
+# Events and the kinds each may carry; a record outside these is garbage and
+# skipped (docs/records.md). DEVICE records carry kind 0.
+OP_KINDS = frozenset((KIND_KERNEL, KIND_GEMM, KIND_COLLECTIVE, KIND_P2P, KIND_HOST_FUNC))
+EVENT_KINDS = {EVENT_START: OP_KINDS, EVENT_END: OP_KINDS, EVENT_COUNT: OP_KINDS,
+               EVENT_GROUP: frozenset((KIND_COLLECTIVE,)), EVENT_DEVICE: frozenset((0,))}
+
 # Fixed, write-once part of the header (offsets 0..63).
 HEADER_STRUCT = struct.Struct("<8sIIIIiiiiIIQQ")
 OFF_WRITE_IDX = 64
@@ -159,10 +172,32 @@ class Header:
             raise RecordFormatError(
                 f"{source}: format version {version} (header {header_size}, record "
                 f"{record_size}) is not {VERSION}; upgrade xpu-diag on this node")
-        if capacity == 0 or capacity & (capacity - 1):
-            raise RecordFormatError(f"{source}: capacity {capacity} is not a power of two")
-        return cls(capacity, pid, rank, local_rank, world_size, producer, flags,
-                   start_unix_ns, start_mono_ns)
+        header = cls(capacity, pid, rank, local_rank, world_size, producer, flags,
+                     start_unix_ns, start_mono_ns)
+        why = header.problem()
+        if why:
+            raise RecordFormatError(f"{source}: {why}")
+        return header
+
+    def problem(self, now_mono_ns: int | None = None) -> str:
+        """Why this header cannot be a producer's, or "": every field bounded."""
+        if not 0 < self.capacity <= MAX_CAPACITY or self.capacity & (self.capacity - 1):
+            return f"capacity {self.capacity} is not a power of two up to {MAX_CAPACITY}"
+        if not 0 < self.world_size <= MAX_WORLD_SIZE:
+            return f"world size {self.world_size} is not within 1..{MAX_WORLD_SIZE}"
+        if not 0 <= self.rank < self.world_size:
+            return f"rank {self.rank} is not within 0..{self.world_size - 1}"
+        # -1: the tracer ran without LOCAL_RANK
+        if not -1 <= self.local_rank < self.world_size:
+            return f"local rank {self.local_rank} is not within -1..{self.world_size - 1}"
+        if self.pid <= 0:
+            return f"pid {self.pid} is not a process id"
+        if self.producer not in PRODUCER_PREFIX:
+            return f"producer {self.producer} is neither 1 (python) nor 2 (hook)"
+        now = time.monotonic_ns() if now_mono_ns is None else now_mono_ns
+        if self.start_mono_ns > now + START_SLACK_NS:
+            return f"start time {self.start_mono_ns} ns is ahead of this host's clock ({now} ns)"
+        return ""
 
 
 @dataclasses.dataclass(frozen=True)

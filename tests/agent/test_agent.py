@@ -49,12 +49,12 @@ def writer_for(shm, pid, rank=0, world=1):
 
 def test_sampler_reads_only_descendants_and_cleans_up_after_exit(tmp_path, children):
     child = children()
-    mine = writer_for(tmp_path, child.pid, rank=0)
-    writer_for(tmp_path, 1, rank=1)                       # init: not ours
+    mine = writer_for(tmp_path, child.pid, rank=0, world=3)
+    writer_for(tmp_path, 1, rank=1, world=3)              # init: not ours
     (tmp_path / "junk.ring").write_bytes(b"not a region")
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()                 # a worker that exited before the sampler's first look
-    writer_for(tmp_path, gone.pid, rank=2)
+    writer_for(tmp_path, gone.pid, rank=2, world=3)
     logs = []
     state = NodeState()
     sampler = Sampler(str(tmp_path), state, os.getpid(), logs.append)
