@@ -14,6 +14,8 @@
 # x4s16b: the same after the hook's answer is kept 50 ms and the share outlives a
 # re-patch: the tracer's GPU tests, the step bench with the hook, Megatron's
 # healthy pair and in-job A/B, DeepSpeed's (GPUs 0-1) with its faults.
+# x4s16c: the tracer's added host time per step, in-job A/B (Megatron, DeepSpeed),
+# then torchtitan's debug Llama (TP=2 x FSDP2=2, compile) healthy pair, A/B and faults.
 # x2s16: the same healthy pairs and in-job A/B for DeepSpeed ZeRO-3, and its faults.
 # x4titan: torchtitan 0.3.0's debug Llama (TP=2 x FSDP=2, torch.compile) healthy
 # under torchrun and the launcher (paired, twice) and with each planted fault
@@ -95,6 +97,10 @@ case $label in
       run tracer_async_step_nccl 70 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8
       run tracer_async_step_nccl_hook 70 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8 --hook
       run megatron 330 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 2 --ab --faults --skip-tp,--stall-tp ;;
+  x4s16c) python3 -c "import torch, torchtitan, spmd_types, tyro; print('torch', torch.__version__)" >> $R/machine.txt 2>&1
+      run megatron 120 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 1 --ab --only-ab --faults none
+      run deepspeed 60 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 1 --ab --only-ab --faults none
+      run torchtitan 400 python3 tests/gpu/scripts/fw_session.py $R/fw torchtitan --runs 1 --ab ;;
   x2s16) run deepspeed 330 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2 --ab ;;
   x4s16b) run tracer_gpu 80 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_tracer_gpu.py
       run tracer_async_step_nccl_hook 70 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8 --hook

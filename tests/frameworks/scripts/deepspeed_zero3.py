@@ -58,6 +58,8 @@ for step in range(fwlib.STEPS):
     engine.step()
     log_loss(loss, step)
     fwlib.step_done()
+if AB:
+    fwlib.ab_calls.update(tracer_ab.calls())
 with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
     fwlib.save([p.detach().clone() for p in engine.module.parameters()])
 dist.destroy_process_group()

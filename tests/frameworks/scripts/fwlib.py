@@ -35,6 +35,7 @@ COLLECTIVES = ("all_reduce", "broadcast", "barrier", "reduce", "all_gather", "al
 comms: list = []
 steps: list = []
 traced: list = []   # per step with --ab (tracer_ab.py): whether the tracer was in
+ab_calls: dict = {}  # with --ab: tracer_ab.calls(), set before save()
 _inside = threading.local()
 
 
@@ -119,4 +120,4 @@ def save(tensors) -> None:
         digest.update(t.detach().cpu().contiguous().numpy().tobytes())
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as f:
-        json.dump({"sha256": digest.hexdigest(), "steps": steps, "comms": comms, "traced": traced}, f)
+        json.dump({"sha256": digest.hexdigest(), "steps": steps, "comms": comms, "traced": traced, "ab_calls": ab_calls}, f)

@@ -42,7 +42,8 @@ JOBS = {
                       env={"DS_ACCELERATOR": "cuda", "CUDA_VISIBLE_DEVICES": "0,1"}, plant=r"^(STALL|SKIP) "),
     # torchtitan's debug Llama, TP=2 x FSDP=2, torch.compile on: ranks 0-1 and 2-3 are tp groups
     "torchtitan": dict(nproc=4, script="tests/gpu/scripts/torchtitan_llama.py", args=["--steps", "40"],
-                       faults={"--stall-tp": 1, "--stall-data": 3, "--skip-tp": 1}, env={}, plant=r"^PLANTED "),
+                       faults={"--stall-tp": 1, "--stall-data": 3, "--skip-tp": 1}, env={}, plant=r"^PLANTED ",
+                       ab_steps="65"),
 }
 
 
@@ -79,8 +80,21 @@ def ab_figures(r: dict) -> dict:
         pairs = [(r["traced"][i], (t[i] - t[i - 1]) * 1e3) for i in range(WARMUP + 1, len(t))]
     on = [ms for mode, ms in pairs if mode]
     off = [ms for mode, ms in pairs if mode is False]
-    return {"on_ms": statistics.median(on), "off_ms": statistics.median(off), "steps": [len(on), len(off)],
-            "cost": statistics.median(on) / statistics.median(off) - 1}
+    out = {"on_ms": statistics.median(on), "off_ms": statistics.median(off), "steps": [len(on), len(off)],
+           "cost": statistics.median(on) / statistics.median(off) - 1}
+    # The host time the tracer adds a step: per function, (traced - plain) median ns x calls per traced step.
+    calls, added = r.get("ab_calls") or {}, 0.0
+    for c in calls.values():
+        if c["traced_ns"] is not None and c["plain_ns"] is not None and on:
+            added += (c["traced_ns"] - c["plain_ns"]) * c["traced_n"] / len(on)
+    if calls:
+        out.update(added_us_per_step=added / 1e3, added_share=added / 1e6 / statistics.median(pairs_ms(pairs)),
+                   per_call={k: v for k, v in calls.items()})
+    return out
+
+
+def pairs_ms(pairs) -> list:
+    return [ms for _, ms in pairs]
 
 
 def run_job(job: dict, mode: str, out_dir: str) -> dict:
@@ -181,6 +195,8 @@ def main() -> None:
         report = {"healthy": [], "faults": []}
         modes = ["torchrun", "launcher"] + (["launcher, tracer off"] if "--tracer-off" in sys.argv else []) \
             + (["launcher A/B"] if "--ab" in sys.argv else [])
+        if "--only-ab" in sys.argv:
+            modes = ["launcher A/B"]
         order = [m for i in range(RUNS) for m in (modes if i % 2 == 0 else modes[::-1])]
         for i, mode in enumerate(order):
             r = run_job(job, mode, os.path.join(OUT, name, f"healthy{i}-{mode}"))
@@ -194,7 +210,7 @@ def main() -> None:
         shas = {tuple(x["sha256"] for x in r["ranks"]) for r in good if r["mode"] != "launcher A/B"}
         by = {m: [statistics.median(x["step_ms"] for x in r["ranks"]) for r in good if r["mode"] == m]
               for m in modes if m != "launcher A/B"}
-        if by["torchrun"] and by["launcher"]:
+        if by.get("torchrun") and by.get("launcher"):
             base = statistics.median(by["torchrun"])
             costs = {m: round(statistics.median(v) / base - 1, 4) for m, v in by.items() if v}
             report["summary"] = {"bitwise_equal": len(shas) == 1, "step_ms": by, "cost_against_torchrun": costs}
@@ -202,8 +218,13 @@ def main() -> None:
         ab = [x["ab"]["cost"] for r in good for x in r["ranks"] if "ab" in x]
         if ab:
             report.setdefault("summary", {})["tracer_ab_cost"] = {"per_rank_run": ab, "median": statistics.median(ab)}
-            print(f"{name}: tracer in/out inside the job, cost per rank and run {[round(c, 4) for c in ab]}, "
+            print(f"{name}: tracer in/out inside the job, step-time cost per rank and run {[round(c, 4) for c in ab]}, "
                   f"median {statistics.median(ab):+.4f}", flush=True)
+        added = [x["ab"]["added_share"] for r in good for x in r["ranks"] if "added_share" in x.get("ab", {})]
+        if added:
+            report["summary"]["tracer_added_host_share"] = added
+            print(f"{name}: host time the tracer adds a step, per rank and run "
+                  f"{[f'{a * 100:.2f}%' for a in added]} of the step median", flush=True)
         for r in good:
             for row in r.get("metrics", []):
                 print(f"{name} metrics {row}", flush=True)

@@ -150,6 +150,7 @@ for p in model.parameters():
 os.makedirs(OUT, exist_ok=True)
 with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as f:
     json.dump({"sha256": digest.hexdigest(), "step_ms": step_ms, "calls": step_calls, "traced": traced,
+               "ab_calls": tracer_ab.calls() if AB else None,
                "coords": {"tp": parallel_state.get_tensor_model_parallel_rank(),
                           "pp": parallel_state.get_pipeline_model_parallel_rank(),
                           "dp": parallel_state.get_data_parallel_rank()}}, f)

@@ -207,10 +207,16 @@ if "--skip-tp" in ARGS and RANK == 1:
         if hasattr(funcol, name):
             setattr(funcol, name, skipping(getattr(funcol, name)))
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "frameworks", "scripts"))
+import tracer_ab  # noqa: E402
+
+AB = "--ab" in ARGS and tracer_ab.install() > 0   # under the launcher: the tracer in and out by blocks
 data = batches()
-step_ms, step_calls, losses = [], [], []
+step_ms, step_calls, losses, traced = [], [], [], []
 for step in range(STEPS):
     step_now[0] = step
+    traced.append(tracer_ab.at_step(step, 5) if AB else None)
     sync()
     t0, c0 = time.perf_counter(), collectives()
     optimizer.zero_grad()
@@ -235,6 +241,7 @@ for p in model.parameters():
 os.makedirs(OUT, exist_ok=True)
 with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as f:
     json.dump({"sha256": digest.hexdigest(), "step_ms": step_ms, "calls": step_calls, "losses": losses,
+               "traced": traced, "ab_calls": tracer_ab.calls() if AB else None,
                "coords": {"tp": tp_rank, "dp": batch_rank}}, f)
 print(f"DONE rank {RANK} step median {sorted(step_ms[5:])[len(step_ms[5:]) // 2]:.2f} ms, "
       f"loss {losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
