@@ -12,10 +12,12 @@ from diag.common import envnames, options
 from diag.common.children import dies_with_this_thread
 
 
-def collector_argv(config, address_file: str) -> list[str]:
+def collector_argv(config, address_file: str, listen: str | None = None) -> list[str]:
     """The collector's command line: its own settings plus what the launcher
-    forwards (options.TO_COLLECTOR), written back through the one spec."""
-    own = {"listen": config.collector_listen(), "job_id": config.job_id,
+    forwards (options.TO_COLLECTOR), written back through the one spec.
+    ``listen``: where to bind, if not config.collector_listen() (a restart:
+    the address the first one bound)."""
+    own = {"listen": listen or config.collector_listen(), "job_id": config.job_id,
            "address_file": address_file}
     return (options.to_argv((options.LISTEN, options.JOB_ID, options.ADDRESS_FILE), own)
             + options.to_argv(options.TO_COLLECTOR, config))
@@ -45,28 +47,37 @@ class CollectorError(RuntimeError):
         self.status = status
 
 
-def start(config, token: str, workdir: str, env: dict) -> tuple[subprocess.Popen, str]:
+def start(config, token: str, workdir: str, env: dict, listen: str | None = None,
+          stopping=lambda: False) -> tuple[subprocess.Popen, str]:
     """Start it and wait until it serves; returns (process, "host:port").
+    ``listen``: as for collector_argv; ``stopping()`` true gives up the wait
+    (CollectorError) and stops it.
 
     Its stderr is the launcher's, so its HANG lines reach the user directly.
     """
     address_file = os.path.join(workdir, "collector.addr")
-    argv = [sys.executable, "-m", "diag.collector", *collector_argv(config, address_file)]
+    try:
+        os.unlink(address_file)   # a dead predecessor's: the wait is for this one's
+    except FileNotFoundError:
+        pass
+    argv = [sys.executable, "-m", "diag.collector", *collector_argv(config, address_file, listen)]
     child_env = {**env, envnames.JOB_TOKEN: token}
     # SIGTERM when the launcher dies, SIGKILL included: its orderly stop
     # removes the access file (which holds the token) from the timeline path.
     proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=dies_with_this_thread(signal.SIGTERM))
     try:
-        return proc, _wait_for_address(proc, address_file)
+        return proc, _wait_for_address(proc, address_file, stopping)
     except BaseException:  # also a stop signal while waiting: no orphan collector
         stop(proc)
         raise
 
 
-def _wait_for_address(proc: subprocess.Popen, address_file: str) -> str:
+def _wait_for_address(proc: subprocess.Popen, address_file: str, stopping=lambda: False) -> str:
     deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline:
+        if stopping():
+            raise CollectorError("the launcher is stopping")
         if os.path.exists(address_file):
             with open(address_file) as f:
                 address = f.read().strip()

@@ -23,6 +23,7 @@ from diag.agent.config import AgentConfig
 from diag.common import envnames, options, owned_dirs
 from diag.common.atomic import probe_writable_dir
 from diag.launcher import collector_proc, torchrun
+from diag.launcher.collector_keeper import CollectorKeeper
 from diag.launcher.config import Config
 from diag.launcher.recovery import NodeRecovery
 
@@ -90,13 +91,15 @@ def _run(config: Config) -> int:
     token = config.job_token or secrets.token_urlsafe(32)
     shm_dir = make_shm_dir(config)
     recovery = NodeRecovery(config, say)   # the snapshot store, outliving every restart
-    proc = None
+    keeper = None
     try:
         address = config.collector
         if config.starts_collector:
+            keeper = CollectorKeeper(config, token, shm_dir, tool_env, say)   # restarts it if it dies
             try:
-                proc, address = collector_proc.start(config, token, shm_dir, tool_env)
+                address = keeper.start()
             except collector_proc.CollectorError as exc:
+                keeper = None
                 if exc.status == EXIT_USAGE:  # it said why; here, not bound (e.g. port in use)
                     say(f"{exc} (its line above); no worker was started")
                     return EXIT_USAGE
@@ -134,8 +137,8 @@ def _run(config: Config) -> int:
             return EXIT_USAGE
         return recovery.outcome(status)
     finally:
-        if proc is not None:
-            collector_proc.stop(proc)
+        if keeper is not None:
+            keeper.stop()
         owned_dirs.remove(shm_dir)
         recovery.close()
 

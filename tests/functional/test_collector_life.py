@@ -79,3 +79,40 @@ def test_a_launcher_killed_by_sigkill_takes_its_workers_and_collector_along(laun
     after = launches(["--nproc-per-node", "1", "--timeline-path", str(tmp_path), STALL, "0", "1"])
     assert after.wait(120) == 0, after.output()
     assert not any(os.path.exists(d) for d in left), left
+
+
+def test_a_collector_killed_by_sigkill_is_started_again_and_names_a_later_stall(launches, tmp_path):
+    """Before: training went on, but nothing started the collector again, and
+    a stall later in the job got no HANG line, only "collector ... unreachable"."""
+    flag = tmp_path / "stall-now"
+    job = launches(["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path / "tl"),
+                    STALL_ON_FILE, str(flag), "1"], env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+    assert job.wait_line(r"^STARTED rank=1", 120) and job.wait_line(r"^STARTED rank=0", 30), job.output()
+    [first] = children_matching(job.proc.pid, "diag.collector")
+    os.kill(first, signal.SIGKILL)
+    back = job.wait_line(r"the collector is back on 127\.0\.0\.1:\d+ \(pid \d+\)", 60)
+    assert back is not None, job.output()
+    assert poll_until(lambda: len(job.matching(r"agent connected: node 0")) == 2, 30), job.output()
+    [second] = children_matching(job.proc.pid, "diag.collector")
+    assert second != first and f"(pid {second})" in back[1]
+    flag.touch()
+    assert job.wait_line(r"^STALL ", 30), job.output()
+    hang = job.wait_line(r"^HANG: ", 30)
+    assert hang is not None, job.output()
+    assert hang[1].startswith("HANG: rank 0 in all_reduce") and "rank 1 not in any collective" in hang[1], hang[1]
+
+
+def test_a_collector_that_cannot_start_again_leaves_one_loud_line(launches, tmp_path):
+    timeline = tmp_path / "tl"
+    job = launches(["--nproc-per-node", "1", "--hang-timeout", "60s", "--timeline-path", str(timeline),
+                    STALL_ON_FILE, str(tmp_path / "never"), "-1"])
+    assert job.wait_line(r"^STARTED rank=0", 120), job.output()
+    os.rename(timeline, tmp_path / "moved")
+    timeline.write_text("not a directory")   # a restarted collector refuses it: exit 2
+    [collector] = children_matching(job.proc.pid, "diag.collector")
+    os.kill(collector, signal.SIGKILL)
+    off = job.wait_line(r"^xpu_timer_launch: HANG DETECTION IS OFF for the rest of this job: the collector "
+                        r"\(pid \d+\) killed by SIGKILL and did not start again in 3 tries", 60)
+    assert off is not None, job.output()
+    assert len(job.matching(r"HANG DETECTION IS OFF")) == 1, job.output()
+    assert job.proc.poll() is None   # training goes on
