@@ -6,12 +6,14 @@ and never raise on the hot path: a full ring drops the record and counts it.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import tempfile
 import threading
 import time
 
+from diag.common import envnames
 from diag.records import format as fmt
 
 
@@ -124,11 +126,17 @@ class RecordWriter:
 
 
 def _create_region(directory: str, path: str, header: fmt.Header) -> mmap.mmap:
-    """Create the region under a temp name and rename it into place."""
+    """Create the region under a temp name and rename it into place.
+
+    Its blocks are reserved first: a sparse file on a nearly full tmpfs
+    (/dev/shm) maps fine and then kills the training process with SIGBUS at
+    the first record past the free space. Raises OSError (ENOSPC: its
+    strerror says how big the ring is and what to do) when there is no room."""
+    size = fmt.region_size(header.capacity)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".ring")
     try:
-        os.ftruncate(fd, fmt.region_size(header.capacity))
-        mm = mmap.mmap(fd, fmt.region_size(header.capacity))
+        _reserve(fd, size)
+        mm = mmap.mmap(fd, size)
         mm[0:fmt.HEADER_STRUCT.size] = header.pack()
         os.rename(tmp, path)
     except BaseException:
@@ -137,3 +145,23 @@ def _create_region(directory: str, path: str, header: fmt.Header) -> mmap.mmap:
     finally:
         os.close(fd)
     return mm
+
+
+def _reserve(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            # A file system without fallocate: writing zeros reserves the blocks too.
+            left = size
+            while left:
+                left -= os.write(fd, _ZEROS[:min(len(_ZEROS), left)])
+            return
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise OSError(exc.errno, f"no room for its {size >> 10} KiB ring "
+                          f"({exc.strerror}); free space there (/dev/shm: docker --shm-size) "
+                          f"or lower {envnames.RING_CAPACITY}") from None
+        raise
+
+
+_ZEROS = bytes(1 << 16)

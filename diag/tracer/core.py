@@ -134,8 +134,9 @@ def install_from_env(env=os.environ) -> "Tracer | None":
             world_size=_int(env.get("WORLD_SIZE"), 0),
             capacity=_int(env.get(ENV_CAPACITY), fmt.DEFAULT_CAPACITY))
     except Exception as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         sys.stderr.write(f"xpu-diag tracer (rank {rank}, pid {os.getpid()}): switched off: "
-                         f"cannot create its region in {env.get(ENV_SHM_DIR)}: {exc}\n")
+                         f"cannot create its region in {env.get(ENV_SHM_DIR)}: {why}\n")
         return None
     os.environ[ENV_OWNER_PID] = str(os.getpid())
     tracer = Tracer(writer, rank)
