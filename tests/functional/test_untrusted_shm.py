@@ -1,0 +1,69 @@
+"""Issue 33 items 5 and 9 through the real xpu_timer_launch and gloo workers:
+a worker that writes garbage over its progress region, and a /dev/shm with
+little room left. The stall is still named, training finishes with its
+result, and the launcher exits leaving no directory in /dev/shm."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+
+import pytest
+
+from tests.functional.launch import ROOT, SCRIPTS, launcher
+from tests.functional.test_launch import launches  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_a_worker_scribbling_its_region_leaves_the_stall_named_and_the_launcher_exits(launches, tmp_path):
+    job_id = f"scribble-{os.getpid()}"
+    job = launches(["--nproc-per-node", "2", "--hang-timeout", "3s", "--rdzv-id", job_id,
+                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "scribble.py"), "7"],
+                   env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+    # Before the fix the agent spun on the region: no report after it (SILENT),
+    # and the launcher never exited.
+    assert job.wait(120) == 0, job.output()
+    assert job.matching(r"^SCRIBBLED ") and job.matching(r"^STALL "), job.output()
+    [hang] = job.matching(r"^HANG: ")
+    assert hang.startswith('HANG: rank 0 in all_reduce (group "default" (ranks 0-1), seq 5)'), hang
+    assert "rank 1 not in any collective" in hang, hang
+    assert not job.matching(r"SILENT|Traceback"), job.output()
+    [said] = job.matching(r"py-r0-p\d+\.ring: write index")
+    assert f"write index {2**63 - 5} is " in said and "records lost" in said, said
+    assert sorted(job.matching(r"^DONE ")) == ["DONE rank=0 value=256", "DONE rank=1 value=256"]
+    assert glob.glob(f"/dev/shm/xpu_diag-*{job_id}-*") == []
+
+
+# In a private mount namespace: an 8 MiB tmpfs over /dev/shm with 64 KiB left
+# (the issue's set-up), then the launcher, which makes its directory there.
+NEARLY_FULL = ('mount -t tmpfs -o size=8m tmpfs /dev/shm || exit 97; '
+               'fallocate -l $((8192 * 1024 - 64 * 1024)) /dev/shm/fill || exit 97; exec "$@"')
+
+
+def test_a_nearly_full_dev_shm_switches_the_tracer_off_and_training_finishes(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a private mount namespace and tmpfs")
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", NEARLY_FULL,
+                            "sh", "true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private tmpfs over /dev/shm here: {probe.stderr.strip()}")
+    env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", NEARLY_FULL, "sh", *launcher(),
+         "--nproc-per-node", "4", "--hang-timeout", "60s", "--timeline-path", str(tmp_path),
+         os.path.join(SCRIPTS, "stall.py"), "0", "100"],
+        cwd=ROOT, env=dict(env, PYTHONWARNINGS="ignore"), capture_output=True, text=True, timeout=180)
+    lines = (out.stdout + out.stderr).splitlines()
+    # Before the fix a rank died here with exitcode -7 (SIGBUS) and the job failed.
+    assert out.returncode == 0, "\n".join(lines)
+    assert sorted(line for line in lines if line.startswith("DONE ")) == [
+        f"DONE rank={r} restart=0 value=1" for r in range(4)]
+    off = [line for line in lines if "switched off" in line]
+    assert len(off) == 4, "\n".join(lines)      # one line per rank, naming the directory
+    for rank in range(4):
+        [line] = [x for x in off if x.startswith(f"xpu-diag tracer (rank {rank}, pid ")]
+        assert "cannot create its region in /dev/shm/xpu_diag-" in line, line
+        assert "no room for its 516 KiB ring (No space left on device)" in line, line
+    assert "SIGBUS" not in out.stderr and "Traceback" not in out.stderr, out.stderr
