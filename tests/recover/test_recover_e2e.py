@@ -205,7 +205,7 @@ def test_a_node_killed_whole_recovers_from_the_persisted_copy(reference, launche
         return launches(recover_args(tmp_path, f"twonode-{port}", "none", nproc=2, nap=nap, extra=[
             "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
             "--ckpt-dir", str(ckpt)]), env=env)
-    port = free_port()
+    port = first_port = free_port()
     node0, node1 = node(0, port, "0.2"), node(1, port, "0.2")   # slow steps: the kill lands well before the end
     assert node1.wait_line(rf"^STEP rank=2 restart=0 step={NODE_KILL_AT} ", 180), node0.output() + node1.output()
     # Node 1's agent must have persisted something first: its first persist
@@ -225,6 +225,9 @@ def test_a_node_killed_whole_recovers_from_the_persisted_copy(reference, launche
     assert sorted(resumed) == [0, 1, 2, 3] and len({v["step"] for v in resumed.values()}) == 1
     assert NODE_KILL_AT - 2 <= int(resumed[0]["step"]) <= killed_at + 3, node0.output()
     assert node0.matching(r"rank 0: restored step \d+ from disk"), node0.output()
+    # The killed launchers' directories (progress regions, snapshot stores)
+    # were swept by the next ones, which removed their own on the way out.
+    assert [p for j in (first_port, port) for p in glob.glob(f"/dev/shm/xpu_diag-*twonode-{j}-*")] == []
 
 
 def test_a_node_blamed_on_hardware_is_left_out_and_the_job_goes_on_smaller(launches, tmp_path):
