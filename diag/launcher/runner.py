@@ -122,7 +122,7 @@ def _run(config: Config) -> int:
         agent.on_untrusted = untrusted
         agent.start()
         try:
-            status = torchrun.run(config.torchrun_argv)
+            status = torchrun.run(config.torchrun_argv, os.path.join(shm_dir, "torchelastic"))
         except Stopped as exc:
             if recovery.leaving is None and untrusted.reason is None:
                 raise

@@ -12,12 +12,20 @@ import sys
 from diag.common.children import dies_with_this_thread
 
 
-def run(argv: list[str]) -> int:
+def run(argv: list[str], log_dir: str | None = None) -> int:
+    """``log_dir``: torch's log directory when the user chose none (below)."""
     from torch.distributed import run as trun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     args = trun.parse_args(argv)
+    # Without --log-dir torch makes /tmp/torchelastic_<random> for the
+    # workers' error files on every launch and never removes it (hundreds
+    # on a test host in a day). Unless the user asked for log files worth
+    # keeping (--log-dir, --redirects, --tee), it goes in the node's private
+    # directory: removed on exit, swept after a SIGKILL.
+    if log_dir is not None and args.log_dir is None and str(args.redirects) == "0" and str(args.tee) == "0":
+        args.log_dir = log_dir
     workers_die_with_launcher()
     try:
         trun.run(args)

@@ -76,9 +76,14 @@ def test_a_launcher_killed_by_sigkill_takes_its_workers_and_collector_along(laun
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
     assert all(os.path.isdir(d) for d in left)   # nothing of the launcher ran to remove them
-    after = launches(["--nproc-per-node", "1", "--timeline-path", str(tmp_path), STALL, "0", "1"])
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    after = launches(["--nproc-per-node", "1", "--timeline-path", str(tmp_path), STALL, "0", "1"],
+                     env={"TMPDIR": str(tmpdir)})
     assert after.wait(120) == 0, after.output()
     assert not any(os.path.exists(d) for d in left), left
+    # torch's log directory (/tmp/torchelastic_*, never removed by torch) went in the launcher's own.
+    assert os.listdir(tmpdir) == []
 
 
 def test_a_collector_killed_by_sigkill_is_started_again_and_names_a_later_stall(launches, tmp_path):
