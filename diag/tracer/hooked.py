@@ -9,7 +9,8 @@ are shadowed, read by nobody. Writing them cost the training thread 25 to
 (docs/gpu-runs/h100x1/s16-tracer/): most of a Megatron step's tracer cost.
 
 So the tracer records a device op only while the tie may still need it:
-the first ``TIE_OPS`` ops of each (group, lane, peers), and every op while
+the first ``TIE_OPS`` ops of each (group, lane, peers: each peer pair has
+its own NCCL communicator), and every op while
 the hook does not record (not loaded: ``--no-hook``; not started yet;
 switched off; bypassed), which it asks the hook on each call past the first
 ones. Every rank counts the same calls, so their tracer seqs stay alike.
@@ -23,8 +24,9 @@ from __future__ import annotations
 import ctypes
 import time
 
-TIE_OPS = 64     # per key: the agent ties on the first op whose span holds the hook's START;
-#                 the rest are spares for starts that overlapped another group's span
+TIE_OPS = 16     # per key: the agent ties on the first op whose span holds the hook's START;
+#                 the rest are spares for starts that overlapped another group's span. Few:
+#                 a key called once a step (a bucket's all-gather) is recorded for that many steps
 ASK_EVERY_NS = 50_000_000   # the hook's answer is kept this long: a clock read costs less than the call
 
 

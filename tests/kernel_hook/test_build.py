@@ -22,7 +22,7 @@ HOOKED = {
     "cuGetProcAddress", "cuGetProcAddress_v2", "cuGetProcAddress_v2_ptsz",
     "cudaGetDriverEntryPoint", "cudaGetDriverEntryPoint_ptsz", "cudaGetDriverEntryPointByVersion",
 }
-CONTROLS = {"xpu_timer_hook_bypass"}
+CONTROLS = {"xpu_timer_hook_bypass", "xpu_timer_hook_recording"}
 # Interposed to hand out wrapped driver entry points (dlsym_hook.cc); x86-64 only.
 INTERPOSED = {"dlsym"} if platform.machine() == "x86_64" else set()
 
