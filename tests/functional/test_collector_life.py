@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import time
 
@@ -89,15 +90,17 @@ def test_a_launcher_killed_by_sigkill_takes_its_workers_and_collector_along(laun
 def test_a_collector_killed_by_sigkill_is_started_again_and_names_a_later_stall(launches, tmp_path):
     """Before: training went on, but nothing started the collector again, and
     a stall later in the job got no HANG line, only "collector ... unreachable"."""
-    flag = tmp_path / "stall-now"
+    flag, job_id = tmp_path / "stall-now", f"restarted-{os.getpid()}"
     job = launches(["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path / "tl"),
-                    STALL_ON_FILE, str(flag), "1"], env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+                    "--rdzv-id", job_id, STALL_ON_FILE, str(flag), "1"], env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
     assert job.wait_line(r"^STARTED rank=1", 120) and job.wait_line(r"^STARTED rank=0", 30), job.output()
     [first] = children_matching(job.proc.pid, "diag.collector")
+    killed_at = time.time()
     os.kill(first, signal.SIGKILL)
     back = job.wait_line(r"the collector is back on 127\.0\.0\.1:\d+ \(pid \d+\)", 60)
     assert back is not None, job.output()
-    assert poll_until(lambda: len(job.matching(r"agent connected: node 0")) == 2, 30), job.output()
+    assert poll_until(lambda: any(when > killed_at and "agent connected: node 0" in line   # to the new one
+                                  for when, _, line in list(job.lines)), 30), job.output()
     [second] = children_matching(job.proc.pid, "diag.collector")
     assert second != first and f"(pid {second})" in back[1]
     flag.touch()
@@ -105,6 +108,11 @@ def test_a_collector_killed_by_sigkill_is_started_again_and_names_a_later_stall(
     hang = job.wait_line(r"^HANG: ", 30)
     assert hang is not None, job.output()
     assert hang[1].startswith("HANG: rank 0 in all_reduce") and "rank 1 not in any collective" in hang[1], hang[1]
+    # The restarted collector is the keeper thread's child: it too dies with a killed launcher.
+    os.kill(job.proc.pid, signal.SIGKILL)
+    assert poll_until(lambda: not alive(second), 10.0), job.output()
+    for path in glob.glob(f"/dev/shm/xpu_diag-*{job_id}-n0-*"):   # the next launcher's sweep, done here
+        shutil.rmtree(path)
 
 
 def test_a_collector_that_cannot_start_again_leaves_one_loud_line(launches, tmp_path):
