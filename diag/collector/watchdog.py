@@ -45,9 +45,11 @@ FULL_RANKS_PER_S = 20_000
 SLOW_TICK_S = 1.0
 HOLD_FOR_S = INDEX_SLACK_S + 2.0   # the window's width, and a little: the ticks that may declare
 FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice, not overload
-# The watchdog waking this much later than asked: the collector itself was
-# paused. Far above a busy host's scheduling delay, well below --silent-after.
-PAUSED_S = 1.0
+# The watchdog waking later than asked by half the shorter of --silent-after
+# and --hang-timeout (at least this): the collector itself was paused. A
+# shorter pause cannot make a verdict on its own; a busy host's scheduling
+# delay stays far below it.
+PAUSED_MIN_S = 1.0
 # The perf path's pass takes at most this share of the GIL: at 100,000 ranks
 # reading every window costs ~4 s of Python, and taking the GIL half the time
 # for that long put ingest 3 s behind (an OVERLOAD of our own making,
@@ -108,11 +110,12 @@ class Watchdog:
     def _loop(self) -> None:
         said = float("-inf")
         interval = self._config.eval_interval_s
+        paused_after = max(PAUSED_MIN_S, min(self._config.silent_after_s, self._config.hang_timeout_s) / 2)
         waited_from = time.monotonic()
         while not self._stop.wait(interval):
             began, cpu = time.monotonic(), time.thread_time()
             late = began - waited_from - interval
-            if late > PAUSED_S:
+            if late > paused_after:
                 self._no_throw(self.paused, "forgiving the collector's own pause", late, began)
             self._no_throw(self.tick, "evaluating the hang rules")
             took = time.monotonic() - began
