@@ -18,6 +18,8 @@ Python, DTensor's C++ functional collectives and the compiled blocks).
 embedding's output (sequence parallelism) at SKIP_AT, as a rank-conditional
 branch would, and runs on.
 --cpu: gloo on CPU; causal SDPA attention (flex attention has no CPU backward).
+On a torch whose create_block_mask lacks separate_full_blocks (2.11) the
+blocks take the causal SDPA attention too, said in the DONE line.
 TITAN_SEQ, TITAN_BATCH: sequence length and local batch (default 2048 x 8, CPU 128 x 2);
 TITAN_SPMD_BACKEND: torchtitan's spmd_backend (default partial_dtensor;
 docs/frameworks.md says why not 0.3.0's spmd_types). Each planted fault
@@ -81,6 +83,21 @@ from torchtitan.config import CompileConfig, DebugConfig, ParallelismConfig, Tra
 from torchtitan.distributed import ParallelDims  # noqa: E402
 from torchtitan.distributed import utils as dist_utils  # noqa: E402
 from torchtitan.models.common.attention import ScaledDotProductAttention  # noqa: E402
+
+
+def _flex_usable() -> bool:
+    """torchtitan 0.3.0 builds its flex block masks with create_block_mask's
+    separate_full_blocks, which torch 2.11 (the GPU image) lacks: it failed
+    at the first step there (docs/gpu-runs/h100x4/s16-fw32/call3/)."""
+    import inspect
+
+    from torch.nn.attention.flex_attention import create_block_mask
+    return "separate_full_blocks" in inspect.signature(create_block_mask).parameters
+
+
+# Causal SDPA, torchtitan's own block, where flex attention cannot run: on CPU
+# (no backward there) and on a torch older than torchtitan's flex code needs.
+SDPA = CPU or not _flex_usable()
 from torchtitan.models.common.config_utils import decoder_vocab_size  # noqa: E402
 from torchtitan.models.llama3 import model_registry  # noqa: E402
 from torchtitan.models.llama3.sharding import set_llama3_sharding_config  # noqa: E402
@@ -135,7 +152,7 @@ config = spec.model
 # the RoPE cache cut to the sequence length, the TP/SP sharding plan.
 for layer in config.layers:
     layer.attention.rope = dataclasses.replace(layer.attention.rope, max_seq_len=SEQ)
-    if CPU:   # flex attention has no backward on CPU: torchtitan's causal SDPA block there
+    if SDPA:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
 set_llama3_sharding_config(config, enable_sp=parallelism.enable_sequence_parallel)
 with torch.device("meta"):
@@ -180,7 +197,7 @@ def forward_backward(inputs, labels, global_valid_tokens):
         time.sleep(3600)
     # One document per sample: the Trainer's per-document positions and flex block mask.
     positions = torch.arange(SEQ, device=DEVICE).unsqueeze(0).expand(BATCH, -1)
-    masks = None if CPU else model.get_attention_masks(positions=positions)
+    masks = None if SDPA else model.get_attention_masks(positions=positions)
     pred = model(inputs, positions=positions, attention_masks=masks)
     loss, _ = loss_fn(pred, labels, global_valid_tokens)
     del pred
@@ -244,5 +261,5 @@ with open(os.path.join(OUT, f"rank{RANK}.json"), "w") as f:
                "traced": traced, "ab_calls": tracer_ab.calls() if AB else None,
                "coords": {"tp": tp_rank, "dp": batch_rank}}, f)
 print(f"DONE rank {RANK} step median {sorted(step_ms[5:])[len(step_ms[5:]) // 2]:.2f} ms, "
-      f"loss {losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
+      f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, attention {'sdpa' if SDPA else 'flex'}", flush=True)
 dist.destroy_process_group()
