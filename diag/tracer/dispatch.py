@@ -59,6 +59,7 @@ OPS = {
 DISPATCH_KEY = "AutogradCPU"
 
 _library = None   # the torch.library.Library holding our kernels; None when not installed
+_functional = None   # the one holding the functional collectives' (functional.py)
 _below = None     # torch._C._AutoDispatchBelowAutograd, where this torch has it
 
 
@@ -82,7 +83,7 @@ def install(tracer, groups) -> None:
 def register(tracer, groups) -> bool:
     """Register the kernels now; True when they are in place. Never raises:
     a failure switches the tracer off, as any tracer failure does."""
-    global _library, _below
+    global _library, _below, _functional
     if _library is not None:
         return True
     try:
@@ -97,6 +98,8 @@ def register(tracer, groups) -> bool:
                 continue  # an op this torch does not have
             kernel = _kernel(tracer, groups, completions, packet.default, name, kind, size_arg, ProcessGroup, Work)
             library.impl(op_name, kernel, DISPATCH_KEY, with_keyset=True)
+        from diag.tracer import functional
+        _functional = functional.register(tracer, groups, completions)
         _library = library
         _below = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
         return True
@@ -134,7 +137,10 @@ def _let_go_of_gloo(completions) -> None:
 
 def uninstall() -> None:
     """Remove the kernels (tests, bench)."""
-    global _library
+    global _library, _functional
+    if _functional is not None:
+        _functional._destroy()
+        _functional = None
     if _library is not None:
         _library._destroy()
         _library = None

@@ -1,4 +1,5 @@
-"""The collectives Megatron-Core, DeepSpeed and torchtitan issue, on gloo.
+"""The collectives Megatron-Core, DeepSpeed and torchtitan issue, on gloo
+(torchtitan's through torch's functional collectives).
 
 Each op is issued async where the frameworks issue it so, and the peer
 (rank 1) holds back ``DELAY_S`` before its side of the ops marked late: the
@@ -77,6 +78,16 @@ y = x * (rank + 1)
 dist.all_reduce(y, group=tp)
 y.sum().backward()
 out["grad through all_reduce"] = [y.tolist(), x.grad.tolist()]
+
+# torchtitan's tensor parallelism, DTensor and compiled graphs: functional
+# collectives, waited on at first use (AsyncCollectiveTensor).
+from torch.distributed import _functional_collectives as funcol  # noqa: E402
+
+late()
+reduced = funcol.all_reduce(base.clone(), "sum", tp)
+gathered = funcol.all_gather_tensor(base.clone(), 0, tp)
+scattered = funcol.reduce_scatter_tensor(base.clone(), "sum", 0, tp)
+out["functional"] = [reduced.tolist(), gathered.tolist(), scattered.tolist()]
 
 print("RESULT", json.dumps(out, sort_keys=True), flush=True)
 dist.destroy_process_group()

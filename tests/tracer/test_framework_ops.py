@@ -20,7 +20,9 @@ EXPECTED = [("reduce_scatter_tensor", True), ("all_gather_into_tensor", False), 
             ("all_gather_into_tensor", True), ("reduce_scatter_tensor", False),
             ("all_to_all_single", True),
             ("all_reduce", True), ("all_reduce", True), ("all_reduce", True), ("all_reduce", True),
-            ("all_reduce", False)]
+            ("all_reduce", False),
+            # functional collectives (DTensor, torchtitan's TP): ended at their wait_tensor
+            ("all_reduce", True), ("all_gather_into_tensor", False), ("reduce_scatter_tensor", False)]
 
 
 def test_framework_ops_are_recorded_once_by_name_and_end_at_completion(tmp_path):
