@@ -60,6 +60,8 @@ class Config:
     perf_window_s: float = 60.0
     slow_threshold: float = 0.10
     slow_action: str = "report"
+    collector_metrics_port: int | None = None   # docs/metrics.md "Alerts"
+    metrics_addr: str = "0.0.0.0"
 
     def __post_init__(self) -> None:
         # Each value again through its option's own parser, bounds included, so

@@ -372,11 +372,14 @@ def _serve(config: Config, stop: threading.Event, signalled: list[int]) -> int:
             raise ConfigError(f"--address-file: cannot write {config.address_file!r} "
                               f"({exc.strerror or exc}); give a file path in a writable directory") from None
     access_file = _leave_access_file(config, address)
+    verdicts = _start_metrics(config, server)
     log.info("serving job %s on %s (hang timeout %gs, idle timeout %gs, action %s, timeline %s)", config.job_id,
              address, config.hang_timeout_s, config.idle_timeout_s, config.hang_action, config.timeline_path)
     while not signalled and not stop.wait(STOP_POLL_S):
         pass
     server.stop(grace=2).wait(5)
+    if verdicts is not None:
+        verdicts.stop()
     if access_file:
         try:
             os.unlink(access_file)
@@ -408,6 +411,21 @@ def _stop_signals():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _start_metrics(config: Config, server: CollectorServer):
+    """The verdicts' /metrics (diag/collector/metrics.py) if asked; a port that
+    cannot be had is one warning, and hang detection goes on."""
+    if config.collector_metrics_port is None:
+        return None
+    from diag.collector.metrics import VerdictExporter
+    exporter = VerdictExporter(config.job_id, server.watchdog)
+    why = exporter.start(config.metrics_addr, config.collector_metrics_port)
+    if why:
+        log.warning("%s", why)
+        return None
+    log.info("verdict metrics on http://%s:%d/metrics", config.metrics_addr, exporter.port)
+    return exporter
 
 
 def _leave_access_file(config: Config, address: str) -> str | None:

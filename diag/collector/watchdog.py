@@ -208,6 +208,10 @@ class Watchdog:
             if self._config.hang_action in KILLING and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
 
+    def hang_active(self) -> bool:
+        """A declared hang (or idle stall) lasts: the detector is disarmed until progress resumes."""
+        return not self.detector.armed or not self.idle_detector.armed
+
     def _run_deferred(self) -> None:
         work, self._deferred = self._deferred, []
         with gc_paused(bool(work)):

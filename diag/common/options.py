@@ -409,6 +409,11 @@ METRICS_PORT = Option(
 METRICS_ADDR = Option(
     "--metrics-addr", envnames.METRICS_ADDR, "0.0.0.0", nonempty("0.0.0.0 or 127.0.0.1"),
     metavar="HOST", help="the address the metrics port binds")
+# The collector's verdicts as series (hang active, SLOW episodes open), for alerts.
+COLLECTOR_METRICS_PORT = Option(
+    "--collector-metrics-port", envnames.COLLECTOR_METRICS_PORT, None, integer(1, "9465", 65535, "a TCP port"),
+    metavar="N", help="serve the collector's verdict metrics on http://<collector host>:N/metrics, "
+    "bound to --metrics-addr (off)")
 # NVML health of the ranks' GPUs (docs/gpu.md); the agent's. A sample is a
 # few dozen NVML calls a GPU: seconds apart, never faster than twice a second.
 GPU_SAMPLE_INTERVAL = Option(
@@ -508,7 +513,7 @@ JOB_TOKEN = Option(None, envnames.JOB_TOKEN, None, job_token, dest="job_token",
 LAUNCHER: tuple[Option, ...] = (
     HANG_TIMEOUT, IDLE_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, LINK_PLUGIN, NO_LINK_PLUGIN,
     FAULT_LIST, FAULT_LIST_MAX_AGE, RANK_ORDER, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
-    PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, SLOW_THRESHOLD, SLOW_ACTION,
+    PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, COLLECTOR_METRICS_PORT, SLOW_THRESHOLD, SLOW_ACTION,
     GPU_SAMPLE_INTERVAL, NVML_REPLAY,
     RING_CAPACITY, TRACER_DISABLE, TRACER_CPP_COLLECTIVES, HOST_TRACING_FUNC, HOOK_DISABLE,
     HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN, CKPT_PERSIST_EVERY, CKPT_DIR, INGEST_PROCS,
@@ -516,10 +521,11 @@ LAUNCHER: tuple[Option, ...] = (
 COLLECTOR: tuple[Option, ...] = (
     LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
     DUMP_TIMEOUT, LAST_WORDS_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, INGEST_PROCS, NODES_PER_RELAY, STATS_INTERVAL,
-    PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION)
+    PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION, COLLECTOR_METRICS_PORT, METRICS_ADDR)
 # What the launcher forwards from its Config to the collector it starts.
 TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, HANG_ACTION, PERF_WINDOW, INGEST_PROCS,
-                                    NODES_PER_RELAY, SLOW_THRESHOLD, SLOW_ACTION)
+                                    NODES_PER_RELAY, SLOW_THRESHOLD, SLOW_ACTION, COLLECTOR_METRICS_PORT,
+                                    METRICS_ADDR)
 # What the launcher hands to the agent's AgentConfig (same field names).
 AGENT: tuple[Option, ...] = (REPORT_INTERVAL, TIMELINE_WINDOW, PERF_WINDOW, PERF_STEP, METRICS_PORT,
                              METRICS_ADDR, CKPT_PERSIST_EVERY, CKPT_DIR, GPU_SAMPLE_INTERVAL, NVML_REPLAY)

@@ -60,6 +60,7 @@ class Config:
     perf_step: str = "optimizer.step"
     metrics_port: int | None = None
     metrics_addr: str = "0.0.0.0"
+    collector_metrics_port: int | None = None   # node 0's collector (docs/metrics.md "Alerts")
     slow_threshold: float = 0.10
     slow_action: str = "report"
     ingest_procs: int = 0               # node 0's collector: --ingest-procs (docs/collector.md)

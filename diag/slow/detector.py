@@ -37,6 +37,9 @@ class SlowDetector:
         self.th = thresholds
         self._episodes: dict[tuple, _Episode] = {}
         self.recovered: list[SlowFinding] = []   # filled by update(): episodes that ended
+        # The declared episodes' keys (rule, ranks, comm_id), replaced whole at
+        # each update, so the collector's /metrics reads it without a lock.
+        self.open: tuple = ()
 
     def update(self, now: float, windows: dict[int, RankWindow]) -> list[SlowEvent]:
         self.recovered = []
@@ -58,6 +61,7 @@ class SlowDetector:
             elif now - ep.last_seen >= self.th.window_s:
                 del self._episodes[key]
                 self.recovered.append(_finding_stub(key))
+        self.open = tuple(key for key, ep in self._episodes.items() if ep.declared)
         return out
 
 
