@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from diag.perf import derive
 from diag.records import format as fmt
@@ -83,8 +83,10 @@ def _families() -> dict:
                       "traced calls; the hook's device-timed sample)", labels=OP_LABELS),
         "op_timed_calls": c("xpu_diag_op_timed_calls", "Calls that carry a duration",
                             labels=OP_LABELS),
-        "op_duration": g("xpu_diag_op_duration_seconds", "Duration quantile of the timed "
-                         "calls over the window", labels=OP_LABELS + ("quantile",)),
+        # A real summary, as a client library's is: quantiles over a sliding
+        # window (ours), _sum and _count cumulative since the rank started.
+        "op_duration": Metric("xpu_diag_op_duration_seconds", "Duration of the timed calls: p50 and "
+                              "p99 over the window; _sum and _count since the rank started", "summary"),
         "busbw": g("xpu_diag_op_busbw_bytes_per_second", "Bus bandwidth over the window "
                    "(nccl-tests factors)", labels=OP_LABELS),
     }
@@ -93,7 +95,10 @@ def _families() -> dict:
 def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
     fig = derive.figures(rank, perf)
     fams["window"].add_metric(base, fig.window_s)
-    fams["gemm_rate"].add_metric(base, fig.gemm_tflops * 1e12)
+    # No GEMM rate without a device-timed GEMM in the window (a CPU job, a
+    # rank between GEMM phases): a 0 would be the "slowest GPU" of any min().
+    if any(op.kind == fmt.KIND_GEMM and op.timed_ns for op in perf.ops):
+        fams["gemm_rate"].add_metric(base, fig.gemm_tflops * 1e12)
     # No wait share before the rank's first collective and no step time before
     # its first step: a 0 there would make it "the rank that waits least" or
     # "the fastest step" on every dashboard while it is still starting up.
@@ -114,15 +119,28 @@ def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
         fams["op_bytes"].add_metric(labels, t.bytes)
         fams["op_timed"].add_metric(labels, t.timed_ns / 1e9)
         fams["op_timed_calls"].add_metric(labels, t.timed_count)
+        if t.timed_count:
+            _summary(fams["op_duration"], labels, sum_s=t.timed_ns / 1e9, count=t.timed_count)
     for op, figs in zip(perf.ops, fig.ops):
         if op.kind not in OP_KINDS:
             continue
         labels = base + [op.name, comm_label(op.comm_id)]
         if op.timed_count:
-            fams["op_duration"].add_metric(labels + ["0.5"], figs.p50_s)
-            fams["op_duration"].add_metric(labels + ["0.99"], figs.p99_s)
+            _summary(fams["op_duration"], labels, quantiles=((0.5, figs.p50_s), (0.99, figs.p99_s)))
         if figs.busbw is not None:   # no series where undefined (one rank, nothing timed)
             fams["busbw"].add_metric(labels, figs.busbw)
+
+
+def _summary(fam: Metric, labels: list, sum_s=None, count=None, quantiles=()) -> None:
+    """Samples of one summary series (prometheus_client's SummaryMetricFamily
+    takes no quantiles). The text format wants a family's samples grouped,
+    not per series in order, so callers may add a series' parts separately."""
+    named = dict(zip(OP_LABELS, labels))
+    for q, value in quantiles:
+        fam.add_sample(fam.name, dict(named, quantile=str(q)), value)
+    if count is not None:
+        fam.add_sample(fam.name + "_sum", named, sum_s)
+        fam.add_sample(fam.name + "_count", named, count)
 
 
 class Exporter:
