@@ -20,6 +20,7 @@ import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from diag.common import envnames
+from diag.common.host_func_spec import HostFuncSpecError, parse_spec
 from diag.common.units import UnitError, parse_duration, parse_size
 
 
@@ -127,7 +128,6 @@ def job_token(value: str, name: str) -> str:
 
 def host_functions(value: str, name: str) -> str:
     """XPU_TIMER_HOST_TRACING_FUNC, read by the tracer's own parser (no torch)."""
-    from diag.tracer.host_funcs import HostFuncSpecError, parse_spec
     try:
         parse_spec(value)
     except HostFuncSpecError as exc:

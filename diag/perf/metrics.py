@@ -19,7 +19,10 @@ from diag.records import format as fmt
 
 # gpu: the rank's GPU by PCI bus id (docs/gpu.md), "" when it named none.
 BASE = ("job", "node", "rank", "local_rank", "gpu")
-OP_LABELS = BASE + ("op", "comm")
+# group: the process group as the HANG line names it ("default", torch's
+# group_desc, "pg N"; "" for host functions and groups not yet named);
+# comm: its id, for tools that join on it.
+OP_LABELS = BASE + ("op", "comm", "group")
 OP_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)
 
 
@@ -27,12 +30,19 @@ OP_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)
 class Snapshot:
     job: str
     node: str
-    ranks: tuple = ()            # ((rank, local_rank, pb.PerfRank, gpu), ...)
+    ranks: tuple = ()            # ((rank, local_rank, pb.PerfRank, gpu[, {comm id: group name}]), ...)
     gpus: tuple = ()             # diag.gpu.metrics.families rows
 
 
 def comm_label(comm_id: int) -> str:
     return f"{comm_id:016x}"
+
+
+def group_label(kind: int, comm_id: int, names: dict) -> str:
+    """The group's display name, as in the HANG line and hang.json."""
+    if kind == fmt.KIND_HOST_FUNC:
+        return ""
+    return names.get(comm_id) or ("default" if comm_id == 0 else "")
 
 
 class PerfCollector:
@@ -47,9 +57,9 @@ class PerfCollector:
     def collect(self):
         snap = self.snapshot   # one read of a reference: no lock, no waiting
         fams = _families()
-        for rank, local_rank, perf, *gpu in snap.ranks:
-            base = [snap.job, snap.node, str(rank), str(local_rank), gpu[0] if gpu else ""]
-            _rank_metrics(fams, base, rank, perf)
+        for rank, local_rank, perf, *rest in snap.ranks:
+            base = [snap.job, snap.node, str(rank), str(local_rank), rest[0] if rest else ""]
+            _rank_metrics(fams, base, rank, perf, rest[1] if len(rest) > 1 else {})
         out = list(fams.values())
         if snap.gpus:
             from diag.gpu import metrics as gpu_metrics
@@ -92,7 +102,7 @@ def _families() -> dict:
     }
 
 
-def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
+def _rank_metrics(fams: dict, base: list, rank: int, perf, names: dict) -> None:
     fig = derive.figures(rank, perf)
     fams["window"].add_metric(base, fig.window_s)
     # No GEMM rate without a device-timed GEMM in the window (a CPU job, a
@@ -114,7 +124,7 @@ def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
     for t in perf.totals:
         if t.kind not in OP_KINDS:
             continue
-        labels = base + [t.name, comm_label(t.comm_id)]
+        labels = base + [t.name, comm_label(t.comm_id), group_label(t.kind, t.comm_id, names)]
         fams["op_calls"].add_metric(labels, t.count)
         fams["op_bytes"].add_metric(labels, t.bytes)
         fams["op_timed"].add_metric(labels, t.timed_ns / 1e9)
@@ -124,7 +134,7 @@ def _rank_metrics(fams: dict, base: list, rank: int, perf) -> None:
     for op, figs in zip(perf.ops, fig.ops):
         if op.kind not in OP_KINDS:
             continue
-        labels = base + [op.name, comm_label(op.comm_id)]
+        labels = base + [op.name, comm_label(op.comm_id), group_label(op.kind, op.comm_id, names)]
         if op.timed_count:
             _summary(fams["op_duration"], labels, quantiles=((0.5, figs.p50_s), (0.99, figs.p99_s)))
         if figs.busbw is not None:   # no series where undefined (one rank, nothing timed)

@@ -8,40 +8,13 @@ imported is patched when it is.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 
+from diag.common.host_func_spec import HostFunc, HostFuncSpecError, parse_spec
 from diag.records import format as fmt
 from diag.tracer import import_hooks
 from diag.tracer.collectives import MARK, rename
-
-
-@dataclasses.dataclass(frozen=True)
-class HostFunc:
-    module: str
-    obj: str
-    function: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.obj}.{self.function}" if self.obj else self.function
-
-
-class HostFuncSpecError(ValueError):
-    """A malformed XPU_TIMER_HOST_TRACING_FUNC entry; the message is user-facing."""
-
-
-def parse_spec(text: str) -> list[HostFunc]:
-    out = []
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        parts = item.split("@")
-        if len(parts) != 3 or not parts[0] or not parts[2]:
-            raise HostFuncSpecError(
-                f"XPU_TIMER_HOST_TRACING_FUNC: {item!r} is not module@object@function "
-                f"(object may be empty: module@@function)")
-        out.append(HostFunc(*parts))
-    return out
 
 
 def install(tracer, text: str) -> None:
