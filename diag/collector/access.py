@@ -16,7 +16,7 @@ import os
 from typing import Mapping
 
 from diag.collector.config import TOKEN_ENV, sanitize_job_id
-from diag.common import safe_dirs
+from diag.common import handshake, safe_dirs
 
 ACCESS_FILE = "collector.json"
 

@@ -42,7 +42,9 @@ def parse_args(argv):
     p.add_argument("--collector", metavar="HOST:PORT", help="with $XPU_TIMER_JOB_TOKEN set")
     p.add_argument("--sort", default="rank", choices=sorted(SORTS), help="initial sort (rank)")
     p.add_argument("--interval", default="1s", help="refresh period (1s)")
-    p.add_argument("--once", action="store_true", help="print one table and exit")
+    p.add_argument("--once", action="store_true", help="print one table and exit (plain text, full width, "
+                   "where stdout is not a terminal)")
+    p.add_argument("--json", action="store_true", help="print one JSON document of every rank's figures and exit")
     ns = p.parse_args(argv)
     ns.interval = options.duration(ns.interval, "--interval")
     return ns
@@ -147,6 +149,29 @@ def render(view, sort: str, now_text: str = ""):
     return table
 
 
+def as_json(view, sort: str) -> dict:
+    """``--json``: every figure of every row, unrounded, in SI units (seconds,
+    bytes/s, FLOP/s, shares 0..1); null where top shows ``-``."""
+    out = []
+    items = rows(view)
+    field, reverse = SORTS[sort]
+    items.sort(key=lambda item: getattr(item[1], field), reverse=reverse)
+    for r, f in items:
+        slow = max((o for o in f.ops if o.p99_s > 0 and o.kind in derive.COMM_KINDS),
+                   key=lambda o: o.p99_s, default=None)
+        out.append({
+            "rank": f.rank, "local_rank": r.local_rank, "node_rank": r.node_rank, "hostname": r.hostname,
+            "gpu": r.gpu.pci_bus_id if r.HasField("gpu") and r.gpu.pci_bus_id else None,
+            "gemm_flops_per_s": f.gemm_tflops * 1e12,
+            "gemm_per_s": f.gemm_count / f.window_s if f.window_s else None,
+            "allreduce_busbw_bytes_per_s": f.allreduce_busbw or None,
+            "wait_share": f.wait_share, "step_s": f.step_s if f.steps else None,
+            "launches_per_s": f.launches_per_s,
+            "slowest_p99": {"op": slow.name, "seconds": slow.p99_s} if slow else None,
+            "window_s": f.window_s, "age_s": r.age_s})
+    return {"job_id": view.job_id, "sort": sort, "ranks": out}
+
+
 def plain(view, sort: str) -> str:
     """The same table as text, where rich is not installed (outliers marked *)."""
     cells = [list(HEADS)] + [[t + ("*" if s else "") for t, s in row]
@@ -182,21 +207,33 @@ def main(argv=None) -> int:
     try:
         ns = parse_args(sys.argv[1:] if argv is None else argv)
         source = Source(ns.collector, ns.job)
-        if ns.once:
-            view = source.fetch()
-            try:
-                from rich.console import Console
-            except ImportError:
-                sys.stdout.write(plain(view, ns.sort))
-                return 0
-            Console().print(render(view, ns.sort))
+        if ns.json:
+            import json
+            sys.stdout.write(json.dumps(as_json(source.fetch(), ns.sort), indent=1) + "\n")
             return 0
+        if ns.once:
+            return _once(source.fetch(), ns.sort)
         return _live(source, ns)
     except (ConfigError, PerfError) as exc:
         sys.stderr.write(f"xpu-diag top: {exc}\n")
         return 2
     except KeyboardInterrupt:
         return 0
+
+
+def _once(view, sort: str) -> int:
+    """A terminal gets rich's table at its width; a pipe or a file (a log, a
+    script) gets the plain table sized to its content: rich would draw 80
+    columns there and cut every value that does not fit."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        Console = None
+    if Console is None or not sys.stdout.isatty():
+        sys.stdout.write(plain(view, sort))
+        return 0
+    Console().print(render(view, sort))
+    return 0
 
 
 def _live(source: Source, ns) -> int:
