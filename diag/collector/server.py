@@ -41,7 +41,7 @@ from diag.collector.watchdog import Watchdog
 from diag.common import envnames, safe_dirs
 from diag.pb import collector_pb2_grpc as pb_grpc
 from diag.pb import ingest_pb2_grpc as ipb_grpc
-from diag.timeline.gather import TimelineGatherer
+from diag.collector.timelines import TimelineGatherer
 
 log = logging.getLogger("diag.collector")
 SERVICE_NAME = "diag.pb.Collector"

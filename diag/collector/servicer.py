@@ -120,7 +120,7 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         self._state = state
         self._registry = registry
         self._events = events
-        self._timelines = timelines   # diag.timeline.gather.TimelineGatherer
+        self._timelines = timelines   # diag.collector.timelines.TimelineGatherer
         self._pool = pool             # concurrent.futures executor for blocking work (None: the loop's default)
         self.streams: collections.Counter = collections.Counter()   # how Connect streams ended (logs, bench)
         self.relays = None   # diag.collector.relays.RelayBoard under --nodes-per-relay

@@ -37,7 +37,7 @@ class SlowWatch:
     def __init__(self, config: Config, events: EventStore, registry: SessionRegistry, say,
                  timelines=None) -> None:
         self._config = config
-        self._timelines = timelines   # diag.timeline.gather.TimelineGatherer, or None
+        self._timelines = timelines   # diag.collector.timelines.TimelineGatherer, or None
         self._events = events
         self._registry = registry
         self._say = say

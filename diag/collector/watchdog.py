@@ -63,7 +63,7 @@ class Watchdog:
     def __init__(self, config: Config, state: JobState, registry: SessionRegistry, events: EventStore,
                  out=None, timelines=None) -> None:
         self._config = config
-        self.timelines = timelines  # diag.timeline.gather.TimelineGatherer, or None
+        self.timelines = timelines  # diag.collector.timelines.TimelineGatherer, or None
         self._state = state
         self._registry = registry
         self._events = events

@@ -21,7 +21,7 @@ import pytest
 from diag.collector.config import Config
 from diag.collector.events import EventStore, UploadError
 from diag.pb import collector_pb2 as pb
-from diag.timeline.gather import TimelineGatherer
+from diag.collector.timelines import TimelineGatherer
 
 NOBODY = 65534
 NOW, UNIX = 500.0, 1795000000.0
