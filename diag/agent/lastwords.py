@@ -143,7 +143,7 @@ class Recovery:
             self.last_step = step
         if not result.ok:   # the same failure said once a minute, not every tick
             self.agent.log(f"{why}: persisting to {self.persist_dir} failed: {result.summary()}")
-        elif why != "periodic":
+        elif why != "periodic" and result.ranks:   # no rank keeps snapshots: a job without recovery, nothing to say
             self.agent.log(f"{why}: persisted to {self.persist_dir} in {took:.2f} s: {result.summary()}",
                            every=0)
         return result, took, step

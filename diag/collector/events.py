@@ -125,6 +125,17 @@ class HangEvent:
             parts.append(f"no answer from node(s) {fold(missing)}")
         return f"LAST WORDS: event {self.event_id}: " + "; ".join(parts)
 
+    def last_words_worth_saying(self, recover: bool) -> bool:
+        """Whether the LAST WORDS line tells the user anything: always under
+        --hang-action recover; otherwise only when some node held a snapshot
+        or failed to persist one. A job that never opted in to recovery would
+        read "no node held a snapshot" after every hang, as noise."""
+        if recover:
+            return True
+        with self._lock:
+            got = list(self.last_words.values())
+        return any((d.ok and d.step >= 0) or not d.ok for d in got)
+
     def stacks_line(self) -> str:
         """One line for the log once the stacks are in (or the dump deadline
         passed): how many ranks, and the command that shows them."""

@@ -344,7 +344,10 @@ class Watchdog:
     def _maybe_say_last_words(self, event: HangEvent, now: float) -> None:
         if event.last_words_in() or now - event.declared >= self._config.last_words_timeout_s:
             event.last_words_said = True
-            self._say(event.last_words_line())
+            if event.last_words_worth_saying(self._config.hang_action == "recover"):
+                self._say(event.last_words_line())
+            else:
+                log.debug("%s", event.last_words_line())
 
     def _maybe_kill(self, event: HangEvent, now: float) -> None:
         """Kill once the stacks AND the last words are in, each bounded by its deadline."""

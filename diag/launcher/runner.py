@@ -3,7 +3,9 @@
 Order matters: the collector starts before the environment is changed (it
 must not trace itself), the agent before torchrun (no worker record is
 missed), and everything is torn down in ``finally`` blocks, so the launcher
-exits with torchrun's status whatever the diagnostics did.
+exits with torchrun's status whatever the diagnostics did, except when
+xpu-diag itself ended the job because of a hang (3, closing.py), which ends
+with a summary of the run's events after torchrun's block.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from diag.agent.config import AgentConfig
 from diag.common import envnames, options, owned_dirs
 from diag.common.atomic import probe_writable_dir
 from diag.launcher import collector_proc, torchrun
+from diag.launcher.closing import Closing
 from diag.launcher.collector_keeper import CollectorKeeper
 from diag.launcher.config import Config
 from diag.launcher.recovery import NodeRecovery
@@ -75,18 +78,21 @@ def run(config: Config) -> int:
     if problem is not None:
         say(problem)
         return EXIT_USAGE
+    closing = Closing(config)
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
     try:
-        return _run(config)
+        status = _run(config, closing)
     except Stopped as exc:
         say(f"stopped by signal {exc.signum}")
-        return 128 + exc.signum
+        status = 128 + exc.signum
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # After the collector stopped (its last lines) and torchrun's block: the last word.
+    return closing.finish(status)
 
 
-def _run(config: Config) -> int:
+def _run(config: Config, closing: Closing) -> int:
     tool_env = dict(os.environ)
     token = config.job_token or secrets.token_urlsafe(32)
     shm_dir = make_shm_dir(config)
@@ -104,6 +110,7 @@ def _run(config: Config) -> int:
                     say(f"{exc} (its line above); no worker was started")
                     return EXIT_USAGE
                 say(f"{exc}; training goes on without hang detection")
+                closing.detection_off = "the collector did not start"
         elif address is None:
             address = config.collector_listen()
         os.environ.update(worker_env(config, token, shm_dir))
@@ -120,9 +127,11 @@ def _run(config: Config) -> int:
                              f"--collector HOST:PORT of this job's collector",
                              lambda: (owned_dirs.remove(shm_dir), recovery.close()))
         agent.on_untrusted = untrusted
+        agent.submit = closing.noting(agent.submit)   # every command the collector sends, seen first
         agent.start()
+        closing.start()
         try:
-            status = torchrun.run(config.torchrun_argv, os.path.join(shm_dir, "torchelastic"))
+            status = torchrun.run(config.torchrun_argv, os.path.join(shm_dir, "torchelastic"), closing.failures)
         except Stopped as exc:
             if recovery.leaving is None and untrusted.reason is None:
                 raise
@@ -134,11 +143,14 @@ def _run(config: Config) -> int:
             agent.stop()
         if untrusted.reason is not None:
             say(untrusted.message)
+            closing.started_unix = None   # the line above is the whole story
             return EXIT_USAGE
         return recovery.outcome(status)
     finally:
         if keeper is not None:
             keeper.stop()
+            if keeper.off and not closing.detection_off:
+                closing.detection_off = "the collector died and did not start again"
         owned_dirs.remove(shm_dir)
         recovery.close()
 

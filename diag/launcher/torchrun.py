@@ -12,8 +12,10 @@ import sys
 from diag.common.children import dies_with_this_thread
 
 
-def run(argv: list[str], log_dir: str | None = None) -> int:
-    """``log_dir``: torch's log directory when the user chose none (below)."""
+def run(argv: list[str], log_dir: str | None = None, failures: dict | None = None) -> int:
+    """``log_dir``: torch's log directory when the user chose none (below).
+    ``failures``: filled with {global rank: exit code} of the failed workers
+    (the launcher's closing summary tells its own SIGKILL from a crash)."""
     from torch.distributed import run as trun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -31,6 +33,8 @@ def run(argv: list[str], log_dir: str | None = None) -> int:
         trun.run(args)
         return 0
     except ChildFailedError as exc:
+        if failures is not None:
+            failures.update({rank: f.exitcode for rank, f in exc.failures.items()})
         sys.stderr.write(exc.format_msg() + "\n")
         return 1
     except SignalException as exc:

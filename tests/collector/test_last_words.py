@@ -41,6 +41,22 @@ def test_every_hang_asks_for_last_words_even_when_it_only_reports(start_collecto
     assert server.watchdog.declared[0].last_words_line() == f"LAST WORDS: event {event_id}: 1 node(s) on disk at step 36"
 
 
+@pytest.mark.parametrize("action, said", [("report", False), ("kill", False), ("recover", True)])
+def test_last_words_with_no_snapshot_anywhere_are_said_only_when_recovery_was_asked_for(
+        start_collector, agents, capsys, action, said):
+    server, address = start_collector(hang_action=action, dump_timeout_s=120.0)
+    agent = agents(address)
+    stop = agent.report_every(0.2, stalled)
+    event_id = agent.next_command("persist_last_words").persist_last_words.event_id
+    stop.set()
+    answer(agent, event_id, step=-1, message="recovery is off on this node (no snapshot store or persist directory)")
+    deadline = time.monotonic() + WAIT
+    while not server.watchdog.declared[0].last_words_said and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.watchdog.declared[0].last_words_said
+    assert ("LAST WORDS" in capsys.readouterr().err) is said
+
+
 def test_kill_waits_for_the_last_words_after_the_stacks_are_in(start_collector, agents):
     server, address = start_collector(hang_action="kill", dump_timeout_s=120.0, last_words_timeout_s=120.0)
     agent = agents(address)
