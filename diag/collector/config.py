@@ -9,25 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Mapping, Sequence
 
-from diag.common import envnames, options
+from diag.common import options
 from diag.common.atomic import probe_writable_dir
+from diag.common.collector_access import TOKEN_ENV, sanitize_job_id
 from diag.common.options import DEFAULT_SILENT_AFTER_S, ConfigError
 
-TOKEN_ENV = envnames.JOB_TOKEN
-_JOB_ID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
 __all__ = ["Config", "ConfigError", "DEFAULT_SILENT_AFTER_S", "TOKEN_ENV", "parse_args", "to_argv"]
-
-
-def sanitize_job_id(job_id: str) -> str:
-    """Keep only ``[A-Za-z0-9._-]`` (docs/event-dir.md); raises ConfigError
-    when nothing usable is left, so a job id can never be ``..`` or empty."""
-    clean = _JOB_ID_KEEP.sub("", job_id)
-    if clean.strip(".") == "":
-        raise ConfigError(f"--job-id: {job_id!r} has no usable characters; use letters, digits, '.', '_' or '-'")
-    return clean
 
 
 def parse_listen(text: str, option: str = "--listen") -> tuple[str, int]:

@@ -29,7 +29,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from diag.common.atomic import write_atomic
-from diag.collector import access
+from diag.common import collector_access as access
 from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
@@ -429,7 +429,7 @@ def _start_metrics(config: Config, server: CollectorServer):
 
 
 def _leave_access_file(config: Config, address: str) -> str | None:
-    """Write collector.json for ``xpu-diag top|timeline`` (diag/collector/access.py);
+    """Write collector.json for ``xpu-diag top|timeline`` (diag/common/collector_access.py);
     a failure is one warning: the job's own agents do not need the file."""
     host, port = parse_listen(address)
     if host in ("0.0.0.0", "[::]", "::"):

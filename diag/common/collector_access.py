@@ -7,18 +7,34 @@ who started the job, so the collector leaves its address and token in
 ``<timeline-path>/<job>/collector.json``, mode 0600: whoever can read that file
 could already read the job's environment. A user who prefers not to keep the
 file can pass ``--collector HOST:PORT`` with ``XPU_TIMER_JOB_TOKEN`` set.
+
+It lives in common, not in the collector: the collector writes the file, and
+the commands that read it (diag/perf/top.py, diag/timeline/cli.py) sit in
+feature packages, which import no process package (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Mapping
 
-from diag.collector.config import TOKEN_ENV, sanitize_job_id
-from diag.common import handshake, safe_dirs
+from diag.common import envnames, handshake, safe_dirs
+from diag.common.options import ConfigError
 
 ACCESS_FILE = "collector.json"
+TOKEN_ENV = envnames.JOB_TOKEN
+_JOB_ID_KEEP = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def sanitize_job_id(job_id: str) -> str:
+    """Keep only ``[A-Za-z0-9._-]`` (docs/event-dir.md); raises ConfigError
+    when nothing usable is left, so a job id can never be ``..`` or empty."""
+    clean = _JOB_ID_KEEP.sub("", job_id)
+    if clean.strip(".") == "":
+        raise ConfigError(f"--job-id: {job_id!r} has no usable characters; use letters, digits, '.', '_' or '-'")
+    return clean
 
 
 class AccessError(ValueError):

@@ -56,7 +56,7 @@ class Source:
     def __init__(self, collector, job_dir):
         import grpc
 
-        from diag.collector import access
+        from diag.common import collector_access as access
         from diag.pb import collector_pb2_grpc as pb_grpc
         try:
             self.address, token = access.resolve(collector, job_dir)

@@ -76,7 +76,7 @@ def fetch(opts: Options):
     """GetTimeline from the job's collector; returns the TimelineReply."""
     import grpc
 
-    from diag.collector import access
+    from diag.common import collector_access as access
     from diag.pb import collector_pb2 as pb
     from diag.pb import collector_pb2_grpc as pb_grpc
 

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from diag.collector import access
+from diag.common import collector_access as access
 
 
 def test_written_owner_only_and_read_back(tmp_path):
