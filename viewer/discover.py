@@ -23,8 +23,9 @@ from viewer.api import NoStacks, ViewerError
 
 NAME = dumpnames.DUMP_NAME
 _DUMP_EXT = (".json", ".txt", ".log", ".dump", ".stack", ".stacks")
-# summary.txt: our own output, on a rerun; slow.json, timeline.json: not stacks (docs/timeline.md)
-_SKIP_NAMES = (dumpnames.HANG_JSON, dumpnames.SUMMARY_TXT, dumpnames.SLOW_JSON, dumpnames.TIMELINE_JSON)
+# The collector's own files (hang.json, timeline.json, nccl_ras.txt, ...) and
+# summary.txt, our own output on a rerun: none is a stack dump.
+_SKIP_NAMES = dumpnames.COLLECTOR_FILES + (dumpnames.SUMMARY_TXT,)
 
 
 @dataclass

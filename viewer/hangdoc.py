@@ -46,7 +46,8 @@ def _rows(fields: dict[str, Check], required: tuple[str, ...] = ("rank",)) -> Ch
     return _list(ok)
 
 
-_OP = {"op": _opt(_str), "comm_id": _opt(lambda v: _int(v) or _str(v)), "seq": _opt(_int)}
+# group: the process group's name as the HANG line gives it (null: unnamed, the id is said instead)
+_OP = {"op": _opt(_str), "comm_id": _opt(lambda v: _int(v) or _str(v)), "group": _opt(_str), "seq": _opt(_int)}
 
 # field -> (its check, the type as said in the note); None is allowed for each
 # (the collector writes the rank sections as null until their rows are built).
@@ -58,12 +59,14 @@ FIELDS: dict[str, tuple[Check, str]] = {
                                                     for k, n in v.items()), "an object of rank -> file names"),
     "culprits": (_list(_rank), "a list of ranks"),
     "ranks": (_rows({"rank": _rank, "pid": _opt(_int), **_OP, "last_completed_seq": _opt(_int)}),
-              "a list of {rank, pid, op, comm_id, seq, last_completed_seq}"),
+              "a list of {rank, pid, op, comm_id, group, seq, last_completed_seq}"),
     "never_entered": (_rows({"rank": _rank, **_OP, "last_started_seq": _opt(_int)}),
-                      "a list of {rank, op, comm_id, seq, last_started_seq}"),
+                      "a list of {rank, op, comm_id, group, seq, last_started_seq}"),
     "suspects": (_rows({"rank": _rank, "reason": _opt(_str), "last_op": _opt(_str)}),
                  "a list of {rank, reason, last_op}"),
     "mismatch": (lambda v: isinstance(v, dict) and _opt(_str)(v.get("summary")), "an object with a summary string"),
+    "groups": (_rows({"comm_id": lambda v: _int(v) or _str(v), "name": _opt(_str), "ranks": _opt(_str)},
+                     required=("comm_id",)), "a list of {comm_id, name, ranks}"),
 }
 
 

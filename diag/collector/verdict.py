@@ -128,17 +128,31 @@ def dropped_line(dropping: dict[int, int]) -> str:
             f"(ring full; the op counts under-report); raise XPU_TIMER_RING_CAPACITY")
 
 
+def group_name(findings: Findings, comm_id: int, progress=None) -> str | None:
+    """The group's name as the HANG line gives it ("default", torch's
+    group_desc, "pg N"), from the findings or the rank's own report; None
+    where no producer named it (the line then says the id)."""
+    label = findings.label(comm_id)
+    if label is not None and label.name:
+        return label.name
+    for comm in progress.comms if progress is not None else ():
+        if comm.comm_id == comm_id and comm.group_name:
+            return comm.group_name
+    return None
+
+
 def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_id: int,
-              lane: int) -> dict[str, Any]:
+              lane: int, findings: Findings) -> dict[str, Any]:
     p = entry.progress
     row: dict[str, Any] = {"rank": rank, "node_rank": entry.node_rank, "hostname": hostnames.get(entry.node_rank, ""),
-                           "pid": p.pid, "op": None, "kind": None, "comm_id": None, "seq": None,
+                           "pid": p.pid, "op": None, "kind": None, "comm_id": None, "group": None, "seq": None,
                            "in_flight_s": None, "last_op": p.last_op or None,
                            "dropped_records": p.dropped_records}
     age = in_flight_age(entry, snap.now)
     if age is not None:
         op = p.oldest_in_flight
         row.update(op=op.name, kind=KIND_NAMES.get(op.kind, str(op.kind)), comm_id=op.comm_id, seq=op.seq,
+                   group=group_name(findings, op.comm_id, p) if op.kind in (KIND_COLLECTIVE, KIND_P2P) else None,
                    in_flight_s=round(age, 3))
     comm = comm_lane(p, comm_id, lane)
     row["last_completed_seq"] = None if comm is None else comm.last_completed_seq
@@ -185,7 +199,8 @@ def rank_sections(findings: Findings) -> dict[str, list[dict[str, Any]]]:
     return {
         "suspects": [{"rank": s.rank, "reason": s.reason, "last_op": s.last_op,
                       "idle_s": None if s.idle_s is None else round(s.idle_s, 3)} for s in findings.suspects],
-        "never_entered": [{"rank": n.rank, "op": n.op.name, "comm_id": n.op.comm_id, "seq": n.op.seq,
+        "never_entered": [{"rank": n.rank, "op": n.op.name, "comm_id": n.op.comm_id,
+                           "group": group_name(findings, n.op.comm_id), "seq": n.op.seq,
                            "last_started_seq": n.last_started_seq} for n in findings.never_entered],
     }
 
@@ -196,7 +211,7 @@ def rank_rows(findings: Findings, snap: Snapshot) -> list[dict[str, Any]]:
     # Seq columns refer to the group of the largest hung collective (the one the culprits are behind on).
     first = next((g.op for g in findings.hung if g.op.is_comm_op), None)
     comm_id, lane = (first.comm_id, first.kind) if first else (0, KIND_COLLECTIVE)
-    return [_rank_row(r, e, snap, hostnames, comm_id, lane) for r, e in sorted(snap.ranks.items())
+    return [_rank_row(r, e, snap, hostnames, comm_id, lane, findings) for r, e in sorted(snap.ranks.items())
             if r < findings.world_size]
 
 

@@ -18,14 +18,14 @@ import socket
 import threading
 import time
 
-from diag.common import envnames
+from diag.common import dumpnames, envnames
 from diag.common import safe_dirs
 
 DEFAULT_ADDR = "localhost:28028"
 PROTOCOL = 2
 RAS_TIMEOUT_S = 5            # the collectives RAS runs among its peers (its own default leg timeout)
 MAX_BYTES = 4 << 20
-RAS_FILE = "nccl_ras.txt"
+RAS_FILE = dumpnames.NCCL_RAS_TXT
 
 
 def _addr(env: dict | None = None) -> tuple[str, int]:

@@ -245,6 +245,10 @@ def test_watchdog_tick_declares_once_writes_hang_json_and_queues_dump_request(tm
     assert doc["dumps"] == {} and doc["dumps_missing"] == [0, 1, 2, 3]
     row2 = doc["ranks"][2]
     assert (row2["rank"], row2["op"], row2["last_started_seq"], row2["pid"]) == (2, None, 40, 1002)
+    # the group by the name the HANG line gives it, beside its id (issue 34 item 1)
+    assert [(r["comm_id"], r["group"]) for r in doc["ranks"]] == [(0, "default"), (0, "default"), (None, None),
+                                                                   (0, "default")]
+    assert [(n["rank"], n["comm_id"], n["group"]) for n in doc["never_entered"]] == [(2, 0, "default")]
     assert [c.WhichOneof("command") for c in session.commands] == ["dump_stacks", "persist_last_words"]
     assert [c.dump_stacks.event_id for c in session.commands][:1] == ["20261118T110640Z"]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -30,6 +32,25 @@ def test_hang_on_a_named_subgroup_names_it_and_its_ranks(tmp_path):
             report = json.load(f)
         assert report["culprits"] == [1] and report["hung_ops"][0]["group"] == "dp"
         assert report["groups"] == [{"comm_id": report["hung_ops"][0]["comm_id"], "name": "dp", "ranks": "0-1"}]
+        def complete():   # the rank rows are built after the line, the stacks arrive after them
+            with open(path) as f:
+                doc = json.load(f)
+            return doc if doc["ranks"] and doc["never_entered"] and len(doc["dumps"]) == 2 else None
+        report = wait_for(complete, "hang.json with its rank rows and both ranks' stacks", timeout=60)
+        # one name everywhere users see the group: the rank rows and never_entered too (issue 34 item 1)
+        assert report["ranks"][0]["group"] == "dp" and report["ranks"][1]["group"] is None, report["ranks"]
+        assert [(n["rank"], n["group"]) for n in report["never_entered"]] == [(1, "dp")]
+        # stack-viewer on the collector's own event directory, at 80 columns: the group by
+        # that name, no note about the collector's files, the conclusion on screen (item 2)
+        event = os.path.dirname(path)
+        view = subprocess.run([sys.executable, "-m", "viewer", "--path", event, "--out", str(tmp_path / "out"),
+                               "--format", "text"], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "COLUMNS": "80"})
+        assert view.returncode == 0, view.stderr
+        assert 'all_reduce (group "dp" (ranks 0-1), seq 4)' in view.stdout, view.stdout
+        assert "Odd ranks out" in view.stdout and "Culprits (hang.json): rank 1" in view.stdout, view.stdout
+        assert [ln for ln in view.stderr.splitlines() if not ln.startswith("stack-viewer: stacks.dot")] == [], \
+            view.stderr
     finally:
         job.kill()
 

@@ -24,14 +24,14 @@ def test_outputs_match_goldens(case):
 
 def test_gloo_golden_names_the_stalled_rank():
     summary = (EXPECTED / "gloo4" / "summary.txt").read_text()
-    assert "Odd ranks out (not in group #1), innermost Python frame:\n  rank 2: stall_before_all_reduce@" in summary
+    assert "Odd ranks out (not at stack #1), innermost Python frame:\n  rank 2: stall_before_all_reduce@" in summary
     folded = (EXPECTED / "gloo4" / "py_stack.folded").read_text()
     assert "all_reduce@torch/distributed/distributed_c10d.py:3252@0-1,3|2 3\n" in folded
 
 
 def test_never_entered_culprits_and_mismatch_come_from_hang_json():
     summary = (EXPECTED / "formats" / "summary.txt").read_text()
-    assert ("rank 1: broadcast group 7 seq 40  <- NEVER ENTERED broadcast seq 41 (last started seq 40)"
+    assert ("rank 1: broadcast (group 7, seq 40)  <- NEVER ENTERED broadcast seq 41 (last started seq 40)"
             in summary)
     assert "  culprits: rank 1\n" in summary
     assert "  mismatch: the ranks diverged at seq 40: rank 1 broadcast 4 B" in summary

@@ -1,10 +1,11 @@
 """``summary.txt`` and the terminal table: who is stuck where, who is different.
 
-Ranks are grouped by their main thread's whole stack, biggest group first;
-the ranks outside the biggest group are listed with their innermost frame
+Ranks are clustered by their main thread's whole stack ("stack #1" the
+biggest); the ranks outside the biggest are listed with their innermost frame
 and the innermost frame of the user's own code; with hang.json, each rank's
-collective, group and seq, and the collector's culprits, never-entered ranks
-and mismatch, read as hang.json states them (never recomputed here).
+collective, process group (by the name the HANG line gives it) and seq, and
+the collector's culprits, never-entered ranks and mismatch, read as hang.json
+states them (never recomputed here). "group" means a process group only.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Summary:
         return sorted(self.groups.items(), key=lambda kv: (-kv[1].bit_count(), (kv[1] & -kv[1]).bit_length()))
 
     def rows(self) -> list[tuple[str, str, int, str, str, str]]:
-        """(group no, folded ranks, count, innermost frame, innermost user frame,
+        """(stack no, folded ranks, count, innermost frame, innermost user frame,
         collective) for the table."""
         out = []
         for i, (frames, bits) in enumerate(self.sorted_groups(), 1):
@@ -82,11 +83,11 @@ class Summary:
 
     def _collective(self, ranks: list[int]) -> str:
         info = {r.get("rank"): r for r in (self.ctx.hang or {}).get("ranks") or [] if isinstance(r, dict)}
-        seen = {_op(info[r]) for r in ranks if r in info}
+        seen = {_op(info[r], self.ctx.hang) for r in ranks if r in info}
         return "; ".join(sorted(seen)) if seen else ""
 
     def _group_lines(self) -> list[str]:
-        lines = [f"Where the main thread is stuck ({self.ctx.view} frames), biggest group first:"]
+        lines = [f"Where the main thread is stuck ({self.ctx.view} frames), most ranks first:"]
         for no, ranks, count, inner, user, coll in self.rows():
             lines.append(f"  {no:<4} {_n(count):<12} {'rank' if count == 1 else 'ranks'} {ranks}")
             lines.append(f"       at  {inner}" + (f"   [{coll}]" if coll else ""))
@@ -103,7 +104,7 @@ class Summary:
         by_frame: dict[tuple[str, str], int] = defaultdict(int)
         for frames, bits in groups[1:]:
             by_frame[(_innermost(frames), _user(frames))] |= bits
-        lines = ["", f"Odd ranks out (not in group #1), innermost {self.ctx.view} frame:"]
+        lines = ["", f"Odd ranks out (not at stack #1), innermost {self.ctx.view} frame:"]
         for (inner, user), bits in sorted(by_frame.items(), key=lambda kv: (kv[1] & -kv[1]).bit_length()):
             r = self._ranks(bits)
             mine = f"   (your code: {user})" if user and user != inner else ""
@@ -130,7 +131,7 @@ class Summary:
         by_state: dict[str, list[int]] = defaultdict(list)
         for r in hang.get("ranks") or []:
             if isinstance(r, dict) and isinstance(r.get("rank"), int):
-                by_state[_op(r) + _never_text(never.get(r["rank"]))].append(r["rank"])
+                by_state[_op(r, hang) + _never_text(never.get(r["rank"]))].append(r["rank"])
         for state, ranks in sorted(by_state.items(), key=lambda kv: (-len(kv[1]), min(kv[1]))):
             lines.append(f"  {_ranks_text(ranks)}: {state}")
         for s in hang.get("suspects") or []:
@@ -175,16 +176,43 @@ class Summary:
         write_text(path, self.render())
 
     def print_table(self, console) -> None:
-        """The groups as a rich table (console: a rich.console.Console)."""
+        """The stacks as a rich table, then the conclusion (the odd ranks out
+        and the culprits), so the terminal says what summary.txt says
+        (console: a rich.console.Console). Wraps at spaces, rank commas and
+        a frame's "@", never inside a name, down to 80 columns."""
+        from rich import box
         from rich.table import Table
 
-        table = Table(title=f"Where ranks are stuck ({self.ctx.view} frames, world {self.ctx.world})")
-        for col in ("group", "ranks", "count", "innermost frame", "your code", "collective"):
-            table.add_column(col, overflow="fold")
-        for i, row in enumerate(self.rows()):
-            style = None if i == 0 else "bold red"
-            table.add_row(row[0], row[1], str(row[2]), row[3], row[4], row[5], style=style)
+        rows = self.rows()
+        ranks_w = min(max([len("ranks")] + [len(r[1].replace(",", ", ")) for r in rows]), 16)
+        count_w = max([1] + [len(str(r[2])) for r in rows])
+        # the "where" column gets the rest, less the 4 columns' padding and rule (14)
+        where_w = max(console.width - len("stack") - ranks_w - count_w - 14, 20)
+        table = Table(title=f"Where ranks are stuck ({self.ctx.view} frames, world {self.ctx.world})",
+                      box=box.SIMPLE_HEAD, title_justify="left")
+        table.add_column("stack", no_wrap=True)
+        table.add_column("ranks", overflow="fold", max_width=ranks_w)
+        table.add_column("n", justify="right", no_wrap=True)
+        table.add_column("where: frame, your code, collective", overflow="fold", ratio=1)
+        for i, (no, ranks, count, inner, user, coll) in enumerate(rows):
+            where = [f"at {_fit(inner, where_w - 3)}"]
+            if user and user != inner:
+                where.append(f"in {_fit(user, where_w - 3)}")
+            if coll:
+                where.append(coll)
+            table.add_row(no, ranks.replace(",", ", "), str(count), "\n".join(where),
+                          style=None if i == 0 else "bold red")
         console.print(table)
+        conclusion = self._odd_lines()[1:] + self._culprit_lines()
+        if conclusion:
+            console.print("\n".join(conclusion), markup=False, highlight=False)
+
+    def _culprit_lines(self) -> list[str]:
+        hang = self.ctx.hang
+        if not hang or "culprits" not in hang:
+            return []
+        culprits = [r for r in hang.get("culprits") or [] if isinstance(r, int)]
+        return [f"Culprits (hang.json): {_ranks_text(culprits) if culprits else 'none named'}"]
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -199,8 +227,25 @@ def _never_text(n: dict | None) -> str:
             + (f" (last started seq {last})" if last is not None else ""))
 
 
-def _op(r: dict) -> str:
+def _fit(label: str, width: int) -> str:
+    """A frame label that does not fit ``width`` is broken before its "@",
+    so the function name and the file stay whole words."""
+    func, at, where = label.partition("@")
+    return label if len(label) <= width or not at else f"{func}\n   @{where}"
+
+
+def group_text(hang: dict | None, comm_id, name) -> str:
+    """The process group as the HANG line says it: ``"default" (ranks 0-3)``,
+    the id where it has no name; members from hang.json's ``groups``."""
+    known = next((g for g in (hang or {}).get("groups") or []
+                  if isinstance(g, dict) and g.get("comm_id") == comm_id), {})
+    name = name or known.get("name")
+    said = f'"{name}"' if name else str(comm_id)
+    return f"{said} (ranks {known['ranks']})" if known.get("ranks") else said
+
+
+def _op(r: dict, hang: dict | None = None) -> str:
     if not r.get("op"):
         last = r.get("last_completed_seq")
         return "not in any collective" + (f" (last completed seq {last})" if last is not None else "")
-    return f"{r['op']} group {r.get('comm_id')} seq {r.get('seq')}"
+    return f"{r['op']} (group {group_text(hang, r.get('comm_id'), r.get('group'))}, seq {r.get('seq')})"
