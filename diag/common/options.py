@@ -288,8 +288,10 @@ def add_arguments(target, options: Iterable[Option], prefix: str = "") -> None:
             target.add_argument(opt.flag, dest=prefix + opt.dest, action="store_true",
                                 default=None, help=hint)
         else:
+            # Without a metavar argparse shows the dest, prefix included:
+            # "--ingest-procs XPU_INGEST_PROCS" read as a variable that is not one.
             target.add_argument(opt.flag, dest=prefix + opt.dest, default=None,
-                                metavar=opt.metavar, help=hint)
+                                metavar=opt.metavar or opt.dest.upper(), help=hint)
 
 
 def resolve(ns, options: Iterable[Option], env: Mapping[str, str] | None = None,
@@ -469,10 +471,11 @@ MAX_AGENTS = Option("--max-agents", None, "16384",
                     integer(1, "16384", 65536, "one socket each"),
                     help="most agents connected at once")
 INGEST_PROCS = Option("--ingest-procs", envnames.INGEST_PROCS, "0", integer(0, "4", 64, "one per spare core at most"),
+                      metavar="N",
                       help="processes that serve the agents' streams beside the judge, on the same address "
                            "(SO_REUSEPORT), for jobs past ~5,000 nodes; 0: one process (docs/collector.md)")
 NODES_PER_RELAY = Option("--nodes-per-relay", envnames.NODES_PER_RELAY, "0",
-                         integer(0, "32", 4096, "a relay's streams"),
+                         integer(0, "32", 4096, "a relay's streams"), metavar="N",
                          help="one report relay per this many nodes, served by one of their agents, merging "
                               "their reports into few messages, for jobs past ~5,000 nodes; 0: every agent "
                               "reports to the collector (docs/collector.md)")

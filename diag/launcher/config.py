@@ -93,6 +93,20 @@ class Config:
         return f"{self.rdzv_host}:{self.rdzv_port + 1}"
 
 
+# --help's sections, in order (docs/launcher.md has the same ones); None: every other option.
+HELP_GROUPS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
+    ("hang detection", ("--hang-timeout", "--idle-timeout", "--hang-action", "--timeline-path", "--collector")),
+    ("recovery (--hang-action recover; docs/recovery.md)", ("--ckpt-persist-every", "--ckpt-dir")),
+    ("performance and metrics", ("--perf-window", "--perf-step", "--slow-threshold", "--slow-action",
+                                 "--metrics-port", "--metrics-addr", "--collector-metrics-port",
+                                 "--timeline-window", "--gpu-sample-interval")),
+    ("network checks (netcheck's output)", ("--fault-list", "--fault-list-max-age", "--rank-order")),
+    ("advanced", None),
+)
+# Accepted, not shown: --link-plugin asks for the default (scripts of before still run).
+HIDDEN_FLAGS = {"--link-plugin"}
+
+
 def torchrun_parser() -> argparse.ArgumentParser:
     from torch.distributed.run import get_args_parser
     parser = get_args_parser()
@@ -101,12 +115,26 @@ def torchrun_parser() -> argparse.ArgumentParser:
     parser.usage = "xpu_timer_launch [xpu-diag options] [torchrun options] train.py [args]"
     parser.description = ("torchrun with hang detection: the same options, plus ours "
                           "(docs/launcher.md). torchrun's own options follow ours.")
-    group = parser.add_argument_group("xpu-diag options (defaults in parentheses, env in brackets)")
-    group.add_argument("--version", action="version", version=version_line())
-    options.add_arguments(group, options.LAUNCHER, prefix="xpu_")
+    ours = []
+    for i, (title, names) in enumerate(HELP_GROUPS):
+        group = parser.add_argument_group(f"xpu-diag options: {title}" + (
+            " (defaults in parentheses, env in brackets)" if i == 0 else ""))
+        ours.append(group)
+        if names is None:   # the rest: an option added to LAUNCHER but to no group still shows
+            grouped = {n for _, ns in HELP_GROUPS if ns for n in ns}
+            chosen = [o for o in options.LAUNCHER if o.flag and o.flag not in grouped]
+            group.add_argument("--version", action="version", version=version_line())
+        else:
+            by_flag = {o.flag: o for o in options.LAUNCHER}
+            chosen = [by_flag[n] for n in names]
+        options.add_arguments(group, chosen, prefix="xpu_")
+    for action in parser._actions:
+        if HIDDEN_FLAGS.intersection(action.option_strings):
+            action.help = argparse.SUPPRESS
     # Ours first in --help: torchrun's forty options would otherwise bury them.
-    parser._action_groups.remove(group)
-    parser._action_groups.insert(0, group)
+    for group in reversed(ours):
+        parser._action_groups.remove(group)
+        parser._action_groups.insert(0, group)
     for other in parser._action_groups[1:]:
         if other.title in ("options", "optional arguments"):
             other.title = "torchrun options (passed to torch.distributed.run unchanged)"
