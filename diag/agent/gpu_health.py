@@ -11,6 +11,7 @@ CUDA runtime gave. Every loop catches, logs once and goes on.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -47,6 +48,7 @@ class GpuMonitor:
         self.window = GpuWindow(max(config.perf_window_s, 60.0))
         self.nvml = None
         self.why = ""                                  # why there is no NVML; "" when there is
+        self._unsaid = ""                              # the no-NVML line, until a GPU shows up
         self._lock = threading.Lock()                  # guards window, _resolved, xid_totals
         self._resolved: dict[tuple, GpuIdentity] = {}  # DEVICE record key -> NVML's identity
         self._by_uuid: dict[str, int] = {}
@@ -62,8 +64,13 @@ class GpuMonitor:
             self.nvml = ReplayNvml(self.config.nvml_replay) if self.config.nvml_replay else RealNvml()
         except GpuError as exc:
             self.why = str(exc)
-            self._log(f"{exc}: verdicts name GPUs by what the CUDA runtime says and give no NVML cause; "
-                      f"everything else works", every=0)
+            # Said once the job turns out to use a GPU (CUDA_VISIBLE_DEVICES, or
+            # a rank's first DEVICE record): on a CPU job no NVML is no news.
+            self._unsaid = (f"{exc}: verdicts name GPUs by what the CUDA runtime says and give no NVML cause; "
+                            f"everything else works")
+            env = getattr(self.config, "tool_env", None) or os.environ
+            if env.get("CUDA_VISIBLE_DEVICES", "").strip() not in ("", "-1"):
+                self._say_no_nvml()
             return
         count = try_query(self.nvml, "nvmlDeviceGetCount") or 0
         self._by_uuid = {gpu_sample.identity_of(self.nvml, i).uuid: i for i in range(count)}
@@ -82,11 +89,18 @@ class GpuMonitor:
         """The rank's GpuHealth from its first DEVICE record; None without one."""
         if rec is None:
             return None
+        if self._unsaid:
+            self._say_no_nvml()
         with self._lock:
             identity = self._resolved.get(_claim_key(rec))
             if identity is None or identity.index < 0:
                 return GpuHealth(identity or claimed_identity(rec), nvml=self.why or "not sampled yet")
             return self.window.health(identity, self._clock(), self.why)
+
+    def _say_no_nvml(self) -> None:
+        line, self._unsaid = self._unsaid, ""
+        if line:
+            self._log(line, every=0)
 
     def xid_counts(self, index: int) -> dict[int, int]:
         """xid -> events on GPU ``index`` since the agent started."""

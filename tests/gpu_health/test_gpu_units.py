@@ -192,8 +192,12 @@ def test_without_nvml_the_monitor_says_one_line_and_names_the_rank_anyway(tmp_pa
     missing = tmp_path / "missing.json"
     mon, said, stop = _monitor(tmp_path, str(missing), {0: rec})
     mon.start()
-    assert mon.threads == [] and len(said) == 1 and "everything else works" in said[0]
+    assert mon.threads == [] and said == []   # no rank has shown a GPU yet (a CPU job hears nothing)
+    assert mon.health_for(None) is None and said == []
     health = mon.health_for(rec)
+    assert len(said) == 1 and "everything else works" in said[0]
+    mon.health_for(rec)
+    assert len(said) == 1
     assert health.identity.phrase() == "gpu 0000:43:00.0 (GPU-2d7e4f10...)" and health.latest is None
     assert "cannot read the NVML recording" in health.nvml
 
@@ -240,3 +244,12 @@ def test_a_real_h100_recording_under_load_reads_as_its_power_cap():
     assert health.identity.pci_bus_id == "0000:00:06.0" and health.identity.uuid.startswith("GPU-6393d877")
     assert causes.throttle_clause(health, [health]) == \
         f"throttled: SW power cap since {causes.when(100.0)}, SM 1,320 MHz of 1,980 max"
+
+
+def test_without_nvml_a_job_given_gpus_hears_it_at_start(tmp_path):
+    cfg = AgentConfig(shm_dir=str(tmp_path), collector=None, token="t", job_id="j",
+                      nvml_replay=str(tmp_path / "missing.json"), tool_env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    said = []
+    import threading
+    GpuMonitor(cfg, lambda m, every=60: said.append(m), threading.Event(), dict).start()
+    assert len(said) == 1 and "everything else works" in said[0]
