@@ -17,6 +17,8 @@ import weakref
 
 from diag.records import format as fmt
 from diag.tracer import completion, device, dispatch, hooked
+from diag.tracer.marks import MARK, rename
+from diag.tracer.sizes import dtype_flags, tensor_bytes
 
 # name -> (kind, parameter whose tensor size is recorded as bytes)
 OPS = {
@@ -41,7 +43,6 @@ OPS = {
     "isend": (fmt.KIND_P2P, "tensor"),
     "irecv": (fmt.KIND_P2P, "tensor"),
 }
-MARK = completion.MARK
 _grad_enabled = None   # torch.is_grad_enabled, bound by patch()
 
 
@@ -159,10 +160,6 @@ def group_display_name(c10d, pg, is_world: bool) -> str:
     return f"pg {c10d._get_process_group_name(pg)}"
 
 
-# torch dtype name -> NCCL data type number (nccl.h; bool travels as uint8).
-_NCCL_DTYPES = {"int8": 0, "uint8": 1, "bool": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
-                "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9, "float8_e4m3fn": 10,
-                "float8_e5m2": 11}
 _NCCL_REDOPS = {"SUM": 0, "PRODUCT": 1, "MAX": 2, "MIN": 3, "AVG": 4}
 # Parameter naming the root (rooted collectives) or peer (p2p) of each op.
 _PEER_PARAMS = {"broadcast": "src", "reduce": "dst", "gather": "dst", "scatter": "src",
@@ -171,21 +168,8 @@ _REDUCING = ("all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter", "
              "reduce_scatter_single")
 
 
-# Per-call lookups are cached by the dtype / op object: one dict hit.
-_flags_cache: dict = {}
+# Per-call lookups are cached by the op object: one dict hit.
 _redop_cache: dict = {}
-
-
-def dtype_flags(value) -> int:
-    """Record flags bits 8-15 for a tensor (or list of them): NCCL dtype + 1."""
-    while isinstance(value, (list, tuple)) and value:
-        value = value[0]
-    dtype = getattr(value, "dtype", None)
-    flags = _flags_cache.get(dtype)
-    if flags is None:
-        code = _NCCL_DTYPES.get(str(dtype).rpartition(".")[2], -1)
-        flags = _flags_cache.setdefault(dtype, (code + 1) << fmt.FLAG_DTYPE_SHIFT)
-    return flags
 
 
 def reduce_op_code(op) -> int:
@@ -208,17 +192,6 @@ def reduce_op_code(op) -> int:
 def stable_comm_id(group_name: str) -> int:
     digest = hashlib.blake2b(b"pg:" + group_name.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") or 1
-
-
-def tensor_bytes(value) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, (list, tuple)):
-        return sum(tensor_bytes(v) for v in value)
-    try:
-        return value.numel() * value.element_size()
-    except Exception:
-        return 0
 
 
 def _param_index(fn, param):
@@ -318,15 +291,6 @@ def _needs_autograd(args, kwargs) -> bool:
         elif getattr(value, "requires_grad", False):
             return True
     return False
-
-
-def rename(wrapper):
-    """Name the wrapper's frame so that stack dumps say who added it."""
-    code = wrapper.__code__
-    wrapper.__code__ = code.replace(co_name="xpu_diag_traced",
-                                    **({"co_qualname": "xpu_diag_traced"}
-                                       if hasattr(code, "co_qualname") else {}))
-    return wrapper
 
 
 def _wrap_batch(tracer, groups, original, share=hooked.HookShare()):

@@ -55,7 +55,8 @@ import collections
 import threading
 import time
 
-MARK = "__xpu_diag_original__"
+from diag.tracer.marks import MARK, rename
+
 
 # What reports an op's completion, per part.
 FUTURE = 0       # a CPU future: done() / value()
@@ -396,6 +397,5 @@ def _hook_work_wait() -> None:
                 found.tracer.disable(f"watching a work's wait() failed: {exc!r}")
         return result
 
-    from diag.tracer.collectives import rename
     setattr(wait, MARK, original)
     Work.wait = rename(wait)

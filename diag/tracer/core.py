@@ -15,6 +15,7 @@ import time
 from diag.common import envnames
 from diag.records import format as fmt
 from diag.records.writer import RecordWriter
+from diag.tracer import current
 
 ENV_SHM_DIR = envnames.SHM_DIR
 ENV_DISABLE = envnames.TRACER_DISABLE
@@ -23,8 +24,6 @@ ENV_HOST_FUNCS = envnames.HOST_TRACING_FUNC
 # Set by the tracer in its own process, so that processes the worker spawns
 # (which inherit RANK) do not create a second region for the same rank.
 ENV_OWNER_PID = envnames.TRACER_PID
-
-_active: "Tracer | None" = None
 
 
 class Op:
@@ -110,7 +109,7 @@ class Tracer:
 
 
 def active() -> "Tracer | None":
-    return _active
+    return current.tracer
 
 
 def install_from_env(env=os.environ) -> "Tracer | None":
@@ -119,9 +118,8 @@ def install_from_env(env=os.environ) -> "Tracer | None":
     Does nothing (returns None) unless the launcher set XPU_TIMER_SHM_DIR and
     torchrun set RANK, or when XPU_TIMER_TRACER_DISABLE=1. Never raises.
     """
-    global _active
-    if _active is not None:
-        return _active
+    if current.tracer is not None:
+        return current.tracer
     if env.get(ENV_DISABLE, "") not in ("", "0") or not env.get(ENV_SHM_DIR):
         return None
     if "RANK" not in env or env.get(ENV_OWNER_PID, str(os.getpid())) != str(os.getpid()):
@@ -140,7 +138,7 @@ def install_from_env(env=os.environ) -> "Tracer | None":
         return None
     os.environ[ENV_OWNER_PID] = str(os.getpid())
     tracer = Tracer(writer, rank)
-    _active = tracer
+    current.tracer = tracer
     # A forked child must not write into its parent's region.
     os.register_at_fork(after_in_child=lambda: _forget(tracer))
     from diag.tracer import collectives, device, host_funcs, import_hooks, steps
@@ -152,9 +150,8 @@ def install_from_env(env=os.environ) -> "Tracer | None":
 
 
 def _forget(tracer: Tracer) -> None:
-    global _active
     tracer.enabled = False
-    _active = None
+    current.tracer = None
 
 
 def _int(text, default: int) -> int:

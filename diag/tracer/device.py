@@ -19,6 +19,7 @@ import os
 import sys
 
 from diag.records import format as fmt
+from diag.tracer import current
 
 MAX_DEVICES = 16            # a rank that touches more than this says the first 16
 GIVE_UP_AFTER = 1000        # collectives on CPU tensors before the tensor check stops looking
@@ -34,8 +35,7 @@ def use_device(ordinal: int) -> None:
     """Tell xpu-diag this rank runs on CUDA device ``ordinal`` (as this process
     numbers them). Needed only where neither torch.cuda.set_device nor a
     collective on a CUDA tensor says it. Never raises."""
-    from diag.tracer import core
-    tracer = core.active()
+    tracer = current.tracer
     if tracer is None or not tracer.enabled:
         return
     try:

@@ -30,6 +30,7 @@ import os
 from diag.common import envnames
 from diag.records import format as fmt
 from diag.tracer import completion
+from diag.tracer.sizes import tensor_bytes
 
 # c10d op -> (name in records, kind, argument whose tensors are counted as bytes).
 # The names are the torch.distributed ones the Python wrappers use, so one
@@ -159,7 +160,6 @@ def below_autograd():
 
 def _kernel(tracer, groups, completions, op, name, kind, size_arg, ProcessGroup, Work):
     import torch
-    from diag.tracer.collectives import tensor_bytes
 
     DispatchKey = torch._C.DispatchKey
     hand_on = torch._C.DispatchKeySet(DispatchKey.AutogradOther)

@@ -23,6 +23,7 @@ ends retires it (the lane rule, docs/records.md).
 from __future__ import annotations
 
 from diag.records import format as fmt
+from diag.tracer.sizes import dtype_flags, tensor_bytes
 
 # _c10d_functional op -> the torch.distributed name it is recorded under
 # (one collective, one name, whoever issued it).
@@ -88,7 +89,6 @@ def _issue(tracer, groups, pending, op, name, c10d):
             try:
                 info = groups.lookup(c10d._resolve_process_group(args[group_i]))
                 if info is not None:
-                    from diag.tracer.collectives import dtype_flags, tensor_bytes
                     sent = args[inputs_i]
                     record = tracer.begin(fmt.KIND_COLLECTIVE, name, info[0], tensor_bytes(sent), info[1],
                                           info[2], True, dtype_flags(sent))

@@ -14,7 +14,7 @@ import sys
 from diag.common.host_func_spec import HostFunc, HostFuncSpecError, parse_spec
 from diag.records import format as fmt
 from diag.tracer import import_hooks
-from diag.tracer.collectives import MARK, rename
+from diag.tracer.marks import MARK, rename
 
 
 def install(tracer, text: str) -> None:

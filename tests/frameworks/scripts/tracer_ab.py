@@ -18,7 +18,7 @@ import time
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-MARK = "__xpu_diag_original__"    # diag.tracer.completion.MARK: the wrapper's original
+MARK = "__xpu_diag_original__"    # diag.tracer.marks.MARK: the wrapper's original
 BLOCK = 2
 _on = [True]
 _calls = collections.defaultdict(list)   # (name, traced) -> each call's ns, after warm-up
