@@ -17,7 +17,7 @@ DEEPSPEED := deepspeed==0.19.8
 GRPC_TOOLS := grpcio-tools==1.60.0
 PROTOC_VENV := build/protoc-venv
 
-.PHONY: setup system-deps hook proto protoc-tools demo test soak test-gpu bench clean
+.PHONY: setup system-deps demo-deps hook proto protoc-tools demo test soak test-gpu bench clean
 
 setup: $(STAMP)
 
@@ -30,24 +30,34 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-build-isolation --no-deps $(DEEPSPEED)
 	touch $@
 
-# Debian tools the tests drive for real: network namespaces and tc, the
-# headless browser for the viewer's SVG, graphviz's dot. Root only; skipped otherwise.
-system-deps:
+# Debian tools, as "command:package" pairs; root only, skipped otherwise, and
+# only what is missing. The demo needs the hook's compiler, graphviz's dot
+# (the viewer's call-tree SVG) and eu-stack (native stacks; gdb otherwise).
+# The tests also drive network namespaces and tc, a headless browser for the
+# viewer's SVG, Prometheus (the alert rules) and tmux: `make test` installs
+# those, `make demo` does not.
+DEMO_DEPS := g++:g++ make:make dot:graphviz eu-stack:elfutils
+TEST_DEPS := $(DEMO_DEPS) ip:iproute2 chromium:chromium prometheus:prometheus tmux:tmux
+
+define apt_install
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
-	  command -v g++ >/dev/null || missing="$$missing g++ make"; \
-	  command -v ip >/dev/null || missing="$$missing iproute2"; \
-	  command -v dot >/dev/null || missing="$$missing graphviz"; \
-	  command -v chromium >/dev/null || missing="$$missing chromium"; \
-	  command -v eu-stack >/dev/null || missing="$$missing elfutils"; \
-	  command -v prometheus >/dev/null || missing="$$missing prometheus"; \
-	  command -v tmux >/dev/null || missing="$$missing tmux"; \
+	  for pair in $(1); do \
+	    command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair#*:}"; \
+	  done; \
 	  if [ -n "$$missing" ]; then \
-	    echo "installing:$$missing"; \
+	    echo "installing (apt-get, as root):$$missing"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) \
-	      || echo "warning: could not install$$missing; the tests that need them will skip"; \
+	      || echo "warning: could not install$$missing; the parts that need them will skip"; \
 	  fi; \
 	fi
+endef
+
+system-deps:
+	$(call apt_install,$(TEST_DEPS))
+
+demo-deps:
+	$(call apt_install,$(DEMO_DEPS))
 
 hook: setup
 	$(MAKE) -C kernel_hook
@@ -63,7 +73,7 @@ $(PROTOC_VENV)/.stamp-$(GRPC_TOOLS):
 proto: protoc-tools
 	$(PROTOC_VENV)/bin/python -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. protos/diag/pb/*.proto
 
-demo: system-deps setup hook
+demo: demo-deps setup hook
 	$(BIN)/python examples/demo.py
 
 # Most tests wait on real processes: two workers, a file each at a time
