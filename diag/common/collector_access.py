@@ -15,6 +15,7 @@ feature packages, which import no process package (docs/architecture.md).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -74,12 +75,27 @@ def resolve(collector: str | None, job_dir: str | None, env: Mapping[str, str] |
             body = json.load(f)
         return str(body["address"]), str(body["token"])
     except FileNotFoundError:
-        raise AccessError(f"--job {job_dir}: no {ACCESS_FILE} there; give the job's directory under "
-                          f"--timeline-path (the collector writes it while the job runs)") from None
+        raise AccessError(no_access_file(job_dir)) from None
     except PermissionError:
         raise AccessError(f"--job {job_dir}: {path} is not readable by you; run as the job's owner") from None
     except (ValueError, KeyError, TypeError):
         raise AccessError(f"--job {job_dir}: {path} is not a collector access file") from None
+
+
+def no_access_file(job_dir: str) -> str:
+    """One line for a --job DIR without collector.json: a path that is not a
+    job's directory, or a job that has ended (its collector removes the file
+    when it stops). For the latter, the timelines its events saved are files."""
+    if not os.path.isdir(job_dir):
+        return (f"--job {job_dir}: no such directory; pass <timeline-path>/<job-id> of a running job "
+                f"(the job id is torchrun's --rdzv-id, or the launcher's job-<hex>)")
+    saved = sorted(glob.glob(os.path.join(glob.escape(job_dir), "*", "timeline.json")))
+    head = (f"--job {job_dir}: no {ACCESS_FILE} there, so no collector runs for this job (it ended, or has not "
+            f"started yet); run this while the job runs")
+    if saved:
+        return (f"{head}; the timeline saved at its last event is {saved[-1]} "
+                f"({len(saved)} saved in all; open one in https://ui.perfetto.dev)")
+    return f"{head}; a finished job keeps only the timeline.json saved in each event directory, and it has none"
 
 
 def metadata(channel, token: str, address: str) -> tuple[tuple[str, str], ...]:

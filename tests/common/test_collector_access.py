@@ -35,3 +35,17 @@ def test_bad_job_dir_is_one_line(tmp_path, body, match):
 def test_nothing_given_names_both_ways():
     with pytest.raises(access.AccessError, match="--job .* --collector"):
         access.resolve(None, None, env={})
+
+
+def test_a_finished_job_says_to_run_while_it_runs_and_where_its_saved_timeline_is(tmp_path):
+    job = tmp_path / "job1"
+    for event in ("20261127T100000Z", "20261127T110000Z"):
+        (job / event).mkdir(parents=True)
+        (job / event / "timeline.json").write_text("{}")
+    with pytest.raises(access.AccessError) as info:
+        access.resolve(None, str(job), env={})
+    line = str(info.value)
+    assert "\n" not in line and "run this while the job runs" in line
+    assert f"the timeline saved at its last event is {job / '20261127T110000Z' / 'timeline.json'}" in line
+    with pytest.raises(access.AccessError, match="no such directory; pass <timeline-path>/<job-id>"):
+        access.resolve(None, str(tmp_path / "nope"), env={})
