@@ -110,7 +110,7 @@ def run(cfg: Config) -> int:
         local = run_switchbox(cfg, Reporter(cfg.out.progress))
     doc = run_pairwise(cfg, local) if cfg.pairwise else merge([local] if local else [])
     if cfg.rdzv.spawn_dir:       # a child of --nproc-per-node: the parent prints and writes (spawn.py)
-        from diag.netcheck.spawn import hand_up
+        from diag.netcheck.handoff import hand_up
         hand_up(cfg, doc=doc)
     else:
         emit(cfg, doc, lead=cfg.rdzv.node_rank == 0 or not cfg.pairwise)

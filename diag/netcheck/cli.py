@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # A child of --nproc-per-node: a non-zero exit would make torchrun kill
         # the coordinating sibling before it hands up the verdict; the parent
         # returns the worst status instead (spawn.py).
-        from diag.netcheck.spawn import hand_up
+        from diag.netcheck.handoff import hand_up
         hand_up(cfg, code=code)
         code = 0
     sys.stdout.flush()

@@ -12,15 +12,15 @@ NETCHECK_SPAWN_DIR; this process prints, writes --output and returns the worst.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Sequence
+from typing import Sequence
 
-from diag.common.atomic import write_atomic
+from diag.netcheck import handoff
 from diag.netcheck.api import EXIT_CANNOT_RUN, EXIT_FAULTY, EXIT_HEALTHY, EXIT_INCOMPLETE
+from diag.netcheck.check import emit, verdict_code
 from diag.netcheck.config import Config
 
 SPAWN_DIR_ENV = "NETCHECK_SPAWN_DIR"
@@ -51,46 +51,19 @@ def torchrun_argv(cfg: Config, argv: Sequence[str]) -> list[str]:
             "-m", "diag.netcheck.cli", *child_argv(argv)]
 
 
-def hand_up(cfg: Config, doc: dict[str, Any] | None = None, code: int | None = None) -> None:
-    """A child's document or exit status, for the parent (best effort: a full disk must not hang the job)."""
-    name, data = (f"doc.{cfg.rdzv.node_rank}.json", json.dumps(doc)) if doc is not None else \
-        (f"code.{cfg.rdzv.node_rank}", str(code))
-    try:
-        write_atomic(os.path.join(cfg.rdzv.spawn_dir, name), data.encode())
-    except OSError as exc:
-        print(f"netcheck: node rank {cfg.rdzv.node_rank}: cannot hand the result up ({exc})", file=sys.stderr)
-
-
-def _handed_up(where: str) -> tuple[dict[str, Any] | None, list[int]]:
-    doc, codes = None, []
-    for name in sorted(os.listdir(where)):
-        path = os.path.join(where, name)
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-            if name.startswith("doc.") and doc is None:
-                doc = json.loads(text)
-            elif name.startswith("code."):
-                codes.append(int(text))
-        except (OSError, ValueError):
-            continue
-    return doc, codes
-
-
 def spawn(cfg: Config, argv: Sequence[str]) -> int:
     """Run the children, then print and write the verdict they handed up; the worst exit status."""
     where = tempfile.mkdtemp(prefix="netcheck-spawn-")
     os.environ[SPAWN_DIR_ENV] = where
     try:
         code = _run_torchrun(cfg, argv)
-        doc, codes = _handed_up(where)
+        doc, codes = handoff.handed_up(where)
     finally:
         os.environ.pop(SPAWN_DIR_ENV, None)
         shutil.rmtree(where, ignore_errors=True)
     if doc is None:
         print(f"netcheck: node rank {cfg.rdzv.node_rank}: no local process reached a verdict", file=sys.stderr)
         return code or EXIT_CANNOT_RUN
-    from diag.netcheck.check import emit, verdict_code
     emit(cfg, doc, lead=cfg.rdzv.node_rank == 0)
     worst = max([c for c in codes if c not in (EXIT_HEALTHY, EXIT_FAULTY, EXIT_INCOMPLETE)] + [code], default=0)
     return worst or verdict_code(doc)
