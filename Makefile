@@ -81,7 +81,10 @@ demo: demo-deps setup hook
 # tests that judge a rate or a duration (SLOW verdicts, bandwidth, GEMM
 # TFLOP/s, a ring that must not overflow) are marked `alone` and run after,
 # one at a time: beside another test they read its load, not ours.
+# lint-imports first (a fraction of a second): the layers of
+# docs/architecture.md, as pyproject.toml's [tool.importlinter] writes them.
 test: system-deps setup hook protoc-tools
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 -m "not alone" tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -m alone tests
 

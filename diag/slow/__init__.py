@@ -1,0 +1,1 @@
+"""Slowness rules: which rank is slow, from the perf window (docs/slow.md)."""
