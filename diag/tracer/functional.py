@@ -13,11 +13,16 @@ So the functional ops get a kernel of their own at the same ``AutogradCPU``
 key, handing on to the kernel that runs without us (``AutogradOther``, the
 same autograd kernel): START when the op is issued. The op returns its
 output at once and leaves the work in torch's registry, out of reach; its
-end is the caller's ``wait_tensor`` on that output (DTensor's
-AsyncCollectiveTensor on first use, an explicit wait in compiled graphs),
-which on gloo returns when the collective did: END then. An output never
-waited on is not left in flight for good: a later op of its group that
-ends retires it (the lane rule, docs/records.md).
+end is the caller's wait on that output, which on gloo returns when the
+collective did: END then. The wait comes two ways, and both are watched:
+``torch.ops._c10d_functional.wait_tensor`` called directly (compiled
+graphs), seen by a kernel at the same key; and
+``_functional_collectives.wait_tensor``, the Python function DTensor's
+AsyncCollectiveTensor calls on first use from inside its
+``__torch_dispatch__``, below the autograd keys where no kernel of ours
+runs: that function is wrapped. An output never waited on is not left in
+flight for good: a later op of its group that ends retires it (the lane
+rule, docs/records.md).
 """
 
 from __future__ import annotations
@@ -64,7 +69,38 @@ def register(tracer, groups, completions):
     if wait is not None:
         library.impl("wait_tensor", _wait(tracer, completions, pending, wait.default), DISPATCH_KEY,
                      with_keyset=True)
+    from diag.tracer import import_hooks
+    import_hooks.when_imported("torch.distributed._functional_collectives",
+                               lambda module: _wrap_python_wait(tracer, completions, pending, module))
     return library
+
+
+def _ended(tracer, completions, pending, tensor) -> None:
+    """``tensor``'s wait returned: END the functional op that produced it."""
+    if not pending or not tracer.enabled:
+        return
+    try:
+        tensor = getattr(tensor, "elem", tensor)   # an AsyncCollectiveTensor: the op's own output
+        record = pending.pop(tensor.data_ptr(), None)
+        if record is not None:
+            completions.finished(record)
+    except Exception as exc:
+        tracer.disable(f"ending a functional collective failed: {exc!r}")
+
+
+def _wrap_python_wait(tracer, completions, pending, module) -> None:
+    from diag.tracer.marks import MARK, rename
+    original = getattr(module, "wait_tensor", None)
+    if original is None or hasattr(original, MARK):
+        return
+
+    def wait_tensor(tensor):
+        out = original(tensor)
+        _ended(tracer, completions, pending, tensor)
+        return out
+
+    setattr(wait_tensor, MARK, original)
+    module.wait_tensor = rename(wait_tensor)
 
 
 def _onward(keyset):
@@ -119,13 +155,7 @@ def _issue(tracer, groups, pending, op, name, c10d):
 def _wait(tracer, completions, pending, op):
     def xpu_diag_traced(keyset, *args, **kwargs):
         out = op.redispatch(_onward(keyset), *args, **kwargs)
-        if pending and tracer.enabled:
-            try:
-                record = pending.pop(args[0].data_ptr(), None)
-                if record is not None:
-                    completions.finished(record)
-            except Exception as exc:
-                tracer.disable(f"ending a functional collective failed: {exc!r}")
+        _ended(tracer, completions, pending, args[0])
         return out
 
     return xpu_diag_traced
