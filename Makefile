@@ -85,8 +85,8 @@ demo: demo-deps setup hook
 # docs/architecture.md, as pyproject.toml's [tool.importlinter] writes them.
 test: system-deps setup hook protoc-tools
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=10 -m "not alone" tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -m alone tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=20 -m "not alone" tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -m alone tests
 
 # The exit races at the counts they were first measured with (tests/soak.py):
 # longer than make test's budget allows.
