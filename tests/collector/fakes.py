@@ -259,3 +259,32 @@ class Throttle:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def wait_ticks(watchdog, n: int = 2, *, full: bool = False, timeout: float = 30.0) -> None:
+    """Return once the watchdog's own loop has run ``n`` ticks that began after
+    this call (``full``: ticks that take a snapshot and judge the rules, made
+    due at once rather than FULL_EVERY_S apart), so whatever was ingested
+    before the call has been judged. A check that something does NOT happen
+    waits on this, not on a fixed sleep: under load a sleep may end before a
+    single tick ran. The loop calls ``self.tick``, so an instance attribute
+    wraps it for the wait."""
+    done = threading.Semaphore(0)
+    real = watchdog.tick
+
+    def tick(*args, **kwargs):
+        before = watchdog.full_ticks
+        if full:
+            watchdog._full_at = 0.0   # the next full pass is due now (monotonic time is past 0)
+        try:
+            real(*args, **kwargs)
+        finally:
+            if not full or watchdog.full_ticks > before:
+                done.release()
+
+    watchdog.tick = tick
+    try:
+        for _ in range(n):
+            assert done.acquire(timeout=timeout), f"the watchdog ran no {'full ' if full else ''}tick in {timeout} s"
+    finally:
+        del watchdog.tick   # the class's own again
