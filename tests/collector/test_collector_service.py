@@ -10,7 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from diag.pb import collector_pb2 as pb
 from tests.collector.conftest import TOKEN
-from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress, session
+from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress, session, wait_ticks
 from tests.waiting import wait_for
 
 WAIT = 30.0
@@ -124,7 +124,9 @@ def test_hang_fires_again_only_after_progress_resumed(start_collector, agents, t
     agent = agents(address)
     stop = agent.report_every(0.2, stalled)
     first = agent.next_command("dump_stacks").dump_stacks.event_id
-    time.sleep(1.0)
+    seen = server.state.reports
+    wait_for(lambda: server.state.reports >= seen + 2, "two more stalled reports")
+    wait_ticks(server.watchdog, 2, full=True)   # ... judged by the rules
     assert len(server.watchdog.declared) == 1
     stop.set()
     stop = agent.report_every(0.2, healthy)
@@ -213,7 +215,7 @@ def test_agent_that_stops_reporting_turns_silent_unless_its_workers_exited(start
     err = wait_for(lambda: (e := capsys.readouterr().err) and "SILENT:" in e and e, "the silent line")
     assert [line for line in err.splitlines() if line.startswith("SILENT:")] == [
         line for line in err.splitlines() if line.startswith("SILENT: ranks 2-3 on node 1 (n1): agent sent no report")]
-    time.sleep(0.5)
+    wait_ticks(server.watchdog, 2, full=True)   # the silent rule judged again, twice
     assert "SILENT" not in capsys.readouterr().err  # announced once
 
 
@@ -237,9 +239,14 @@ def test_a_report_read_while_ingest_is_held_waits_for_the_hold_to_end(start_coll
     agent.send(node_report(0, [rank_progress(0, 2, started=5)]))
     wait_for(lambda: server.state.reports == 1, "the first report", 10)
     server.registry.hold(True)
-    time.sleep(0.3)   # the loop has cleared the gate
+    gate = server.registry.gate
+    wait_for(lambda: not gate.is_set(), "the loop to clear the gate", 10)
+    # asyncio.Event's waiters: none yet (the stream, or the relay link, waits
+    # in its read); one once the report is read and parked by the hold. The
+    # report is in the collector's hands, not just on the wire, when judged.
+    assert not gate._waiters
     agent.send(node_report(0, [rank_progress(0, 2, started=6)], seq=2))
-    time.sleep(1.0)
+    wait_for(lambda: len(gate._waiters) == 1, "the report read and parked at the gate", 10)
     assert server.state.reports == 1, "a report was ingested while the hold was on"
     server.registry.hold(False)
     wait_for(lambda: server.state.reports == 2, "the held report, once the hold ends", 10)
