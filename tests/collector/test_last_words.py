@@ -9,7 +9,9 @@ import grpc
 import pytest
 
 from diag.pb import collector_pb2 as pb
+from tests.collector.fakes import wait_ticks
 from tests.collector.test_collector_service import agents, dump, healthy, stalled  # noqa: F401  (agents: fixture)
+from tests.waiting import wait_for
 
 WAIT = 30.0
 
@@ -63,8 +65,10 @@ def test_kill_waits_for_the_last_words_after_the_stacks_are_in(start_collector, 
     stop = agent.report_every(0.2, stalled)
     event_id = agent.next_command("dump_stacks").dump_stacks.event_id
     upload_all(agent, event_id)
-    time.sleep(4.0)     # the stacks are in (DUMP_QUIET_S is 3 s): still no kill without the last words
-    assert not server.watchdog.declared[0].killed
+    event = server.watchdog.declared[0]
+    wait_for(lambda: event.stacks_said, "the STACKS line")   # every dump came with last=True: no quiet wait
+    wait_ticks(server.watchdog, 2)   # the kill rule looked again with the stacks in
+    assert not event.killed          # still no kill without the last words
     answer(agent, event_id)
     kill = agent.next_command("kill_workers", timeout=WAIT).kill_workers
     stop.set()
@@ -109,10 +113,12 @@ def test_recover_kill_carries_the_hang_time_the_nodes_and_the_node_blamed_on_har
 
 
 def test_a_healthy_job_under_recover_is_never_asked_for_last_words(start_collector, agents):
-    server, address = start_collector(hang_action="recover")
+    server, address = start_collector(hang_action="recover", hang_timeout_s=0.5)
     agent = agents(address)
     stop = agent.report_every(0.1, healthy)
-    time.sleep(3.0)     # three hang timeouts
+    began = time.monotonic()
+    wait_for(lambda: time.monotonic() - began >= 1.5 and server.state.reports >= 10, "three hang timeouts of reports")
+    wait_ticks(server.watchdog, 2, full=True)   # ... all judged
     stop.set()
     assert server.watchdog.declared == []
     assert agent.commands.empty()
