@@ -128,8 +128,9 @@ def test_agent_connects_late_reports_then_dumps_and_kills_on_a_hang(tmp_path, ch
     agent.start()
     server = None
     try:
-        time.sleep(1.0)       # nobody listens yet: the agent backs off and retries
-        assert "unreachable" in capfd.readouterr().err
+        # Nobody listens yet: the agent says so, backs off and retries (the
+        # report below comes from a retry).
+        wait_for(lambda: "unreachable" in capfd.readouterr().err, "the agent's 'unreachable' line", 15)
         server = collector(port, timeline, action="kill")
         wait_for(lambda: 0 in server.state.snapshot(time.monotonic()).ranks, "a report", 15)
         entry = server.state.snapshot(time.monotonic()).ranks[0]
