@@ -15,7 +15,7 @@ namespace xt {
 
 std::atomic<int> g_bypass{0};
 Core g_core;
-__thread Tls tl __attribute__((tls_model("initial-exec")));
+__thread Tls tl __attribute__((tls_model("initial-exec"))) = {nullptr, false, 0, -1};
 
 namespace {
 
@@ -127,6 +127,8 @@ int xt_core_start(const xt_config* cfg, const xt_device_ops* ops, char* err, siz
   }
   c.cfg = *cfg;
   c.ops = *ops;
+  snprintf(c.visible, sizeof(c.visible), "%s", cfg->visible_devices ? cfg->visible_devices : "");
+  c.cfg.visible_devices = c.visible;
   RegionIdentity id{cfg->pid, cfg->rank, cfg->local_rank, cfg->world_size, cfg->capacity};
   if (!c.region.create(cfg->shm_dir, id, err, err_len)) return -1;
   void* mem = mmap(nullptr, sizeof(Slot) * kMaxSlots, PROT_READ | PROT_WRITE,
@@ -213,8 +215,13 @@ void xt_core_after_fork_child(void) {
   tl.no_slot = true;
 }
 
+void xt_device_set(int device) {
+  if (device >= 0) tl.dev = device + 1;
+}
+
 void xt_count_launch(const void* func, int kind) {
   if (!active()) return;
+  note_device();
   // The low bits tell the drainer which kind of key it is (core.h).
   func = reinterpret_cast<const void*>(uintptr_t(func) | uintptr_t(kind & 3));
   Slot* s = my_slot();

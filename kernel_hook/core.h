@@ -45,7 +45,14 @@ typedef struct xt_device_ops {
   // NULL or an event without timing (cheaper to record and query): the
   // drainer's fences. event_create when NULL.
   int (*event_create_untimed)(void** event);
+  // NULL or the runtime's identity of a device (drainer only, never a launch
+  // path): fills the UUID's 16 bytes and the PCI address packed as in a
+  // DEVICE record (docs/records.md) and returns the XT_DEV_HAS_* bits of what
+  // it filled.
+  int (*device_identity)(int device, uint8_t uuid[16], uint64_t* pci);
 } xt_device_ops;
+
+enum { XT_DEV_HAS_UUID = 1, XT_DEV_HAS_PCI = 2 };  // the DEVICE record's flags
 
 typedef struct xt_config {
   const char* shm_dir;  // region directory (XPU_TIMER_SHM_DIR)
@@ -59,6 +66,7 @@ typedef struct xt_config {
                            // Every collective's completion is still tracked:
   int completion_events;   // 1: by an end event recorded at launch (exact per
                            // op); 0: by the drainer's fences (no cost at launch)
+  const char* visible_devices;  // CUDA_VISIBLE_DEVICES at start; NULL when unset
 } xt_config;
 
 // Operation types the hook times. Names and kinds live in core.cc.
@@ -104,6 +112,12 @@ void xt_core_switch_off(void);
 void xt_core_flush(void);
 // In a forked child: drop every piece of state and stay inert.
 void xt_core_after_fork_child(void);
+
+// The calling thread's current device is now device (the hooked
+// cudaSetDevice, after the real one succeeded). One thread-local store; works
+// before xt_core_start. The next launch on the thread says the device once
+// (a DEVICE record, written by the drainer) if no launch said it before.
+void xt_device_set(int device);
 
 // Hot path. Counts one kernel launch of func (an XT_KERNEL_* kind) on the
 // calling thread.

@@ -16,6 +16,7 @@ constexpr int kMaxSlots = 512;       // threads that can time ops at once
 constexpr int kCountEntries = 256;   // distinct kernels counted per thread
 constexpr int kOpQueue = 256;        // timed ops in flight per thread (power of two)
 constexpr int kGroupMax = 64;        // ops deferred inside one NCCL group
+constexpr int kMaxDevices = 16;      // distinct CUDA devices said (DEVICE records) per process
 
 enum CoreState : int { kStateOff = 0, kStateOn = 1, kStateStopped = 2 };
 
@@ -85,6 +86,12 @@ struct Core {
   std::atomic<uint64_t> orphan_dropped{0};  // ops from threads with no slot
   RegionWriter region;
   int home_device = -1;  // the starting thread's device: the drainer's first
+  // CUDA devices launched on, in the order first seen: ordinal + 1, 0 = free.
+  // Filled by launching threads (CAS, off the hot path), written as DEVICE
+  // records by the drainer; devices_written is the drainer's.
+  std::atomic<int> devices[kMaxDevices] = {};
+  int devices_written = 0;
+  char visible[256] = {};  // CUDA_VISIBLE_DEVICES at start ("" when unset)
   pthread_t drainer{};
   bool drainer_started = false;
   std::atomic<int> stop{0};
@@ -122,6 +129,11 @@ extern Core g_core;
 struct Tls {
   Slot* slot;
   bool no_slot;  // every slot is taken: this thread only counts drops
+  // The thread's current CUDA device + 1 (0: not asked yet, or the runtime
+  // would not say), and the last one it noted + 1 (-1 before its first
+  // launch): a launch takes the slow path only when they differ.
+  int dev;
+  int dev_noted;
 };
 // initial-exec: plain %fs-relative access, no __tls_get_addr (which may malloc).
 extern __thread Tls tl __attribute__((tls_model("initial-exec")));
@@ -130,6 +142,13 @@ Slot* claim_slot();  // slow path, once per thread (core.cc)
 inline Slot* my_slot() {
   Slot* s = tl.slot;
   return s ? s : claim_slot();
+}
+
+// Slow path (core.cc): a launch on a device this thread has not noted.
+void note_device_slow();
+// Hot path: one thread-local compare per launch.
+inline void note_device() {
+  if (__builtin_expect(tl.dev != tl.dev_noted, 0)) note_device_slow();
 }
 
 inline bool maybe_capturing(const Core& c) {
@@ -143,6 +162,7 @@ uint8_t op_kind(xt_op op);
 
 // drainer.cc
 void drain_pass(Core& c, bool final_pass);
+void write_devices(Core& c);  // devices.cc: DEVICE records for devices newly noted
 void* drainer_main(void* arg);
 void wake_drainer(Core& c);
 void release_slot(Core& c, Slot* s);

@@ -82,6 +82,14 @@ cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode_t* mode);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);
 cudaError_t cudaFuncGetName(const char** name, const void* func);
+// The device's identity, asked by the drainer for DEVICE records (devices.cc).
+// cudaDeviceProp is only passed as a buffer larger than any SDK's (the UUID is
+// its second member, at offset 256, in CUDA 10 .. 13); CUDA >= 12 exports the
+// _v2 name that its header maps cudaGetDeviceProperties to.
+typedef struct cudaDeviceProp cudaDeviceProp;
+cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp* prop, int device);
 // Hooked to wrap the driver launch entry points they hand out (hook_driver.cc).
 cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
                                     int* driverStatus);

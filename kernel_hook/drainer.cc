@@ -306,6 +306,7 @@ void drain_pass(Core& c, bool final_pass) {
   if (c.slots == nullptr || !c.region.is_open()) return;
   uint64_t now = mono_ns();
   int n = c.n_slots.load(std::memory_order_acquire);
+  write_devices(c);  // before the ops: a verdict on them can name the GPU
   bool runtime_alive = true;
   for (int i = 0; i < n && runtime_alive; ++i) {
     Slot& s = c.slots[i];

@@ -29,6 +29,7 @@ XT_REAL(cudaStreamEndCapture_ptsz, XT_SONAME_CUDART);
 XT_REAL(cudaStreamIsCapturing, XT_SONAME_CUDART);
 XT_REAL(cudaStreamDestroy, XT_SONAME_CUDART);
 XT_REAL(cudaDeviceReset, XT_SONAME_CUDART);
+XT_REAL(cudaSetDevice, XT_SONAME_CUDART);
 XT_REAL(cublasGetStream_v2, XT_SONAME_CUBLAS);
 XT_REAL(cublasGemmEx, XT_SONAME_CUBLAS);
 XT_REAL(cublasGemmStridedBatchedEx, XT_SONAME_CUBLAS);
@@ -201,6 +202,16 @@ XT_EXPORT cudaError_t cudaDeviceReset(void) {
   if (!real) return kCudaSymbolMissing;
   xt_streams_destroying(nullptr);
   return real();
+}
+
+// ---- the thread's device: launches name it (DEVICE records, devices.cc) ----
+
+XT_EXPORT cudaError_t cudaSetDevice(int device) {
+  auto real = XT_GET(cudaSetDevice);
+  if (!real) return kCudaSymbolMissing;
+  cudaError_t r = real(device);
+  if (r == cudaSuccess) xt_device_set(device);
+  return r;
 }
 
 // ---- cuBLAS / cuBLASLt GEMMs: timed, with FLOPs -------------------------------

@@ -154,6 +154,7 @@ extern "C" {
 xt_ticket xt_op_begin(const xt_op_desc* d, void* stream) {
   Core& c = g_core;
   if (!active() || d->op >= XT_OP_COUNT_) return -1;
+  note_device();
   Slot* s = my_slot();
   if (!s) {
     c.orphan_dropped.fetch_add(1, std::memory_order_relaxed);

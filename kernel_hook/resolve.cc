@@ -65,6 +65,9 @@ RealSym r_funcname{"cudaFuncGetName", XT_SONAME_CUDART};
 RealSym r_kernelname{"cuKernelGetName", "libcuda.so.1"};  // driver, CUDA >= 12.3
 RealSym r_cufuncname{"cuFuncGetName", "libcuda.so.1"};    // driver, CUDA >= 12.3
 RealSym r_cu_record{"cuEventRecord", "libcuda.so.1"};  // same handles as the runtime's
+RealSym r_pci_bus_id{"cudaDeviceGetPCIBusId", XT_SONAME_CUDART};
+RealSym r_props_v2{"cudaGetDeviceProperties_v2", XT_SONAME_CUDART};
+RealSym r_props{"cudaGetDeviceProperties", XT_SONAME_CUDART};
 RealSym r_capmode{"cudaThreadExchangeStreamCaptureMode", XT_SONAME_CUDART};
 RealSym r_peek_error{"cudaPeekAtLastError", XT_SONAME_CUDART};
 RealSym r_get_error{"cudaGetLastError", XT_SONAME_CUDART};
@@ -160,6 +163,36 @@ const char* op_kernel_name(const void* func, int kind) {
   return nullptr;
 }
 
+// The runtime's PCI address and UUID of a device (the drainer, once per
+// device): what the tracer takes from torch.cuda.get_device_properties.
+constexpr size_t kDevicePropBytes = 4096;  // more than any SDK's cudaDeviceProp
+constexpr size_t kDevicePropUuid = 256;    // after char name[256]
+int op_device_identity(int device, uint8_t uuid[16], uint64_t* pci) {
+  LastErrorKeeper keep;
+  int has = 0;
+  char bus[64] = {};
+  void* p = r_pci_bus_id.resolve(false);
+  unsigned domain = 0, b = 0, d = 0, f = 0;
+  if (p && keep.check(reinterpret_cast<decltype(&::cudaDeviceGetPCIBusId)>(p)(
+               bus, int(sizeof(bus) - 1), device)) == cudaSuccess &&
+      sscanf(bus, "%x:%x:%x.%x", &domain, &b, &d, &f) == 4) {
+    *pci = (uint64_t(domain) << 32) | (uint64_t(b & 0xFF) << 16) | (uint64_t(d & 0xFF) << 8) |
+           uint64_t(f & 0xFF);
+    has |= XT_DEV_HAS_PCI;
+  }
+  p = r_props_v2.resolve(false);
+  if (!p) p = r_props.resolve(false);
+  alignas(16) static char props[kDevicePropBytes];  // the drainer's alone (pass lock)
+  memset(props, 0, sizeof(props));
+  if (p && keep.check(reinterpret_cast<decltype(&::cudaGetDeviceProperties)>(p)(
+               reinterpret_cast<cudaDeviceProp*>(props), device)) == cudaSuccess) {
+    memcpy(uuid, props + kDevicePropUuid, 16);
+    for (int i = 0; i < 16; ++i)
+      if (uuid[i]) has |= XT_DEV_HAS_UUID;  // all zero: the runtime gave none
+  }
+  return has;
+}
+
 // cudaEventQuery is an unsafe call during a capture: in the default (global)
 // mode, one from any thread invalidates another thread's capture (the bug
 // PyTorch's NCCL watchdog had, pytorch#104555). Thread-local mode (1) on the
@@ -233,10 +266,11 @@ void start_core() {
     say("XPU_TIMER_HOOK_COMPLETION=%s is neither fence nor event; using fence", completion);
   const char* check = getenv("XPU_TIMER_HOOK_CAPTURE_CHECK");
   cfg.capture_check_always = check && strcmp(check, "always") == 0;
+  cfg.visible_devices = getenv("CUDA_VISIBLE_DEVICES");  // copied by the core
   xt_device_ops ops = {op_get_device,   op_set_device,       op_event_create,
                        op_event_destroy, op_event_record,    op_event_query,
                        op_event_elapsed_ns, op_stream_capturing, op_kernel_name,
-                       op_drainer_thread_init, op_event_create_untimed};
+                       op_drainer_thread_init, op_event_create_untimed, op_device_identity};
   const char* api = getenv("XPU_TIMER_HOOK_EVENT_API");
   if (api && strcmp(api, "driver") == 0 && r_cu_record.resolve(false))
     ops.event_record = op_cu_event_record;

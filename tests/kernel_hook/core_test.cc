@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
   if (argc < 2) return 2;
   int nthreads = argc > 2 ? atoi(argv[2]) : 16, iters = argc > 3 ? atoi(argv[3]) : 2000;
   xt_device_ops ops = {get_device, set_device, ev_create, ev_destroy, ev_record,
-                       ev_query,   ev_elapsed, capturing, kname, nullptr, nullptr};
-  xt_config cfg = {argv[1], getpid(), 5, 1, 8, 1u << 18, 200, 5, 0, 1, 0};  // time every op
+                       ev_query,   ev_elapsed, capturing, kname, nullptr, nullptr, nullptr};
+  xt_config cfg = {argv[1], getpid(), 5, 1, 8, 1u << 18, 200, 5, 0, 1, 0, nullptr};  // time every op
   char err[256];
   EXPECT(xt_core_start(&cfg, &ops, err, sizeof(err)) == 0);
   EXPECT(xt_core_start(&cfg, &ops, err, sizeof(err)) != 0);  // once only

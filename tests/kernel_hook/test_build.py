@@ -10,7 +10,7 @@ HOOKED = {
     "cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz",
     "cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz", "cudaStreamBeginCaptureToGraph",
     "cudaStreamBeginCaptureToGraph_ptsz", "cudaStreamEndCapture", "cudaStreamEndCapture_ptsz",
-    "cudaStreamDestroy", "cudaDeviceReset",
+    "cudaStreamDestroy", "cudaDeviceReset", "cudaSetDevice",
     "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasSgemm_v2", "cublasSgemmStridedBatched",
     "cublasHgemm", "cublasLtMatmul",
     "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce",

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -346,12 +347,36 @@ cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) {
-  if (d < 0 || d > 7) return cudaErrorInvalidValue;
+  if (d < 0 || d > 7) {
+    // Noted only here (the forwarding snippet's device 77): the hook's drainer
+    // sets its device too, and must not take a snippet's planted result.
+    NOTE("cudaSetDevice", uint64_t(d));
+    return note_result ? note_result : cudaErrorInvalidValue;
+  }
   tl_device = d;
   g_contexts.fetch_or(1u << d);
   return cudaSuccess;
 }
 unsigned fake_contexts(void) { return g_contexts.load(); }
+// The fake GPUs' identity: device d sits at PCI 0000:(0x1b + 0x10 d):00.0 and
+// has UUID GPU-fa4e0000-0000-0000-0000-00000000000<d>. Device queries make no
+// context, as the real ones do not.
+cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int d) {
+  if (d < 0 || d > 7) return cudaErrorInvalidValue;
+  snprintf(bus, size_t(len), "0000:%02X:00.0", 0x1b + 0x10 * d);
+  return cudaSuccess;
+}
+static cudaError_t fake_props(cudaDeviceProp* prop, int d) {
+  if (d < 0 || d > 7) return cudaErrorInvalidValue;
+  char* p = reinterpret_cast<char*>(prop);
+  snprintf(p, 256, "Fake GPU %d", d);
+  unsigned char uuid[16] = {0xfa, 0x4e};
+  uuid[15] = (unsigned char)d;
+  memcpy(p + 256, uuid, 16);
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp* prop, int d) { return fake_props(prop, d); }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int d) { return fake_props(prop, d); }
 cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* st) {
   *st = as_stream(s)->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
       {"bench", scenario_bench},       {"sampled", scenario_sampled},     {"errno", scenario_errno},
       {"capture_inflight", scenario_capture_inflight}, {"device1", scenario_device1},
       {"fork_during_start", scenario_fork_during_start},
-      {"two_devices", scenario_two_devices},
+      {"two_devices", scenario_two_devices}, {"no_set_device", scenario_no_set_device},
       {"capture_race", scenario_capture_race}, {"destroy_race", scenario_destroy_race},
       {"bypass", scenario_bypass},     {"script", scenario_script},       {"spawn", scenario_spawn},
       {"train", scenario_train},       {"driver", scenario_driver},

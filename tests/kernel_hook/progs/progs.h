@@ -26,6 +26,7 @@ int scenario_capture_inflight(int argc, char** argv);
 int scenario_device1(int argc, char** argv);
 int scenario_fork_during_start(int argc, char** argv);
 int scenario_two_devices(int argc, char** argv);
+int scenario_no_set_device(int argc, char** argv);
 int scenario_capture_race(int argc, char** argv);
 int scenario_destroy_race(int argc, char** argv);
 int scenario_bypass(int argc, char** argv);

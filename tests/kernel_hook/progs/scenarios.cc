@@ -276,6 +276,31 @@ int scenario_two_devices(int, char**) {
   return 0;
 }
 
+// A job that never calls set_device: kernels and GEMMs on device 0 (the
+// thread's default), then on device 1, then on 0 again, also from a second
+// thread. The hook says device 0 and device 1 (DEVICE records), once each.
+int scenario_no_set_device(int, char**) {
+  Ctx c;
+  for (int i = 0; i < 3; ++i) {
+    c.launch();
+    c.gemm(8, 8, 8);
+  }
+  cudaSetDevice(1);
+  Ctx c1;
+  for (int i = 0; i < 3; ++i) {
+    c1.launch();
+    c1.gemm(8, 8, 8);
+  }
+  cudaSetDevice(0);
+  c.launch();
+  std::thread other([&] { c.launch(); });
+  other.join();
+  cudaDeviceSynchronize();
+  sleep_ms(50);
+  printf("launched\n");
+  return 0;
+}
+
 // hang SECONDS: all-reduces where FAKE_HANG makes one never finish; then waits
 // like a training step blocked on it. With HANG_RANK set, only that RANK hangs.
 // HANG_GAP_MS: the pause after each launch (0: back to back).

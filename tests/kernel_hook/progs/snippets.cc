@@ -108,6 +108,7 @@ void capture_snippets(cudaStream_t s) {
   // These fail too (the set result), so the stream lives on for the rest.
   SNIP("cudaStreamDestroy", cudaStreamDestroy(s), FAKE_U(s));
   SNIP("cudaDeviceReset", cudaDeviceReset(), 0);
+  SNIP("cudaSetDevice", cudaSetDevice(77), 77);
 }
 
 void blas_snippets(cublasHandle_t h) {
