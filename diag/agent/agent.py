@@ -163,9 +163,11 @@ class Agent:
             wait = min(0.005, self.config.sample_interval) if busy else self.config.sample_interval
 
     def device_claims(self) -> dict:
-        """rank -> the first DEVICE record its tracer wrote (docs/gpu.md)."""
+        """rank -> the DEVICE record naming its GPU, from its hook or its
+        tracer (RankState.device_claim, docs/gpu.md)."""
         with self.lock:
-            return {r: next(iter(s.devices.values())) for r, s in self.state.ranks.items() if s.devices}
+            claims = {r: s.device_claim() for r, s in self.state.ranks.items()}
+        return {r: rec for r, rec in claims.items() if rec is not None}
 
     def gpu_health(self, rank: int):
         """The rank's diag.gpu.api.GpuHealth, or None when it named no GPU."""

@@ -50,9 +50,25 @@ class RankState:
     stats: dict = dataclasses.field(default_factory=dict)       # (name, kind) -> [n, total, max, bytes, flops]
     comms: CommTable = dataclasses.field(default_factory=CommTable)
     dropped: dict = dataclasses.field(default_factory=dict)     # region -> cumulative drops
-    devices: dict = dataclasses.field(default_factory=dict)     # CUDA ordinal -> its DEVICE record (docs/gpu.md)
+    devices: dict = dataclasses.field(default_factory=dict)     # CUDA ordinal -> the tracer's DEVICE record (docs/gpu.md)
+    hook_devices: dict = dataclasses.field(default_factory=dict)   # CUDA ordinal -> the hook's: a device launched on
     alive: bool = True
     links: object = None   # () -> [pb.LinkChannel]: the NCCL plugin's table (diag/agent/links.py)
+
+    def device_claim(self):
+        """The DEVICE record naming the GPU this rank runs on, or None
+        (docs/gpu.md, "Where the identity comes from"): the work's device is
+        the truth, so the hook's launches decide. The tracer's first device
+        (set_device, the first CUDA collective) wins where the hook launched
+        there too, as the hook's record of it (the runtime's UUID and PCI
+        address); a device the tracer named but no launch used yields to the
+        hook's first; without hook records the tracer's first stands."""
+        said = next(iter(self.devices.values()), None)
+        if not self.hook_devices:
+            return said
+        if said is not None and said.comm_rank in self.hook_devices:
+            return self.hook_devices[said.comm_rank]
+        return next(iter(self.hook_devices.values()))
 
 
 class NodeState:
@@ -146,7 +162,8 @@ class NodeState:
             elif rec.event == fmt.EVENT_GROUP:
                 state.comms.group(rec)
             elif rec.event == fmt.EVENT_DEVICE:
-                state.devices.setdefault(rec.comm_rank, rec)
+                said = state.hook_devices if producer == fmt.PRODUCER_HOOK else state.devices
+                said.setdefault(rec.comm_rank, rec)
         if self.perf is not None and records:
             self.perf.observe(state.rank, producer, records)
 

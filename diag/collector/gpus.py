@@ -42,8 +42,23 @@ def where(snap: Snapshot, rank: int, node_rank: int, local_rank: int) -> str:
     ``node 0, local rank 1`` when the rank named no GPU (a CPU job, no tracer)."""
     health = health_of(snap, rank)
     if health is not None and health.identity.known:
-        return f"node {node_rank}, {health.identity.phrase()}"
+        return f"node {node_rank}, {health.identity.phrase()}{shared_with(snap, rank, node_rank, health.identity)}"
     return f"node {node_rank}, local rank {local_rank}"
+
+
+def shared_with(snap: Snapshot, rank: int, node_rank: int, identity) -> str:
+    """`` shared with rank 0`` when other ranks of the node run on the same
+    GPU (each gets a share of its SMs and memory: a reason to be slow), else
+    "". Reads only the node's ranks."""
+    agent = snap.agents.get(node_rank)
+    others = []
+    for other in agent.ranks if agent is not None else ():
+        entry = snap.ranks.get(other)
+        if other == rank or entry is None or not entry.progress.HasField("gpu"):
+            continue
+        if wire.identity_of(entry.progress.gpu.identity).key == identity.key:
+            others.append(other)
+    return f" shared with rank{'s' if len(others) > 1 else ''} {fold(sorted(others))}" if others else ""
 
 
 class GpuWatch:
@@ -147,7 +162,8 @@ def annotate_hang(doc: dict[str, Any], snap: Snapshot, path: str) -> list[faultl
         if not health.events:
             if rank in culprits and len(clauses) < MAX_NAMED:   # where it runs, and that NVML saw nothing
                 quiet = ", no XID or ECC error reported" if health.latest is not None else ""
-                clauses.append(f"rank {rank} on {health.identity.phrase()}{quiet}")
+                shared = shared_with(snap, rank, entry.node_rank, health.identity)
+                clauses.append(f"rank {rank} on {health.identity.phrase()}{shared}{quiet}")
             continue
         node = snap.ranks[rank].node_rank
         if len(clauses) < MAX_NAMED:
