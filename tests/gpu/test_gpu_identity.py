@@ -4,6 +4,10 @@ the hook. Both are named by the GPU's real PCI bus id and UUID (as nvidia-smi
 gives them) and their sharing is said once; a real NVML sample of the loaded
 GPU is on /metrics; a SLOW verdict, if the MPS limit makes one, names the GPU
 and invents no throttle; the recorder writes a recording the replay reads.
+Issue 34 item 6 (`-k no_set_device`, session.sh x1nosetdev): two ranks on
+cuda:0 that never call set_device are named by the hook's DEVICE records: the
+planted slow rank's SLOW line and a GPU-kernel hang's HANG line name the card
+and say both ranks share it.
 
     python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py
 
@@ -134,3 +138,49 @@ def test_the_recorder_records_this_gpu(tmp_path):
     assert s.sm_clock_mhz and s.sm_clock_max_mhz and s.power_w and s.throttle_reasons is not None, s
     doc = json.load(open(path))
     assert "GEMMs on every GPU" in doc["source"], doc["source"]
+
+
+def _launch_no_set_device(tmp_path, rdzv, env, extra):
+    return subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--rdzv-id", rdzv,
+                             "--timeline-path", str(tmp_path / "tl"), *extra, os.path.join(SCRIPTS, "no_set_device.py")],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": _pythonpath(), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _gpu0_phrase() -> str:
+    truth = smi_gpu0()
+    return f"gpu {truth['bus']} ({truth['uuid'][:12]}..., nvidia-smi index {truth['index']})"
+
+
+def test_no_set_device_the_slow_rank_is_named_by_its_gpu_and_the_sharing(tmp_path, hook_built):
+    # Issue 34 item 6: two ranks on cuda:0, no set_device, no CUDA collective:
+    # only the hook's launches name the GPU. Rank 1's GEMMs are fp32 (planted slow).
+    from tests.kernel_hook.output import stop_session, wait_for_line
+    phrase, out = _gpu0_phrase(), _out(tmp_path)
+    proc = _launch_no_set_device(tmp_path, "nosetdev", {"SLOW_RANK": "1", "RUN_S": "60"},
+                                 ["--perf-window", "15s", "--hook-time-every", "1", "--gpu-sample-interval", "2s"])
+    try:
+        line, seen = wait_for_line(proc, lambda ln: "SLOW: " in ln, time.time() + 150, echo=True)
+    finally:
+        stop_session(proc)
+    with open(os.path.join(out, "no_set_device_slow.log"), "w") as f:
+        f.write("\n".join(seen))
+    assert line, "no SLOW verdict"
+    assert f"SLOW: rank 1 (node 0, {phrase} shared with rank 0)" in line, line
+    assert any(ln.startswith("GPU: ranks 0-1 share one GPU on node 0: " + phrase) for ln in seen), seen[-40:]
+
+
+def test_no_set_device_a_gpu_kernel_hang_names_the_gpu_and_the_sharing(tmp_path, hook_built):
+    # The same set-up; rank 1 launches a kernel that never ends, a GEMM behind it.
+    from tests.kernel_hook.output import stop_session, wait_for_line
+    phrase, out = _gpu0_phrase(), _out(tmp_path)
+    proc = _launch_no_set_device(tmp_path, "nosethang", {"HANG_RANK": "1", "HANG_AFTER_S": "15", "RUN_S": "600"},
+                                 ["--hang-timeout", "30s", "--gpu-sample-interval", "2s"])
+    try:
+        line, seen = wait_for_line(proc, lambda ln: "HANG: " in ln, time.time() + 180, echo=True)
+    finally:
+        stop_session(proc)
+    with open(os.path.join(out, "no_set_device_hang.log"), "w") as f:
+        f.write("\n".join(seen))
+    assert line, "no HANG verdict"
+    assert f"rank 1 on {phrase} shared with rank 0" in line, line
