@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 
+from diag.common import envnames
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -37,15 +39,43 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         pass
 
 
-def dies_with_this_thread(sig: int = signal.SIGTERM):
-    """A ``preexec_fn`` for a child that gets ``sig`` when the calling thread
-    (and so this process) dies. A parent that died between the fork and the
-    prctl would never signal it: the child sees it has another parent by
-    then and exits at once, before it execs."""
-    parent = os.getpid()
+def tie_to_this_process(env: dict) -> dict:
+    """``env`` for a child that is to die with this process: it ties itself
+    (:func:`die_with_launcher`) once it runs.
 
-    def preexec() -> None:
-        die_with_parent(sig)
-        if os.getppid() != parent:
+    Not a ``preexec_fn``: the launcher runs gRPC's threads (its agent), and a
+    ``preexec_fn`` makes Python fork the whole process, so gRPC's fork
+    handlers run in the child between fork and exec. Two of three torchtitan
+    jobs under the launcher lost a worker that way (SIGSEGV, SIGABRT after
+    gRPC's "epoll_wait error: Bad file descriptor"); without one, Python
+    starts the child with vfork and nothing runs before the exec."""
+    return {**env, envnames.DIE_WITH_PID: str(os.getpid())}
+
+
+def die_with_launcher(sig: int, env=os.environ) -> None:
+    """In a child started with :func:`tie_to_this_process`'s environment (a
+    worker, the collector): ``sig`` when that process dies, SIGKILL included.
+    A child of a child (a data loader, a compile worker) inherits the
+    variable and is left alone: its parent is not that process. One whose
+    parent died before the tie exits at once: nothing would signal it."""
+    try:
+        parent = int(env.get(envnames.DIE_WITH_PID, ""))
+    except ValueError:
+        return
+    if os.getppid() != parent:
+        if not _alive(parent):
             os._exit(1)
-    return preexec
+        return
+    die_with_parent(sig)
+    if os.getppid() != parent:   # it died between the check and the prctl
+        os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -9,6 +9,7 @@ this module is the one place to look a name up.
 JOB_TOKEN = "XPU_TIMER_JOB_TOKEN"          # shared secret on every collector RPC
 SHM_DIR = "XPU_TIMER_SHM_DIR"              # the node's record rings
 TRACER_PID = "XPU_TIMER_TRACER_PID"        # the process that owns a ring (fork check)
+DIE_WITH_PID = "XPU_TIMER_DIE_WITH_PID"    # a worker or collector whose parent is this pid dies with it
 
 # Read by the Python tracer in each worker.
 TRACER_DISABLE = "XPU_TIMER_TRACER_DISABLE"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 
 from diag.common import envnames, options
-from diag.common.children import dies_with_this_thread
+from diag.common.children import tie_to_this_process
 
 
 def collector_argv(config, address_file: str, listen: str | None = None) -> list[str]:
@@ -61,11 +60,11 @@ def start(config, token: str, workdir: str, env: dict, listen: str | None = None
     except FileNotFoundError:
         pass
     argv = [sys.executable, "-m", "diag.collector", *collector_argv(config, address_file, listen)]
-    child_env = {**env, envnames.JOB_TOKEN: token}
-    # SIGTERM when the launcher dies, SIGKILL included: its orderly stop
-    # removes the access file (which holds the token) from the timeline path.
-    proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=dies_with_this_thread(signal.SIGTERM))
+    # SIGTERM when the launcher dies, SIGKILL included (the collector ties
+    # itself at start: children.die_with_launcher): its orderly stop removes
+    # the access file (which holds the token) from the timeline path.
+    child_env = tie_to_this_process({**env, envnames.JOB_TOKEN: token})
+    proc = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         return proc, _wait_for_address(proc, address_file, stopping)
     except BaseException:  # also a stop signal while waiting: no orphan collector

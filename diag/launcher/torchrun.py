@@ -6,10 +6,10 @@ we print its failure summary and return 1 the same way, without a traceback.
 
 from __future__ import annotations
 
-import signal
+import os
 import sys
 
-from diag.common.children import dies_with_this_thread
+from diag.common.children import tie_to_this_process
 
 
 def run(argv: list[str], log_dir: str | None = None, failures: dict | None = None) -> int:
@@ -42,28 +42,13 @@ def run(argv: list[str], log_dir: str | None = None, failures: dict | None = Non
         return 128 + int(exc.sigval)
 
 
-def workers_die_with_launcher() -> bool:
+def workers_die_with_launcher() -> None:
     """Every worker torch's elastic agent starts gets SIGKILL when this
-    process dies (PR_SET_PDEATHSIG, set in the child before it execs: a
-    Python worker, a --no-python command alike). Plain torchrun leaves them
-    running under PID 1 when it is killed by SIGKILL, holding their GPUs.
-    Workers are forked by the thread that runs torchrun (this, the main one),
-    which lives as long as the launcher. Returns False, said once, where
-    torch's worker start-up is not where this torch version had it."""
-    try:
-        from torch.distributed.elastic.multiprocessing.subprocess_handler import subprocess_handler as handler
-        popen = handler.Popen
-    except (ImportError, AttributeError) as exc:
-        sys.stderr.write(f"xpu_timer_launch: cannot reach torch's worker start-up ({exc}); workers may outlive "
-                         f"a launcher killed by SIGKILL (kill them by hand then)\n")
-        return False
-    if getattr(popen, "dies_with_launcher", False):
-        return True
-
-    def dying_popen(*args, **kwargs):
-        if kwargs.get("preexec_fn") is None:
-            kwargs["preexec_fn"] = dies_with_this_thread(signal.SIGKILL)
-        return popen(*args, **kwargs)
-    dying_popen.dies_with_launcher = True
-    handler.Popen = dying_popen
-    return True
+    process dies: each Python worker ties itself at start-up (the bootstrap
+    calls diag.common.children.die_with_launcher), told this process's pid
+    through the environment torchrun hands it. Plain torchrun leaves its
+    workers running under PID 1 when it is killed by SIGKILL, holding their
+    GPUs. Workers are forked by the thread that runs torchrun (this, the main
+    one), which lives as long as the launcher. Not covered: a --no-python
+    command (nothing of ours runs in it)."""
+    os.environ.update(tie_to_this_process({}))

@@ -41,8 +41,21 @@ def _install_tracer():
     attempt_store.install()
 
 
+def _die_with_launcher():
+    """SIGKILL when the launcher dies, as torch's own children of a killed
+    torchrun do not (docs/launcher.md, "A launcher killed by SIGKILL")."""
+    import signal
+
+    from diag.common.children import die_with_launcher
+    die_with_launcher(signal.SIGKILL)
+
+
 try:
     _chain_user_sitecustomize()
     _install_tracer()
 except Exception as _exc:  # never break the worker
     sys.stderr.write(f"xpu-diag: tracer not installed: {_exc!r}\n")
+try:
+    _die_with_launcher()
+except Exception as _exc:
+    sys.stderr.write(f"xpu-diag: this worker may outlive a launcher killed by SIGKILL: {_exc!r}\n")
