@@ -31,7 +31,7 @@ from diag.collector.pace import Pacer
 from diag.collector.servicer import SessionRegistry
 from diag.collector.slowness import SlowWatch
 from diag.collector.state import JobState, Snapshot
-from diag.common import dumpnames
+from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 from diag.pb import collector_pb2 as pb
 
@@ -441,14 +441,20 @@ def blamed_nodes(event_path: str, snap: Snapshot, connected: list[int]) -> list[
     An entry that carries a node rank (the collector's own faults.json
     always does) names that node only: hostnames repeat (two launchers on one
     host, clusters that name every node alike). An entry without one is
-    matched by hostname. No file, or an unreadable one: none."""
+    matched by hostname. No file, or an unreadable one: none. The file lies
+    under a shared --timeline-path: it is read through safe_dirs, so another
+    user's link or file on the way is refused (one line), never read."""
     path = os.path.join(event_path, dumpnames.FAULTS_JSON)
-    if not os.path.exists(path):
-        return []
     try:
-        faults = faultlist.load(path)
-    except faultlist.FaultListError as exc:
+        raw = safe_dirs.read_file(path)
+        if raw is None:
+            return []
+        faults = faultlist.parse(raw.decode("utf-8"), path)
+    except (faultlist.FaultListError, safe_dirs.Unwritable) as exc:
         log.warning("not leaving any node out: %s", exc)
+        return []
+    except UnicodeDecodeError:
+        log.warning("not leaving any node out: fault list %s: not UTF-8 text", path)
         return []
     out = []
     for node in connected:

@@ -1,5 +1,5 @@
-"""Write under a shared directory (a 1777 --timeline-path) without following
-another user's links (issue 33).
+"""Write and read under a shared directory (a 1777 --timeline-path) without
+following another user's links (issue 33).
 
 Every directory on the way is opened with ``openat(O_DIRECTORY|O_NOFOLLOW)``
 relative to the one before it, from ``/``, and checked on its open fd
@@ -14,6 +14,12 @@ meanwhile. The rules, on hosts where ``fs.protected_symlinks`` is 0 too:
 - A file is made as a temp file (``O_CREAT|O_EXCL|O_NOFOLLOW``) and renamed
   into place within the same directory fd: a link planted at its name is
   replaced, never followed.
+
+- Reading (:func:`read_file`, :func:`read_in`, ``open_dir(read=True)``) walks
+  the same way; the directory read in may be root's too, and the file is
+  opened with O_NOFOLLOW and is this user's or root's. Another user's link,
+  directory or file is refused (:class:`Unreadable`); a missing one reads as
+  None, so a reader treats a refusal after its one line as a missing file.
 
 A refusal or a failed write raises :class:`Unwritable` (an OSError) whose text
 is one line naming the directory and why; :func:`say_once` prints such a line
@@ -43,39 +49,51 @@ class Unwritable(OSError):
         return self.line
 
 
-def _refuse(path: str, why: str) -> Unwritable:
+class Unreadable(Unwritable):
+    """A directory or file refused for reading (another user's link, directory
+    or file on the way); ``str()`` is one line. A subclass of Unwritable so
+    that one ``except`` and :func:`say_once` serve both."""
+
+
+def _refuse(path: str, why: str, read: bool = False) -> Unwritable:
+    if read:
+        return Unreadable(errno.EPERM, f"refusing to read under {path}: {why}; nothing there is read")
     return Unwritable(errno.EPERM, f"refusing to write under {path}: {why}; nothing is written there")
 
 
-def _check_dir(fd: int, path: str, uid: int, last: bool) -> None:
+def _check_dir(fd: int, path: str, uid: int, last: bool, read: bool = False) -> None:
     st = os.fstat(fd)
-    if st.st_uid != uid and (last or st.st_uid != 0):   # root's is fine on the way, not to write into
-        raise _refuse(path, f"it is owned by uid {st.st_uid}, not by this user (uid {uid})")
+    # root's is fine on the way, not to write into; to read from, root's is as good as ours
+    if st.st_uid != uid and (last and not read or st.st_uid != 0):
+        raise _refuse(path, f"it is owned by uid {st.st_uid}, not by this user (uid {uid})", read)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
         raise _refuse(path, f"others may write in it (mode {stat.S_IMODE(st.st_mode):o}) and it is not "
-                            f"sticky; chmod +t it or pick another --timeline-path")
+                            f"sticky; chmod +t it or pick another --timeline-path", read)
 
 
-def open_dir(path: str | os.PathLike, create: bool = False, mode: int = 0o755) -> int:
+def open_dir(path: str | os.PathLike, create: bool = False, mode: int = 0o755, read: bool = False) -> int:
     """An fd (O_DIRECTORY) of ``path``, walked and checked as the module says;
     with ``create``, missing directories are made (``mode``). The caller
-    closes the fd. Raises :class:`Unwritable`."""
+    closes the fd. Raises :class:`Unwritable`. With ``read`` (to read in it,
+    not write), the directory itself may be root's too; a missing one raises
+    FileNotFoundError and a refused one :class:`Unreadable`."""
     path = os.path.abspath(os.fspath(path))
     uid = os.geteuid()
     todo = [p for p in path.split("/") if p]
     fd, done, links = os.open("/", _DIR_FLAGS), "/", 0
     try:
-        _check_dir(fd, done, uid, last=not todo)
+        _check_dir(fd, done, uid, not todo, read)
         while todo:
             name = todo.pop(0)
             if name == ".":
                 continue
             here = os.path.dirname(done) if name == ".." else os.path.join(done, name)
-            nfd, target = _step(fd, name, here, path, uid, create, mode)
+            nfd, target = _step(fd, name, here, path, uid, create, mode, read)
             if target is not None:
                 links += 1
                 if links > MAX_LINKS:
-                    raise Unwritable(errno.ELOOP, f"cannot write in {path}: too many links")
+                    raise (Unreadable if read else Unwritable)(errno.ELOOP, f"cannot {_verb(read)} {path}: "
+                                                                            f"too many links")
                 todo[:0] = [p for p in target.split("/") if p]
                 if target.startswith("/"):
                     os.close(fd)
@@ -83,19 +101,27 @@ def open_dir(path: str | os.PathLike, create: bool = False, mode: int = 0o755) -
                 continue
             os.close(fd)
             fd, done = nfd, here
-            _check_dir(fd, done, uid, last=not todo)
+            _check_dir(fd, done, uid, not todo, read)
         return fd
     except BaseException:
         os.close(fd)
         raise
 
 
-def _step(fd: int, name: str, here: str, path: str, uid: int, create: bool, mode: int) -> tuple[int, str | None]:
+def _verb(read: bool) -> str:
+    return "read in" if read else "write in"
+
+
+def _step(fd: int, name: str, here: str, path: str, uid: int, create: bool, mode: int,
+          read: bool = False) -> tuple[int, str | None]:
     """One component: (its fd, None), or (-1, the text of a link we may follow)."""
+    err = Unreadable if read else Unwritable
     for _ in range(3):     # made or removed by someone meanwhile: look again
         try:
             return os.open(name, _DIR_FLAGS, dir_fd=fd), None
         except FileNotFoundError:
+            if read:
+                raise
             if not create:
                 raise Unwritable(errno.ENOENT, f"cannot write in {path}: {here} does not exist") from None
             try:
@@ -106,20 +132,23 @@ def _step(fd: int, name: str, here: str, path: str, uid: int, create: bool, mode
                 raise _failed(exc, os.path.dirname(here), f"directory {name}", 4096) from None
         except OSError as exc:
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                if read:
+                    raise Unreadable(exc.errno or errno.EIO, f"cannot read in {path}: {here}: "
+                                                             f"{exc.strerror or exc}") from None
                 raise _failed(exc, here, "", 0) from None
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
             if not stat.S_ISLNK(st.st_mode):
-                raise Unwritable(errno.ENOTDIR, f"cannot write in {path}: {here} is not a directory") from None
+                raise err(errno.ENOTDIR, f"cannot {_verb(read)} {path}: {here} is not a directory") from None
             if st.st_uid not in (uid, 0):
-                raise _refuse(here, f"it is a link owned by uid {st.st_uid}") from None
+                raise _refuse(here, f"it is a link owned by uid {st.st_uid}", read) from None
             try:
                 return -1, os.readlink(name, dir_fd=fd)
             except OSError:
                 continue
-    raise Unwritable(errno.EAGAIN, f"cannot write in {path}: {here} keeps changing")
+    raise err(errno.EAGAIN, f"cannot {_verb(read)} {path}: {here} keeps changing")
 
 
 def _failed(exc: OSError, directory: str, name: str, size: int) -> Unwritable:
@@ -186,6 +215,81 @@ def make_dir(path: str | os.PathLike, mode: int = 0o755) -> None:
         raise
     except OSError as exc:
         raise _failed(exc, parent, f"directory {name}", 4096) from None
+    finally:
+        os.close(fd)
+
+
+def open_dir_in(dir_fd: int, directory: str, name: str) -> int:
+    """An fd of the directory ``name`` in the open ``dir_fd`` (``directory``
+    for the messages), checked to read in as :func:`open_dir` with ``read``
+    checks it. Raises FileNotFoundError or :class:`Unreadable`."""
+    here = os.path.join(directory, name)
+    fd, target = _step(dir_fd, name, here, here, os.geteuid(), False, 0, read=True)
+    if target is not None:   # our own or root's link: walk it whole
+        return open_dir(os.path.join(directory, target), read=True)
+    try:
+        _check_dir(fd, here, os.geteuid(), True, read=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_in(dir_fd: int, directory: str, name: str, limit: int = 64 << 20, _links: int = 0) -> bytes | None:
+    """The bytes of the regular file ``name`` in the open ``dir_fd``, opened
+    with O_NOFOLLOW; None when there is none (as for a missing file). A link
+    there is followed only when this user or root owns it. Raises
+    :class:`Unreadable` (one line) for another user's link or file, a file
+    that is not a regular one, or one over ``limit`` bytes."""
+    uid, here = os.geteuid(), os.path.join(directory, name)
+    try:
+        # O_NONBLOCK: a FIFO planted at the name must not block the reader
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise Unreadable(exc.errno or errno.EIO, f"cannot read {here}: {exc.strerror or exc}") from None
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            target = os.readlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        if st.st_uid not in (uid, 0):
+            raise _refuse(here, f"it is a link owned by uid {st.st_uid}", read=True) from None
+        if _links >= MAX_LINKS:
+            raise Unreadable(errno.ELOOP, f"cannot read {here}: too many links") from None
+        return read_file(os.path.join(directory, target), limit, _links + 1)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid not in (uid, 0):
+            raise _refuse(here, f"it is owned by uid {st.st_uid}, not by this user (uid {uid})", read=True)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(errno.EINVAL, f"refusing to read {here}: it is not a regular file")
+        if st.st_size > limit:
+            raise Unreadable(errno.EFBIG, f"refusing to read {here}: {st.st_size:,} bytes, over {limit:,}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)[:limit]
+    except Unreadable:
+        raise
+    except OSError as exc:
+        raise Unreadable(exc.errno or errno.EIO, f"cannot read {here}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_file(path: str | os.PathLike, limit: int = 64 << 20, _links: int = 0) -> bytes | None:
+    """:func:`read_in` the directory of ``path``, opened by :func:`open_dir`
+    to read in: None when the file or a directory on the way is missing,
+    :class:`Unreadable` (one line) when another user's link, directory or
+    file is on the way."""
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    try:
+        fd = open_dir(directory, read=True)
+    except FileNotFoundError:
+        return None
+    try:
+        return read_in(fd, directory, name, limit, _links)
     finally:
         os.close(fd)
 
