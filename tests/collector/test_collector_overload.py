@@ -139,9 +139,12 @@ def test_a_collector_that_keeps_up_says_nothing(tmp_path, stalling_agent):
     try:
         agent = make_agent(collector.address)
         load = SimulatedAgents(collector.address, TOKEN, n=300, interval=1.0, world=8 * 301).start()
-        wait_for(lambda: len(collector.said("xpu_diag collector: ingest: ")) >= 15, "15 s of ingest lines", 60)
+        # 8 s of ingest lines: an OVERLOAD takes 1 s behind held 2 s (pace.py),
+        # so a collector that fell behind at any point, start-up included,
+        # would have said so well within them.
+        wait_for(lambda: len(collector.said("xpu_diag collector: ingest: ")) >= 8, "8 s of ingest lines", 60)
         assert [l for _, l in collector.lines if l.startswith(("OVERLOAD", "HANG", "SLOW", "SILENT"))] == []
-        assert not load.paces and not load.errors and load.sent > 3000
+        assert not load.paces and not load.errors and load.sent > 1600
         assert agent.connection.interval == 0.5 and agent.connection.perf_every == 1
     finally:
         if load is not None:
