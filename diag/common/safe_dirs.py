@@ -269,7 +269,7 @@ def read_in(dir_fd: int, directory: str, name: str, limit: int = 64 << 20, _link
         if st.st_size > limit:
             raise Unreadable(errno.EFBIG, f"refusing to read {here}: {st.st_size:,} bytes, over {limit:,}")
         with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(limit + 1)[:limit]
+            return f.read(min(limit, st.st_size + (1 << 20)))   # room for what was appended since fstat
     except Unreadable:
         raise
     except OSError as exc:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import warnings
@@ -203,43 +205,94 @@ def _fsync_dir(path: str) -> None:
 
 def read_manifest(path: str) -> api.SnapshotMeta:
     """The manifest of the persisted copy at ``path`` (a rank directory).
-    Raises :class:`api.CorruptSnapshot` with one line naming the file and the fix."""
+    Raises :class:`api.CorruptSnapshot` with one line naming the file and the fix.
+    Read through safe_dirs: another user's link or file on the way is refused."""
     name = os.path.join(path, api.MANIFEST_FILE)
     try:
-        with open(name, "rb") as f:
-            return api.SnapshotMeta.from_json(json.loads(f.read()))
-    except FileNotFoundError:
+        raw = safe_dirs.read_file(name)
+    except safe_dirs.Unwritable as exc:
+        raise api.CorruptSnapshot(str(exc)) from None
+    if raw is None:
         raise api.CorruptSnapshot(f"{name}: missing; remove {path} (an older step is used) "
                                   f"or restore the file") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not a manifest"
-        raise api.CorruptSnapshot(f"{name}: {why}; remove {path} so that the step before it is "
+    try:
+        return api.SnapshotMeta.from_json(json.loads(raw))
+    except (ValueError, KeyError, TypeError):
+        raise api.CorruptSnapshot(f"{name}: not a manifest; remove {path} so that the step before it is "
                                   f"restored, or start afresh with an empty --ckpt-persist-dir") from None
 
 
 def _manifest_or_none(path: str) -> api.SnapshotMeta | None:
-    if not os.path.isdir(path):
-        return None
     try:
         return read_manifest(path)
     except api.CorruptSnapshot:
         return None
 
 
-def copies(persist_dir: str, rank: int) -> list[tuple[int, str]]:
+def copies(persist_dir: str, rank: int, say=None) -> list[tuple[int, str]]:
     """(step, path) of the rank's persisted copies, newest first (renamed
-    into place: complete, though not yet checked)."""
-    try:
-        names = os.listdir(persist_dir)
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        match = _STEP_RE.fullmatch(name)
-        path = os.path.join(persist_dir, name, api.RANK_DIR.format(rank=rank))
-        if match and os.path.isdir(path):
-            out.append((int(match.group(1)), path))
+    into place: complete, though not yet checked). The directories are walked
+    through safe_dirs (the default persist dir lies under a shared
+    --timeline-path): another user's link or directory is left out, and
+    ``say(line)`` says why once."""
+    return [(step, path) for step, path, _ in walk_copies(persist_dir, rank, say)]
+
+
+def walk_copies(persist_dir: str, rank: int, say=None) -> list[tuple[int, str, str]]:
+    """(step, path, step directory's name), newest first; see :func:`copies`."""
+    out: list[tuple[int, str, str]] = []
+    mine = api.RANK_DIR.format(rank=rank)
+    with _opened(persist_dir, say) as (fd, names):
+        for name in names:
+            match = _STEP_RE.fullmatch(name)
+            if not match:
+                continue
+            with _opened_in(fd, persist_dir, name, say) as (sfd, inside):
+                if sfd is None or mine not in inside:
+                    continue
+                with _opened_in(sfd, os.path.join(persist_dir, name), mine, say) as (rfd, _):
+                    if rfd is not None:
+                        out.append((int(match.group(1)), os.path.join(persist_dir, name, mine), name))
     return sorted(out, reverse=True)
+
+
+@contextlib.contextmanager
+def _opened(path: str, say):
+    """(fd, names in it) of a directory opened by safe_dirs to read in; (None, [])
+    when it is missing or refused (said once through ``say``)."""
+    try:
+        fd = safe_dirs.open_dir(path, read=True)
+    except FileNotFoundError:
+        yield None, []
+        return
+    except safe_dirs.Unwritable as exc:
+        if say is not None:
+            safe_dirs.say_once(say, exc)
+        yield None, []
+        return
+    try:
+        yield fd, os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _opened_in(dir_fd: int, directory: str, name: str, say):
+    """As :func:`_opened`, for ``name`` in the open ``dir_fd``."""
+    try:
+        fd = safe_dirs.open_dir_in(dir_fd, directory, name)
+    except (FileNotFoundError, NotADirectoryError):
+        yield None, []
+        return
+    except safe_dirs.Unwritable as exc:
+        if say is not None and exc.errno != errno.ENOTDIR:
+            safe_dirs.say_once(say, exc)
+        yield None, []
+        return
+    try:
+        yield fd, os.listdir(fd)
+    finally:
+        os.close(fd)
 
 
 def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
@@ -252,35 +305,73 @@ def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
     tensors = layout.views(data, meta.tensors)
     tree = layout.build([(e.path, t) for e, t in zip(meta.tensors, tensors)])
     try:
-        with open(os.path.join(path, api.OBJECTS_FILE), "rb") as f:
-            objects = f.read()
+        # Through the checked directory's fd: what DCP opens in it is what was
+        # checked, and nobody else can plant a name in a directory of ours
+        # that others may not write in.
+        fd = safe_dirs.open_dir(path, read=True)
+    except safe_dirs.Unwritable as exc:
+        raise api.CorruptSnapshot(str(exc)) from None
+    except OSError as exc:
+        raise api.CorruptSnapshot(f"{path}: cannot be read ({exc.strerror or exc}); remove it so that the "
+                                  f"step before it is restored") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise api.CorruptSnapshot(f"refusing to read under {path}: others may write in it (mode "
+                                      f"{stat.S_IMODE(st.st_mode):o}); nothing there is read")
+        objects = safe_dirs.read_in(fd, path, api.OBJECTS_FILE, limit=1 << 40)
+        if objects is None:
+            raise FileNotFoundError(errno.ENOENT, f"{api.OBJECTS_FILE} is missing")
         if meta.tensors:
-            _dcp_call(dcp.load, _dcp_keys(tree), storage_reader=dcp.FileSystemReader(path))
+            _dcp_call(dcp.load, _dcp_keys(tree), storage_reader=dcp.FileSystemReader(f"/proc/self/fd/{fd}"))
+    except api.CorruptSnapshot:
+        raise
     except Exception as exc:   # DCP raises its own kinds for a missing or truncated file
         raise api.CorruptSnapshot(f"{path}: cannot be read ({type(exc).__name__}: {exc}); remove it so "
                                   f"that the step before it is restored") from None
+    finally:
+        os.close(fd)
     store.check_bytes(path, meta, data, objects)
     return data, objects
 
 
-def prune(persist_dir: str, rank: int, keep: int) -> None:
+def prune(persist_dir: str, rank: int, keep: int, say=None) -> None:
     """Remove the rank's copies beyond the newest ``keep``, old temp
-    directories of its interrupted persists, and step directories left empty."""
-    for step, path in copies(persist_dir, rank)[keep:]:
-        shutil.rmtree(path, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(path))
+    directories of its interrupted persists, and step directories left empty.
+    Only what :func:`copies` finds (no other user's link or directory) is
+    removed, through the checked directories' fds."""
+    found = walk_copies(persist_dir, rank, say)
+    for step, _, name in found[keep:]:
+        remove_copy(persist_dir, name, rank, say)
     mine = api.RANK_DIR.format(rank=rank)
-    for step, _ in copies(persist_dir, rank)[:keep]:
-        parent = step_dir(persist_dir, step)
-        for name in os.listdir(parent):
-            if name.startswith(f"{_TMP_PREFIX}{mine}-") and _stale(os.path.join(parent, name)):
-                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    for _, _, name in found[:keep]:
+        with _opened(persist_dir, say) as (fd, _names):
+            if fd is None:
+                return
+            with _opened_in(fd, persist_dir, name, say) as (sfd, inside):
+                for tmp in inside:
+                    if tmp.startswith(f"{_TMP_PREFIX}{mine}-") and _stale(tmp, sfd):
+                        shutil.rmtree(tmp, ignore_errors=True, dir_fd=sfd)
 
 
-def _stale(path: str, age_s: float = 600.0) -> bool:
+def remove_copy(persist_dir: str, step_name: str, rank: int, say=None) -> None:
+    """Remove one rank's copy in ``persist_dir/step_name`` (and the step
+    directory when that leaves it empty), through the checked fds: rmtree
+    with dir_fd never follows a link."""
+    with _opened(persist_dir, say) as (fd, _):
+        if fd is None:
+            return
+        with _opened_in(fd, persist_dir, step_name, say) as (sfd, _):
+            if sfd is None:
+                return
+            shutil.rmtree(api.RANK_DIR.format(rank=rank), ignore_errors=True, dir_fd=sfd)
+        with contextlib.suppress(OSError):
+            os.rmdir(step_name, dir_fd=fd)
+
+
+def _stale(name: str, dir_fd: int, age_s: float = 600.0) -> bool:
     """A temp directory no persist is writing any more (old enough)."""
     try:
-        return time.time() - os.stat(path).st_mtime > age_s
+        return time.time() - os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime > age_s
     except OSError:
         return False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 
 import torch
@@ -55,7 +54,7 @@ def candidates(ck, rank: int, world: int, expected: tuple) -> dict[int, tuple[st
     out); persisted copies when loaded."""
     found: dict[int, tuple[str, str, api.SnapshotMeta]] = {}
     if ck.persist_dir:
-        for step, path in persist.copies(ck.persist_dir, rank):
+        for step, path in persist.copies(ck.persist_dir, rank, say=ck._say):
             meta = persist.read_manifest(path)
             check_fits(os.path.join(path, api.MANIFEST_FILE), meta, rank, world, expected, ck.persist_dir)
             found.setdefault(meta.step, ("disk", path, meta))
@@ -183,6 +182,6 @@ def forget_newer(ck, rank: int, step: int) -> None:
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(ref.path, api.META_FILE))
     if ck.persist_dir:
-        for s, path in persist.copies(ck.persist_dir, rank):
+        for s, _, name in persist.walk_copies(ck.persist_dir, rank, say=ck._say):
             if s > step:
-                shutil.rmtree(path, ignore_errors=True)
+                persist.remove_copy(ck.persist_dir, name, rank, say=ck._say)
