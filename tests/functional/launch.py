@@ -34,8 +34,10 @@ class Launch:
         self.proc = subprocess.Popen(launcher() + args, cwd=ROOT, env=full_env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        for name, stream in (("out", self.proc.stdout), ("err", self.proc.stderr)):
-            threading.Thread(target=self._pump, args=(name, stream), daemon=True).start()
+        self._pumps = [threading.Thread(target=self._pump, args=(name, stream), daemon=True)
+                       for name, stream in (("out", self.proc.stdout), ("err", self.proc.stderr))]
+        for pump in self._pumps:
+            pump.start()
 
     def _pump(self, name, stream) -> None:
         for raw in iter(stream.readline, b""):
@@ -67,7 +69,12 @@ class Launch:
 
     def wait(self, timeout: float) -> int:
         code = self.proc.wait(timeout)
-        time.sleep(0.2)  # let the pumps take the last lines
+        # The last lines: each pump ends at EOF, as soon as every process that
+        # holds the pipes has exited (was: a fixed 0.2 s, on every job of the
+        # suite). One that outlives the launcher gets a second at most.
+        deadline = time.monotonic() + 1.0
+        for pump in self._pumps:
+            pump.join(max(0.0, deadline - time.monotonic()))
         return code
 
     def output(self) -> str:
