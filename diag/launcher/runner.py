@@ -92,21 +92,37 @@ def run(config: Config) -> int:
     return closing.finish(status)
 
 
+FULL_BELOW = 4096      # bytes free under which /dev/shm is full (one page: an address file)
+
+
 def _run(config: Config, closing: Closing) -> int:
     tool_env = dict(os.environ)
     token = config.job_token or secrets.token_urlsafe(32)
     shm_dir = make_shm_dir(config)
+    addr_dir = shm_dir
+    if shm_full(shm_dir):
+        # Training never waits for the tool: the rings cannot be made there
+        # (the tracer says so per rank), and the collector's address file
+        # goes to a private directory under TMPDIR so that node 0's collector
+        # still serves the other nodes.
+        say(full_shm_line(config, shm_dir))
+        closing.detection_off = f"{os.path.dirname(shm_dir)} is full"
+        addr_dir = owned_dirs.make(f"{owned_dirs.PREFIX}{config.job_id}-n{config.node_rank}-addr-", None)
     recovery = NodeRecovery(config, say)   # the snapshot store, outliving every restart
     keeper = None
     try:
         address = config.collector
         if config.starts_collector:
-            keeper = CollectorKeeper(config, token, shm_dir, tool_env, say)   # restarts it if it dies
+            keeper = CollectorKeeper(config, token, addr_dir, tool_env, say)   # restarts it if it dies
             try:
                 address = keeper.start()
             except collector_proc.CollectorError as exc:
                 keeper = None
-                if exc.status == EXIT_USAGE:  # it said why; here, not bound (e.g. port in use)
+                if exc.status == EXIT_USAGE and shm_full(addr_dir):   # TMPDIR full too: no room, no usage error
+                    say(f"{exc} (its line above): {addr_dir} is full too; training goes on without hang "
+                        f"detection")
+                    closing.detection_off = "no room for the collector's address file"
+                elif exc.status == EXIT_USAGE:  # it said why; here, not bound (e.g. port in use)
                     say(f"{exc} (its line above); no worker was started")
                     return EXIT_USAGE
                 say(f"{exc}; training goes on without hang detection")
@@ -152,6 +168,8 @@ def _run(config: Config, closing: Closing) -> int:
             if keeper.off and not closing.detection_off:
                 closing.detection_off = "the collector died and did not start again"
         owned_dirs.remove(shm_dir)
+        if addr_dir != shm_dir:
+            owned_dirs.remove(addr_dir)
         recovery.close()
 
 
@@ -243,6 +261,27 @@ def make_shm_dir(config: Config) -> str:
     base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     owned_dirs.sweep(base)
     return owned_dirs.make(f"{owned_dirs.PREFIX}{config.job_id}-n{config.node_rank}-", base)
+
+
+def shm_full(path: str) -> bool:
+    """No room for one more page there: not even the collector's address file fits."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_BELOW
+
+
+def full_shm_line(config: Config, shm_dir: str) -> str:
+    base = os.path.dirname(shm_dir)
+    try:
+        st = os.statvfs(shm_dir)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = 0
+    return (f"HANG DETECTION IS OFF on node {config.node_rank}: {base} is full ({free:,} bytes free): no room for the "
+            f"ranks' progress rings (about 516 KiB each); training goes on, unwatched on this node; free "
+            f"space in {base} (files of ended jobs, or a larger --shm-size for a container) for the next run")
 
 
 def worker_env(config: Config, token: str, shm_dir: str, env=os.environ) -> dict:

@@ -67,3 +67,35 @@ def test_a_nearly_full_dev_shm_switches_the_tracer_off_and_training_finishes(tmp
         assert "cannot create its region in /dev/shm/xpu_diag-" in line, line
         assert "no room for its 516 KiB ring (No space left on device)" in line, line
     assert "SIGBUS" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+# The same, with nothing left: not even the collector's address file fits.
+FULL = ('mount -t tmpfs -o size=8m tmpfs /dev/shm || exit 97; '
+        'fallocate -l $((8192 * 1024)) /dev/shm/fill || exit 97; exec "$@"')
+
+
+def test_a_full_dev_shm_runs_the_job_without_hang_detection_and_says_so_once(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a private mount namespace and tmpfs")
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", FULL,
+                            "sh", "sh", "-c", "df -B1 --output=avail /dev/shm | tail -1"],
+                           capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private tmpfs over /dev/shm here: {probe.stderr.strip()}")
+    assert probe.stdout.strip() == "0", probe.stdout
+    env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
+    out = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", FULL, "sh", *launcher(),
+         "--nproc-per-node", "2", "--hang-timeout", "60s", "--timeline-path", str(tmp_path),
+         os.path.join(SCRIPTS, "stall.py"), "0", "20"],
+        cwd=ROOT, env=dict(env, PYTHONWARNINGS="ignore"), capture_output=True, text=True, timeout=180)
+    lines = (out.stdout + out.stderr).splitlines()
+    # Before the fix the collector could not write collector.addr there, exited
+    # 2, and the launcher said "no worker was started": plain torchrun ran it.
+    assert out.returncode == 0, "\n".join(lines)
+    assert sorted(line for line in lines if line.startswith("DONE ")) == [
+        f"DONE rank={r} restart=0 value=1" for r in range(2)]
+    full = [line for line in lines if line.startswith("xpu_timer_launch: ") and "/dev/shm is full" in line]
+    assert len(full) == 1, "\n".join(lines)
+    assert "HANG DETECTION IS OFF" in full[0] and "free space in /dev/shm" in full[0], full[0]
+    assert "no worker was started" not in out.stderr and "Traceback" not in out.stderr, out.stderr
