@@ -141,6 +141,7 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
     this reads: at 100,000 ranks not read twice).
     """
     out: dict[int, NeverEntered] = {}
+    missing: dict[tuple[int, int], set[int]] = {}   # (comm_id, kind) -> the members that never entered it
     for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
         in_group = set(group.ranks)
         comm_id = group.op.comm_id
@@ -149,12 +150,42 @@ def _never_entered(snap: Snapshot, hung: tuple[HungGroup, ...], silent: set[int]
         op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
         known = (members or {}).get((comm_id, KIND_COLLECTIVE))
         for rank, started in known.items() if known is not None else _live_started(snap, comm_id):
-            if started < seq and rank not in in_group and rank not in out and rank not in silent:
-                if not _waited_first(snap.ranks[rank], snap.now, group):
+            if started < seq and rank not in in_group and rank not in silent:
+                missing.setdefault((comm_id, group.op.kind), set()).add(rank)
+                if rank not in out and not _waited_first(snap.ranks[rank], snap.now, group):
                     out[rank] = NeverEntered(rank, op, started)
     if len(out) > 1:
         _break_cycles(snap, hung, out)
+        _follow_waits(hung, out, missing)
     return tuple(out[r] for r in sorted(out))
+
+
+def _follow_waits(hung: tuple[HungGroup, ...], out: dict[int, NeverEntered], missing: dict) -> None:
+    """A rank that never entered one hung op but waits in another, for a member
+    that never entered that one, only waits: following whom each waits for
+    ends at a rank in no collective, and that rank is the culprit (``out``
+    loses the waiters). torchtitan, rank 3 stalled in its data loader: rank 1
+    waits for it in the batch group's token-count all-reduce (step start),
+    rank 0 for rank 1 in the tensor-parallel group's reduce-scatter (the
+    forward); the ops started milliseconds apart, closer than the ages in
+    the reports can tell (``_waited_first``). A wait that comes back to the
+    rank is a cycle: ``_break_cycles``' to judge, and the rank stays."""
+    in_op = {}
+    for g in hung:
+        for r in g.ranks:
+            in_op[r] = (g.op.comm_id, g.op.kind)
+    for rank in list(out):
+        seen, todo = {rank}, [m for m in missing.get(in_op.get(rank), ()) if m != rank]
+        while todo:
+            waited = todo.pop()
+            if waited in seen:
+                continue
+            seen.add(waited)
+            op = in_op.get(waited)
+            if op is None:           # in no collective: where the waits end
+                del out[rank]
+                break
+            todo.extend(missing.get(op, ()))
 
 
 def _waited_first(entry, now: float, group: HungGroup) -> bool:

@@ -107,7 +107,8 @@ def test_stalled_rank_gets_dumps_event_dir_and_verdict(start_collector, agents, 
                    "hang.json listing every dump")
     assert doc["dumps"]["2"] == ["rank00002-of-00004.gdb.txt", "rank00002-of-00004.py.json"]
     assert (doc["job_id"], doc["event_id"], doc["world_size"], doc["timeout_s"]) == ("job1", event_id, 4, 1.0)
-    assert doc["never_entered"] == [{"rank": 2, "op": "all_reduce", "comm_id": 0, "seq": 41, "last_started_seq": 40}]
+    assert doc["never_entered"] == [{"rank": 2, "op": "all_reduce", "comm_id": 0, "group": "default", "seq": 41,
+                                     "last_started_seq": 40}]
     assert [r["op"] for r in doc["ranks"]] == ["all_reduce", "all_reduce", None, "all_reduce"]
     assert json.loads((event_dir / "rank00002-of-00004.py.json").read_text())[0]["frames"] == ["stall"]
     assert (event_dir / "rank00002-of-00004.gdb.txt").read_bytes() == b"#0 nanosleep"

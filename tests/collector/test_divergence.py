@@ -341,6 +341,33 @@ def test_a_rank_stuck_before_another_group_hung_is_not_that_groups_culprit():
     assert "rank 0 never entered" not in line
 
 
+def test_a_rank_waiting_for_a_stalled_rank_in_another_group_is_not_named():
+    # torchtitan TP=2 x DP=2, rank 3 stalled in its data loader: rank 1 waits
+    # for it in the batch group {1,3}'s token-count all-reduce (seq 9), ranks
+    # 0 and 2 in their TP groups' reduce-scatter (seq 551), rank 0 for rank 1,
+    # rank 2 for rank 3. All began within milliseconds: the ages cannot order
+    # them. Rank 1 only waits: the waits end at rank 3, in no collective.
+    tp01, tp23, b02, b13 = 21, 22, 23, 24
+
+    def progress(r, in_op, lanes):
+        p = pb.RankProgress(rank=r, world_size=4, pid=100 + r, alive=True, last_op="reduce_scatter_tensor")
+        for comm_id, name, started in lanes:
+            p.comms.add(comm_id=comm_id, last_started_seq=started, last_completed_seq=started - 1, comm_size=2,
+                        lane=pb.OP_KIND_COLLECTIVE, group_name=name, comm_rank=r % 2)
+        if in_op is not None:
+            name, comm_id, seq = in_op
+            p.oldest_in_flight.CopyFrom(pb.InFlightOp(name=name, kind=pb.OP_KIND_COLLECTIVE, comm_id=comm_id,
+                                                      seq=seq, age_ns=int(20.0e9)))
+        return p
+    ranks = [progress(0, ("reduce_scatter_tensor", tp01, 551), [(tp01, "mesh_tp", 551), (b02, "mesh_batch", 9)]),
+             progress(1, ("all_reduce", b13, 9), [(tp01, "mesh_tp", 550), (b13, "mesh_batch", 9)]),
+             progress(2, ("reduce_scatter_tensor", tp23, 551), [(tp23, "mesh_tp", 551), (b02, "mesh_batch", 9)]),
+             progress(3, None, [(tp23, "mesh_tp", 550), (b13, "mesh_batch", 8)])]
+    findings, line, doc = judge(ranks)
+    assert doc["culprits"] == [3], line
+    assert "rank 1 never entered" not in line and "rank 1 in all_reduce" in line, line
+
+
 def cycle(into_step: bool):
     """Megatron TP=2 x PP=2 after a TP all-reduce skipped on rank 1, as the
     device showed it: rank 0 in TP seq 8, rank 1 in the distributed
