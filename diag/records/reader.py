@@ -77,6 +77,16 @@ class RegionReader:
             raise fmt.RecordFormatError(f"{self.path}: shrunk to {offset + len(raw)} bytes")
         return field.unpack(raw)[0]
 
+    def drain(self) -> list[fmt.Record]:
+        """Every record published so far, in as many polls as it takes (tests
+        and tools that read a finished region whole; the agent polls bounded)."""
+        out = []
+        while True:
+            got = self.poll()
+            if not got:
+                return out
+            out += got
+
     def poll(self, limit: int = POLL_LIMIT) -> list[fmt.Record]:
         """Return up to ``limit`` records published since the last poll and
         release their slots. Raises RecordFormatError if the file shrank."""

@@ -55,7 +55,7 @@ def read_regions(shm_dir: str) -> list[Region]:
     out = []
     for path in sorted(glob.glob(os.path.join(shm_dir, "hook-*.ring"))):
         reader = RegionReader(path)
-        out.append(Region(path, reader.header, reader.poll(), reader.dropped, reader.disabled))
+        out.append(Region(path, reader.header, reader.drain(), reader.dropped, reader.disabled))
         reader.close()
     return out
 

@@ -43,7 +43,7 @@ def records_by_rank(shm_dir):
     regions = {}
     for path in glob.glob(os.path.join(str(shm_dir), "py-r*.ring")):
         reader = RegionReader(path)
-        regions[reader.header.rank] = (reader.header, reader.poll(), reader.dropped)
+        regions[reader.header.rank] = (reader.header, reader.drain(), reader.dropped)
     return regions
 
 
