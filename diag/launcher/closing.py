@@ -14,6 +14,7 @@ for no stacks, so only the documents know of it).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 
-from diag.common import dumpnames
+from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 
 EXIT_HANG_KILLED = 3       # the workers were ended by xpu-diag because of a hang (--hang-action kill/recover)
@@ -128,15 +129,37 @@ class Closing:
         return os.path.join(self._config.timeline_path, self._config.job_id)
 
     def _from_disk(self) -> list["Event"]:
+        # Under a shared --timeline-path: walked through safe_dirs, so another
+        # user's link or directory at the job's or an event's name is refused
+        # (one line) and lends the summary no verdict of theirs.
         job_dir = self._job_dir()
         try:
-            names = os.listdir(job_dir)
-        except OSError:
+            fd = safe_dirs.open_dir(job_dir, read=True)
+        except FileNotFoundError:
+            return []
+        except safe_dirs.Unwritable as exc:
+            safe_dirs.say_once(self._say, exc)
             return []
         out = []
-        for name in names:
+        try:
+            for name in os.listdir(fd):
+                event = self._event_on_disk(fd, job_dir, name)
+                if event is not None:
+                    out.append(event)
+        finally:
+            os.close(fd)
+        return out
+
+    def _event_on_disk(self, job_fd: int, job_dir: str, name: str) -> "Event | None":
+        try:
+            efd = safe_dirs.open_dir_in(job_fd, job_dir, name)
+        except OSError as exc:   # not a directory (collector.json), gone; a refusal is said
+            if isinstance(exc, safe_dirs.Unwritable) and exc.errno == errno.EPERM:
+                safe_dirs.say_once(self._say, exc)
+            return None
+        try:
             for doc_name, kind in ((dumpnames.HANG_JSON, "hang"), (dumpnames.SLOW_JSON, "slow")):
-                doc = _read_doc(os.path.join(job_dir, name, doc_name))
+                doc = _read_doc(efd, os.path.join(job_dir, name), doc_name, self._say)
                 if doc is None or doc.get("job_id") not in (None, self._config.job_id):
                     continue
                 declared = doc.get("declared_unix")
@@ -144,9 +167,10 @@ class Closing:
                     continue   # an earlier run's event under the same job id
                 culprits = [r for r in doc.get("culprits") or [] if isinstance(r, int)] if kind == "hang" \
                     else [r for r in doc.get("ranks") or [] if isinstance(r, int)]
-                out.append(Event(name, kind, str(doc.get("verdict") or ""), culprits, os.path.join(job_dir, name)))
-                break
-        return out
+                return Event(name, kind, str(doc.get("verdict") or ""), culprits, os.path.join(job_dir, name))
+        finally:
+            os.close(efd)
+        return None
 
 
 class Event:
@@ -202,10 +226,19 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def _read_doc(path: str) -> dict | None:
+def _read_doc(dir_fd: int, directory: str, name: str, say) -> dict | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        data = safe_dirs.read_in(dir_fd, directory, name, MAX_DOC_BYTES)
+    except safe_dirs.Unwritable as exc:
+        if exc.errno == errno.EPERM:   # another user's: said once; too big or unreadable: not ours
+            safe_dirs.say_once(say, exc)
+        return None
+    if data is None:
+        return None
+    try:
+        doc = json.loads(data)
+        return doc if isinstance(doc, dict) else None
+    except ValueError:
         return None
     try:
         with os.fdopen(fd, "rb") as f:
