@@ -28,6 +28,7 @@ from diag.collector.server import create_server
 from diag.common.options import ConfigError
 from diag.records import format as fmt
 from diag.records.writer import RecordWriter
+from tests.collector.fakes import wait_ticks
 from tests.waiting import wait_for
 
 SLEEPER = os.path.join(os.path.dirname(__file__), "..", "scripts", "sleeper.py")
@@ -106,7 +107,9 @@ def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
              "the killed relay's agents reporting directly", 15)
     wait_for(lambda: _all_relayed(server, agents), "a new relay for the group, every agent through one again", 60)
     assert {a.connection.via for a in agents if a.config.node_rank // 2 == group} != {vias[victim.config.node_rank]}
-    time.sleep(1.0)
+    reports = server.state.reports   # two rounds of reports through the new relay, judged by the rules
+    wait_for(lambda: server.state.reports >= reports + 2 * NODES, "reports through the new relay", 10)
+    wait_ticks(server.watchdog, 2, full=True)
     assert not server.watchdog.declared
     err = capfd.readouterr().err
     assert not [line for line in err.splitlines() if line.startswith(("HANG", "SILENT", "OVERLOAD"))], err
