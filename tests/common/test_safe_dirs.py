@@ -105,3 +105,36 @@ def test_say_once_says_a_line_once():
     for _ in range(3):
         safe_dirs.say_once(said.append, exc)
     assert said == [str(exc)]
+
+
+def test_reads_follow_own_links_and_read_missing_as_none(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "faults.json").write_bytes(b"{}")
+    os.symlink("real", tmp_path / "mine")
+    os.symlink("faults.json", tmp_path / "real" / "alias.json")
+    assert safe_dirs.read_file(tmp_path / "mine" / "faults.json") == b"{}"
+    assert safe_dirs.read_file(tmp_path / "mine" / "alias.json") == b"{}"
+    assert safe_dirs.read_file(tmp_path / "mine" / "nope.json") is None
+    assert safe_dirs.read_file(tmp_path / "nope" / "faults.json") is None
+
+
+def test_a_fifo_at_the_name_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "faults.json")
+    with pytest.raises(safe_dirs.Unreadable, match=r"faults.json: it is not a regular file"):
+        safe_dirs.read_file(tmp_path / "faults.json")
+
+
+@as_root
+def test_a_file_or_link_of_another_user_is_not_read(shared):
+    timeline, victim = shared
+    with open(os.path.join(victim, "secret"), "w") as f:
+        f.write("precious")
+    as_nobody("f = open(sys.argv[1], 'w'); f.write('theirs'); f.close(); os.symlink(sys.argv[2], sys.argv[3])",
+              os.path.join(timeline, "planted.json"), os.path.join(victim, "secret"),
+              os.path.join(timeline, "link.json"))
+    with pytest.raises(safe_dirs.Unreadable) as err:
+        safe_dirs.read_file(os.path.join(timeline, "planted.json"))
+    assert str(err.value) == (f"refusing to read under {timeline}/planted.json: it is owned by uid {NOBODY}, "
+                              f"not by this user (uid 0); nothing there is read")
+    with pytest.raises(safe_dirs.Unreadable, match=f"under {timeline}/link.json: it is a link owned by uid {NOBODY}"):
+        safe_dirs.read_file(os.path.join(timeline, "link.json"))
