@@ -99,15 +99,7 @@ def _run(config: Config, closing: Closing) -> int:
     tool_env = dict(os.environ)
     token = config.job_token or secrets.token_urlsafe(32)
     shm_dir = make_shm_dir(config)
-    addr_dir = shm_dir
-    if shm_full(shm_dir):
-        # Training never waits for the tool: the rings cannot be made there
-        # (the tracer says so per rank), and the collector's address file
-        # goes to a private directory under TMPDIR so that node 0's collector
-        # still serves the other nodes.
-        say(full_shm_line(config, shm_dir))
-        closing.detection_off = f"{os.path.dirname(shm_dir)} is full"
-        addr_dir = owned_dirs.make(f"{owned_dirs.PREFIX}{config.job_id}-n{config.node_rank}-addr-", None)
+    addr_dir = address_dir(config, shm_dir, closing)
     recovery = NodeRecovery(config, say)   # the snapshot store, outliving every restart
     keeper = None
     try:
@@ -261,6 +253,19 @@ def make_shm_dir(config: Config) -> str:
     base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     owned_dirs.sweep(base)
     return owned_dirs.make(f"{owned_dirs.PREFIX}{config.job_id}-n{config.node_rank}-", base)
+
+
+def address_dir(config: Config, shm_dir: str, closing: Closing) -> str:
+    """Where the collector writes its address file: ``shm_dir``, or when that
+    is full, a private directory under TMPDIR (the caller removes it). A full
+    /dev/shm is said once, loudly: training never waits for the tool. The
+    rings cannot be made there (each tracer says so), and node 0's collector
+    still serves the other nodes."""
+    if not shm_full(shm_dir):
+        return shm_dir
+    say(full_shm_line(config, shm_dir))
+    closing.detection_off = f"{os.path.dirname(shm_dir)} is full"
+    return owned_dirs.make(f"{owned_dirs.PREFIX}{config.job_id}-n{config.node_rank}-addr-", None)
 
 
 def shm_full(path: str) -> bool:
