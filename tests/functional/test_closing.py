@@ -65,3 +65,4 @@ def test_a_healthy_job_says_so_last(launches, tmp_path):
     assert job.wait(90) == 0, job.output()
     assert stderr_lines(job)[-2:] == ["xpu-diag: no hang or slow rank seen", "xpu-diag: exit 0 (the job succeeded)"], \
         job.output()
+    assert not job.matching(r"NVML"), job.output()   # a CPU job: no NVML is no news (item 5)

@@ -131,7 +131,7 @@ def test_on_demand_timeline_from_the_running_job(held, tmp_path):
 
 @pytest.mark.parametrize("args, fix", [
     (["--collector", "127.0.0.1:9", "--out", "x.json"], "XPU_TIMER_JOB_TOKEN"),
-    (["--job", "/nonexistent", "--out", "x.json"], "collector.json"),
+    (["--job", "/nonexistent", "--out", "x.json"], "<timeline-path>/<job-id> of a running job"),
     (["--job", "/tmp", "--last", "soon", "--out", "x.json"], "--last"),
     (["--job", "/tmp", "--out", "/nonexistent/x.json"], "--out"),
 ])
