@@ -27,7 +27,10 @@ def test_a_gemm_slowdown_of_15_percent_is_a_slow_gpu(built, tmp_path):
         launch.kill()
     lines = launch.matching(r"SLOW: ")
     assert len(lines) == 1, launch.output()
-    assert lines[0].startswith("SLOW: rank 1 (node 0, local rank 1) GEMM ") and "vs job median" in lines[0], lines[0]
+    # The hook names the card each rank launches on (its DEVICE records): the
+    # fake runtime's device 0 for all four ranks, which never call set_device.
+    assert lines[0].startswith("SLOW: rank 1 (node 0, gpu 0000:1b:00.0 (GPU-fa4e0000...) shared with ranks 0,2-3) "
+                               "GEMM ") and "vs job median" in lines[0], lines[0]
     [path] = glob.glob(str(tmp_path / "slowgpu" / "*" / "slow.json"))
     doc = json.load(open(path))
     assert (doc["rule"], doc["ranks"]) == ("slow_gpu", [1])
