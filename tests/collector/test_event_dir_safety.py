@@ -22,10 +22,10 @@ from diag.collector.config import Config
 from diag.collector.events import EventStore, UploadError
 from diag.pb import collector_pb2 as pb
 from diag.collector.timelines import TimelineGatherer
+from tests.otheruser import NOBODY, as_nobody, as_root
+from tests.otheruser import full_tmpfs
 
-NOBODY = 65534
 NOW, UNIX = 500.0, 1795000000.0
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second local user")
 
 
 class OneAgent:
@@ -37,11 +37,6 @@ class OneAgent:
     def broadcast(self, command):
         return 1
 
-
-def as_nobody(code: str, *args: str) -> None:
-    wrapped = f"import os, sys; os.setgid({NOBODY}); os.setuid({NOBODY}); {code}"
-    out = subprocess.run([sys.executable, "-c", wrapped, *args], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
 
 
 @pytest.fixture
@@ -137,25 +132,10 @@ def test_names_squatted_by_links_are_skipped(shared):
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A 64 KiB tmpfs, filled up: every write that needs a page fails."""
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a 64 KiB tmpfs needs root (CAP_SYS_ADMIN)")
-    try:
-        os.mkdir(mnt / "job")   # made while there is room: the files inside it are what fail
-        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            while os.write(fd, b"\0" * 4096):
-                pass
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        yield str(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)])
+    """A 64 KiB tmpfs, filled up: every write that needs a page fails. The
+    job directory is made while there is room: the files inside it are what fail."""
+    with full_tmpfs(tmp_path / "full", keep_room_for=("job",)) as mnt:
+        yield mnt
 
 
 def test_a_full_disk_gets_one_line_per_file_naming_the_directory_and_the_bytes(full_disk, caplog):

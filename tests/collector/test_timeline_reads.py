@@ -18,15 +18,9 @@ from types import SimpleNamespace
 import pytest
 
 from diag.collector.watchdog import blamed_nodes
-
-NOBODY = 65534
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second local user")
+from tests.otheruser import NOBODY, as_nobody, as_root
 
 
-def as_nobody(code: str, *args: str) -> None:
-    wrapped = f"import os, sys; os.setgid({NOBODY}); os.setuid({NOBODY}); {code}"
-    out = subprocess.run([sys.executable, "-c", wrapped, *args], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
 
 
 @pytest.fixture

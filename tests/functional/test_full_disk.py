@@ -5,34 +5,19 @@ naming its directory and the bytes it needed, never a traceback (issue 33)."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from tests.functional.launch import SCRIPTS, Launch
+from tests.otheruser import full_tmpfs
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
 def full_disk(tmp_path):
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a 64 KiB tmpfs needs root (CAP_SYS_ADMIN)")
-    try:
-        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            while os.write(fd, b"\0" * 4096):
-                pass
-        except OSError:    # ENOSPC: full, as the issue's disk was
-            pass
-        finally:
-            os.close(fd)
-        yield str(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)])
+    with full_tmpfs(tmp_path / "full") as mnt:
+        yield mnt
 
 
 def test_a_full_timeline_disk_names_the_hang_and_says_each_file_in_one_line(full_disk):
