@@ -59,15 +59,22 @@ def register(tracer, groups, completions):
 
     library = torch.library.Library("_c10d_functional", "IMPL")
     pending: dict[int, object] = {}     # output's data_ptr -> its START record
+    key = torch._C.DispatchKey
+    ours, hand_on = key.AutogradCPU, torch._C.DispatchKeySet(key.AutogradOther)
+
+    def onward(keyset):
+        """To the autograd kernel that runs without us: same behaviour, same result."""
+        return keyset.remove(ours) | hand_on
+
     for op_name, name in OPS.items():
         packet = getattr(torch.ops._c10d_functional, op_name, None)
         if packet is None:
             continue  # an op this torch does not have
-        library.impl(op_name, _issue(tracer, groups, pending, packet.default, name, c10d), DISPATCH_KEY,
+        library.impl(op_name, _issue(tracer, groups, pending, packet.default, name, c10d, onward), DISPATCH_KEY,
                      with_keyset=True)
     wait = getattr(torch.ops._c10d_functional, "wait_tensor", None)
     if wait is not None:
-        library.impl("wait_tensor", _wait(tracer, completions, pending, wait.default), DISPATCH_KEY,
+        library.impl("wait_tensor", _wait(tracer, completions, pending, wait.default, onward), DISPATCH_KEY,
                      with_keyset=True)
     from diag.tracer import import_hooks
     import_hooks.when_imported("torch.distributed._functional_collectives",
@@ -103,13 +110,7 @@ def _wrap_python_wait(tracer, completions, pending, module) -> None:
     module.wait_tensor = rename(wait_tensor)
 
 
-def _onward(keyset):
-    import torch
-    key = torch._C.DispatchKey
-    return keyset.remove(key.AutogradCPU) | torch._C.DispatchKeySet(key.AutogradOther)
-
-
-def _issue(tracer, groups, pending, op, name, c10d):
+def _issue(tracer, groups, pending, op, name, c10d, onward_of):
     import torch
     python_key = torch._C.DispatchKey.Python
     arg_names = [a.name for a in op._schema.arguments]
@@ -117,7 +118,7 @@ def _issue(tracer, groups, pending, op, name, c10d):
     inputs_i = 0    # input / inputs: what is sent
 
     def xpu_diag_traced(keyset, *args, **kwargs):
-        onward = _onward(keyset)
+        onward = onward_of(keyset)
         if not tracer.enabled or keyset.has(python_key) or not tracer.enter():
             return op.redispatch(onward, *args, **kwargs)
         try:
@@ -152,9 +153,9 @@ def _issue(tracer, groups, pending, op, name, c10d):
     return xpu_diag_traced
 
 
-def _wait(tracer, completions, pending, op):
+def _wait(tracer, completions, pending, op, onward_of):
     def xpu_diag_traced(keyset, *args, **kwargs):
-        out = op.redispatch(_onward(keyset), *args, **kwargs)
+        out = op.redispatch(onward_of(keyset), *args, **kwargs)
         _ended(tracer, completions, pending, args[0])
         return out
 
