@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -49,3 +51,19 @@ def full_tmpfs(mnt, keep_room_for=()):
         yield str(mnt)
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
+
+
+@contextlib.contextmanager
+def shared_timeline(prefix: str):
+    """A root-owned 1777 directory (a shared --timeline-path) and root's own
+    victim directory beside it, under a fresh directory in /tmp."""
+    base = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(base, 0o755)
+    timeline, victim = os.path.join(base, "timeline"), os.path.join(base, "victim")
+    os.mkdir(timeline)
+    os.chmod(timeline, 0o1777)
+    os.mkdir(victim, 0o700)
+    try:
+        yield timeline, victim
+    finally:
+        shutil.rmtree(base)

@@ -10,10 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import grpc
 import pytest
@@ -22,7 +20,7 @@ from diag.collector.config import Config
 from diag.collector.events import EventStore, UploadError
 from diag.pb import collector_pb2 as pb
 from diag.collector.timelines import TimelineGatherer
-from tests.otheruser import NOBODY, as_nobody, as_root
+from tests.otheruser import NOBODY, as_nobody, as_root, shared_timeline
 from tests.otheruser import full_tmpfs
 
 NOW, UNIX = 500.0, 1795000000.0
@@ -41,15 +39,8 @@ class OneAgent:
 
 @pytest.fixture
 def shared():
-    """A root-owned 1777 timeline in /tmp and root's own victim directory."""
-    base = tempfile.mkdtemp(prefix="event-dir-test-")
-    os.chmod(base, 0o755)
-    timeline, victim = os.path.join(base, "timeline"), os.path.join(base, "victim")
-    os.mkdir(timeline)
-    os.chmod(timeline, 0o1777)
-    os.mkdir(victim, 0o700)
-    yield timeline, victim
-    shutil.rmtree(base)
+    with shared_timeline("event-dir-test-") as dirs:
+        yield dirs
 
 
 def write_everything(timeline: str, expected_upload: bool = False):

@@ -5,31 +5,21 @@ other user is a real one: a subprocess as nobody (65534)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
 from diag.common import safe_dirs
-from tests.otheruser import NOBODY, as_nobody, as_root
+from tests.otheruser import NOBODY, as_nobody, as_root, shared_timeline
 
 
 
 
 @pytest.fixture
 def shared():
-    """A root-owned 1777 directory in /tmp (a shared --timeline-path) and a
-    root-owned victim directory beside it."""
-    base = tempfile.mkdtemp(prefix="safe-dirs-test-")
-    os.chmod(base, 0o755)
-    timeline, victim = os.path.join(base, "timeline"), os.path.join(base, "victim")
-    os.mkdir(timeline)
-    os.chmod(timeline, 0o1777)
-    os.mkdir(victim, 0o700)
-    yield timeline, victim
-    shutil.rmtree(base)
+    with shared_timeline("safe-dirs-test-") as dirs:
+        yield dirs
 
 
 @as_root
