@@ -43,3 +43,6 @@ for step in range(start, steps):
 ck.wait()
 torch.save([p.to_local() if hasattr(p, "to_local") else p.detach() for p in model.parameters()],
            os.path.join(out, f"rank{rank}.pt"))
+# gloo's threads abort the interpreter's exit now and then (terminate called
+# without an active exception) when the group is still alive: end it first
+dist.destroy_process_group()
