@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from diag.agent import dumps, procs
+from diag.agent import activity, dumps, procs
 from diag.agent.config import AgentConfig
 from diag.agent.connection import Connection
 from diag.agent.lastwords import Recovery
@@ -30,18 +30,18 @@ from diag.perf.window import PerfWindow
 class Agent:
     def __init__(self, config: AgentConfig, clock=time.monotonic_ns):
         self.config = config
+        self.timeline = TimelineRing(int(config.timeline_window_s * 1e9), config.timeline_max_spans)
         self.state = NodeState(clock, perf=PerfWindow(config.perf_window_s, config.perf_step),
-                               log=self.log)
+                               log=self.log, timeline=self.timeline)
         self.exporter = None          # the Prometheus endpoint, with --metrics-port
         self._published = 0.0
         self.lock = threading.Lock()          # guards state
-        self.timeline = TimelineRing(int(config.timeline_window_s * 1e9), config.timeline_max_spans)
-        self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log,
-                               timeline=self.timeline)
+        self.sampler = Sampler(config.shm_dir, self.state, config.root_pid, self.log)
         self._stop = threading.Event()
         self.gpus = GpuMonitor(config, self.log, self._stop, self.device_claims)   # docs/gpu.md
         self._commands: queue.Queue = queue.Queue()
         self._report_seq = 0
+        self._activity_said = False   # a failed /proc read is said once
         self._said: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         self.connection = Connection(config, self) if config.collector else None
@@ -176,7 +176,10 @@ class Agent:
     def build_report(self, with_perf: bool = True) -> pb.NodeReport:
         with self.lock:
             ranks = self.state.report(with_perf)
+            perf = self.state.perf
+            launches = {m.rank: perf.launches_total(m.rank) for m in ranks} if perf is not None else {}
         self._add_gpus(ranks)
+        self._add_activity(ranks, launches)
         self._report_seq += 1
         cfg = self.config
         # sent_mono_ns: the collector learns our clock's offset and so how long
@@ -184,6 +187,24 @@ class Agent:
         return pb.NodeReport(job_id=cfg.job_id, node_rank=cfg.node_rank, hostname=cfg.hostname,
                              agent_pid=os.getpid(), report_seq=self._report_seq, ranks=ranks,
                              local_world_size=cfg.local_world_size, sent_mono_ns=time.monotonic_ns())
+
+    def _add_activity(self, ranks, launches: dict) -> None:
+        """Each live rank's process-tree counters (diag/agent/activity.py):
+        the evidence that tells a busy rank from a blocked one (issue 36)."""
+        for msg in ranks:
+            if not msg.alive or msg.pid <= 0:
+                continue
+            try:
+                found = activity.of_tree(msg.pid)
+            except Exception as exc:   # never stop a report for it; said once
+                if not self._activity_said:
+                    self._activity_said = True
+                    self.log(f"reading rank {msg.rank}'s activity from /proc failed ({exc!r}); "
+                              "hangs are judged by their timeout alone")
+                return
+            if found is not None:
+                msg.activity.CopyFrom(pb.RankActivity(cpu_ns=found.cpu_ns, io_bytes=found.io_bytes,
+                                                      procs=found.procs, launches_total=launches.get(msg.rank, 0)))
 
     def _add_gpus(self, ranks) -> None:
         """Each rank's GPU identity and health into its RankProgress / TimelineRank."""
@@ -225,7 +246,7 @@ class Agent:
         self.sample_once()
         now = time.monotonic_ns()
         with self.lock:
-            on = self.sampler.timeline is not None   # None: switched off after a failure
+            on = self.state.timeline is not None   # None: switched off after a failure
             snaps = self.timeline.snapshot(now, request.last_ns) if on else []
         cfg = self.config
         upload = wire.build_upload(snaps, offset_ns=wire.clock_offset_ns(), job_id=cfg.job_id,

@@ -131,7 +131,7 @@ class CommProgress(_message.Message):
     def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ..., recent_steps: _Optional[_Union[StepTimes, _Mapping]] = ...) -> None: ...
 
 class RankProgress(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links", "parallel_coords")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links", "parallel_coords", "activity")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,7 @@ class RankProgress(_message.Message):
     GPU_FIELD_NUMBER: _ClassVar[int]
     LINKS_FIELD_NUMBER: _ClassVar[int]
     PARALLEL_COORDS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     world_size: int
@@ -162,7 +163,20 @@ class RankProgress(_message.Message):
     gpu: GpuHealth
     links: _containers.RepeatedCompositeFieldContainer[LinkChannel]
     parallel_coords: str
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ..., parallel_coords: _Optional[str] = ...) -> None: ...
+    activity: RankActivity
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ..., parallel_coords: _Optional[str] = ..., activity: _Optional[_Union[RankActivity, _Mapping]] = ...) -> None: ...
+
+class RankActivity(_message.Message):
+    __slots__ = ("cpu_ns", "io_bytes", "procs", "launches_total")
+    CPU_NS_FIELD_NUMBER: _ClassVar[int]
+    IO_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROCS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    cpu_ns: int
+    io_bytes: int
+    procs: int
+    launches_total: int
+    def __init__(self, cpu_ns: _Optional[int] = ..., io_bytes: _Optional[int] = ..., procs: _Optional[int] = ..., launches_total: _Optional[int] = ...) -> None: ...
 
 class LinkChannel(_message.Message):
     __slots__ = ("comm_hash", "comm_rank", "comm_size", "channel", "kind", "peer", "ops", "ops_done", "nsteps", "posted", "moved", "done", "steps_total", "last_state", "idle_ns")

@@ -98,6 +98,19 @@ class PerfWindow:
         """A new worker for ``rank``: a fresh window."""
         self.ranks[rank] = _Rank()
 
+    # -- diag.records.feed.RankFeed: how the agent's NodeState feeds it --
+    def start_rank(self, header: fmt.Header) -> None:
+        self.start(header.rank)
+
+    def apply(self, rank: int, region: str, producer: int, records) -> None:
+        self.observe(rank, producer, records)
+
+    def set_dropped(self, rank: int, region: str, dropped: int) -> None:
+        pass   # the window counts what was recorded; drops are in the rank's report
+
+    def remove_region(self, rank: int, region: str) -> None:
+        pass   # nothing open is kept: only ENDs and COUNTs are counted
+
     def _slot(self, state: _Rank, now: int) -> _Slot:
         index = now // self.slot_ns
         if not state.slots or state.slots[-1].index != index:
@@ -106,6 +119,11 @@ class PerfWindow:
             while state.slots and state.slots[0].index <= oldest:
                 state.slots.popleft()
         return state.slots[-1]
+
+    def launches_total(self, rank: int) -> int:
+        """Kernel launches the hook counted for ``rank`` since its worker started."""
+        state = self.ranks.get(rank)
+        return state.launches_total if state is not None else 0
 
     def observe(self, rank: int, producer: int, records) -> None:
         """Account END and COUNT records of one region of ``rank``."""

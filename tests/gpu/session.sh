@@ -45,6 +45,7 @@
 # x1gpu: issue 20 items 1-3: two ranks on GPU 0 (rank 1 under CUDA MPS at 25 % of
 # the SMs where the machine allows MPS) named by bus id and said to share it, a
 # real NVML sample on /metrics, the NVML recorder (outputs in gpu-runs/).
+# x1s17: the paired hook per-launch bench, then x1nosetdev.
 # x1nosetdev: issue 34 item 6: two ranks on cuda:0 that never call set_device (GEMMs, gloo
 # all-reduce): the planted slow rank's SLOW line and a GPU-kernel hang's HANG line name
 # the card and that both ranks share it, from the hook's DEVICE records (outputs in gpu-runs/).
@@ -122,6 +123,8 @@ case $label in
   x1drv) run hook_driver 300 python3 -m pytest -q -s -p no:cacheprovider "tests/gpu/test_hook_single_gpu.py::test_driver_launches_counted_and_one_all_reduce_series"
       run hook_launch_bench 200 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x1gpu) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_identity 560 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py ;;
+  x1s17) run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json
+      mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 400 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
   x1nosetdev) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
   x1fw) run frameworks_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_frameworks_gpu.py
       run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;

@@ -74,6 +74,9 @@ def test_hook_regions_name_a_shared_gpu_in_slow_and_hang_lines(built, tmp_path):
             proc.kill()
             proc.wait()
     assert not any(p.startswith(fmt.PRODUCER_PREFIX[fmt.PRODUCER_PYTHON]) for p in os.listdir(shm))  # hook only
+    # each live rank's process counters ride along (issue 36's evidence), the hook's launches with them
+    assert all(m.activity.procs == 1 for m in report.ranks), [m.activity for m in report.ranks]
+    assert any(m.activity.launches_total for m in report.ranks), [m.activity for m in report.ranks]
     gpu = {m.rank: m.gpu.identity for m in report.ranks}
     assert {r: (g.pci_bus_id, g.index) for r, g in gpu.items()} == {0: ("0000:1b:00.0", 0),
                                                                                 1: ("0000:1b:00.0", 0)}

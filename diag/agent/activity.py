@@ -1,0 +1,105 @@
+"""What a rank's processes are doing, read cheaply from /proc (issue 36).
+
+A rank that waits on nothing but looks stuck (a checkpoint write, an
+evaluation, a compile warm-up, data-loader workers starting) still burns CPU
+or moves bytes somewhere in its process tree; a rank that is truly blocked
+(a deadlock, a sleep that never ends, a collective whose peers never come)
+does neither. The collector's evidence rules (diag/hang) compare these
+counters over time; here they are only read.
+
+The tree is the rank's process and its live descendants (data-loader
+workers, compile workers), found through ``/proc/<pid>/task/<tid>/children``:
+a checkpoint written by a helper process is progress of the rank.
+Counters of a descendant that exited are lost, so the sums may step down;
+readers take a drop as activity (something changed), never as idleness.
+
+Everything read here belongs to the launcher's own descendants (the rank's
+pid was checked by the sampler); nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+MAX_PROCS = 256      # a tree larger than this is summed over its first 256 processes
+_TICK_NS = 1_000_000_000 // (os.sysconf("SC_CLK_TCK") or 100)
+
+
+@dataclass(frozen=True)
+class Activity:
+    cpu_ns: int      # user + system CPU time of the tree's live processes
+    io_bytes: int    # bytes read and written through syscalls (files, pipes, sockets)
+    procs: int       # processes summed
+
+
+def of_tree(pid: int) -> Activity | None:
+    """The counters of ``pid``'s process tree; None when ``pid`` is gone."""
+    cpu = _cpu_ns(pid)
+    if cpu is None:
+        return None
+    io = _io_bytes(pid)
+    procs, todo, seen = 1, _children(pid), {pid}
+    while todo and procs < MAX_PROCS:
+        child = todo.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        c = _cpu_ns(child)
+        if c is None:     # exited between the listing and the read
+            continue
+        cpu += c
+        io += _io_bytes(child)
+        procs += 1
+        todo.extend(_children(child))
+    return Activity(cpu, io, procs)
+
+
+def _cpu_ns(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and ')': split after the last ')'.
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) * _TICK_NS   # utime, stime
+    except (IndexError, ValueError):
+        return None
+
+
+def _io_bytes(pid: int) -> int:
+    """rchar + wchar: every read and write syscall's bytes, page cache
+    included, so a checkpoint into a throttled directory counts as it is
+    written, not when the disk takes it. 0 where /proc/<pid>/io is not ours
+    to read."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            data = f.read()
+    except OSError:
+        return 0
+    total = 0
+    for line in data.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"rchar", b"wchar"):
+            try:
+                total += int(value)
+            except ValueError:
+                pass
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return found

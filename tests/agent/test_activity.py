@@ -1,0 +1,69 @@
+"""The rank's process-tree counters read from /proc (diag/agent/activity.py),
+on real processes: a blocked tree shows no change, work in a descendant
+shows as the rank's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from diag.agent import activity
+
+# A parent that starts one child and then blocks; the child does what argv[1] says.
+TREE = r"""
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def _tree(child_code: str):
+    p = subprocess.Popen([sys.executable, "-c", TREE, child_code], stdout=subprocess.PIPE, text=True)
+    child = int(p.stdout.readline())
+    return p, child
+
+
+def _until(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = pred()
+        if found:
+            return found
+        time.sleep(0.05)
+    return pred()
+
+
+def test_a_blocked_tree_stands_still_and_a_gone_one_is_none():
+    p, child = _tree("import time; print('ready', flush=True); time.sleep(60)")
+    try:
+        assert p.stdout.readline().strip() == "ready"    # both interpreters are up and blocked
+        first = activity.of_tree(p.pid)
+        assert first.procs == 2
+        time.sleep(0.5)
+        again = activity.of_tree(p.pid)
+        assert (again.cpu_ns, again.io_bytes) == (first.cpu_ns, first.io_bytes)
+    finally:
+        p.kill(), p.wait()
+        os.kill(child, 9)
+    assert activity.of_tree(p.pid) is None
+
+
+def test_cpu_and_bytes_of_a_descendant_count_for_the_rank(tmp_path):
+    # the child spins, then writes 4 MiB and reads it back: the parent itself stays blocked
+    code = (f"import time\nt = time.monotonic()\nwhile time.monotonic() - t < 0.4: pass\n"
+            f"open({str(tmp_path / 'ckpt')!r}, 'wb').write(b'x' * (4 << 20))\n"
+            f"open({str(tmp_path / 'ckpt')!r}, 'rb').read()\ntime.sleep(60)")
+    p, child = _tree(code)
+    try:
+        before = _until(lambda: (a := activity.of_tree(p.pid)) and a.procs == 2 and a)
+        after = _until(lambda: (a := activity.of_tree(p.pid)) and a.io_bytes - before.io_bytes >= 8 << 20 and a)
+        assert after, activity.of_tree(p.pid)
+        assert after.cpu_ns - before.cpu_ns >= 200_000_000      # the child's 0.4 s spin
+        own = activity.of_tree(child)
+        assert own.procs == 1 and own.io_bytes >= 8 << 20       # it is the child's, summed into the rank
+    finally:
+        p.kill(), p.wait()
+        os.kill(child, 9)
