@@ -29,15 +29,17 @@ _TICK_NS = 1_000_000_000 // (os.sysconf("SC_CLK_TCK") or 100)
 @dataclass(frozen=True)
 class Activity:
     cpu_ns: int      # user + system CPU time of the tree's live processes
-    io_bytes: int    # bytes read and written through syscalls (files, pipes, sockets)
+    io_bytes: int    # bytes read and written: syscalls' and the storage layer's
     procs: int       # processes summed
+    disk_wait: bool  # the rank's main thread sleeps uninterruptibly (state D): in I/O
 
 
 def of_tree(pid: int) -> Activity | None:
     """The counters of ``pid``'s process tree; None when ``pid`` is gone."""
-    cpu = _cpu_ns(pid)
-    if cpu is None:
+    stat = _stat(pid)
+    if stat is None:
         return None
+    cpu, disk_wait = stat
     io = _io_bytes(pid)
     procs, todo, seen = 1, _children(pid), {pid}
     while todo and procs < MAX_PROCS:
@@ -45,17 +47,18 @@ def of_tree(pid: int) -> Activity | None:
         if child in seen:
             continue
         seen.add(child)
-        c = _cpu_ns(child)
+        c = _stat(child)
         if c is None:     # exited between the listing and the read
             continue
-        cpu += c
+        cpu += c[0]
         io += _io_bytes(child)
         procs += 1
         todo.extend(_children(child))
-    return Activity(cpu, io, procs)
+    return Activity(cpu, io, procs, disk_wait)
 
 
-def _cpu_ns(pid: int) -> int | None:
+def _stat(pid: int) -> tuple[int, bool] | None:
+    """(CPU ns, in state D) of ``pid``'s thread group leader; None when gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -64,16 +67,17 @@ def _cpu_ns(pid: int) -> int | None:
     # The command name (field 2) may hold spaces and ')': split after the last ')'.
     fields = data[data.rfind(b")") + 2:].split()
     try:
-        return (int(fields[11]) + int(fields[12])) * _TICK_NS   # utime, stime
+        return (int(fields[11]) + int(fields[12])) * _TICK_NS, fields[0] == b"D"   # utime, stime; state
     except (IndexError, ValueError):
         return None
 
 
 def _io_bytes(pid: int) -> int:
-    """rchar + wchar: every read and write syscall's bytes, page cache
-    included, so a checkpoint into a throttled directory counts as it is
-    written, not when the disk takes it. 0 where /proc/<pid>/io is not ours
-    to read."""
+    """rchar + wchar (each read and write syscall's bytes, counted when the
+    call returns) + read_bytes + write_bytes (the storage layer's, counted
+    page by page inside the call): one huge write into a throttled directory
+    moves the sum while it is still blocked. 0 where /proc/<pid>/io is not
+    ours to read."""
     try:
         with open(f"/proc/{pid}/io", "rb") as f:
             data = f.read()
@@ -82,7 +86,7 @@ def _io_bytes(pid: int) -> int:
     total = 0
     for line in data.splitlines():
         key, _, value = line.partition(b":")
-        if key in (b"rchar", b"wchar"):
+        if key in (b"rchar", b"wchar", b"read_bytes", b"write_bytes"):
             try:
                 total += int(value)
             except ValueError:

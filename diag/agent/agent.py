@@ -204,7 +204,8 @@ class Agent:
                 return
             if found is not None:
                 msg.activity.CopyFrom(pb.RankActivity(cpu_ns=found.cpu_ns, io_bytes=found.io_bytes,
-                                                      procs=found.procs, launches_total=launches.get(msg.rank, 0)))
+                                                      procs=found.procs, launches_total=launches.get(msg.rank, 0),
+                                                      disk_wait=found.disk_wait))
 
     def _add_gpus(self, ranks) -> None:
         """Each rank's GPU identity and health into its RankProgress / TimelineRank."""
