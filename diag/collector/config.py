@@ -31,26 +31,28 @@ class Config:
 
     job_id: str
     token: str
-    listen: str = "127.0.0.1:0"
-    timeline_path: str = "/root/timeline"
-    hang_timeout_s: float = 300.0
-    idle_timeout_s: float = 600.0
-    hang_action: str = "report"
-    address_file: str | None = None
-    silent_after_s: float = DEFAULT_SILENT_AFTER_S
-    dump_timeout_s: float = 60.0
-    last_words_timeout_s: float = 120.0
-    max_dump_bytes: int = 64 << 20
-    max_agents: int = 16384
-    ingest_procs: int = 0
-    nodes_per_relay: int = 0
-    eval_interval_s: float = 0.5
-    stats_interval_s: float = 60.0
-    perf_window_s: float = 60.0
-    slow_threshold: float = 0.10
-    slow_action: str = "report"
-    collector_metrics_port: int | None = None   # docs/metrics.md "Alerts"
-    metrics_addr: str = "0.0.0.0"
+    # One field per option in options.COLLECTOR, named as its dest; each
+    # default is the option's (declared once, in diag/common/options.py).
+    listen: str = options.default(options.LISTEN)
+    timeline_path: str = options.default(options.TIMELINE_PATH)
+    hang_timeout_s: float = options.default(options.HANG_TIMEOUT)
+    idle_timeout_s: float = options.default(options.IDLE_TIMEOUT)
+    hang_action: str = options.default(options.HANG_ACTION)
+    address_file: str | None = options.default(options.ADDRESS_FILE)
+    silent_after_s: float = options.default(options.SILENT_AFTER)
+    dump_timeout_s: float = options.default(options.DUMP_TIMEOUT)
+    last_words_timeout_s: float = options.default(options.LAST_WORDS_TIMEOUT)
+    max_dump_bytes: int = options.default(options.MAX_DUMP_SIZE)
+    max_agents: int = options.default(options.MAX_AGENTS)
+    ingest_procs: int = options.default(options.INGEST_PROCS)
+    nodes_per_relay: int = options.default(options.NODES_PER_RELAY)
+    eval_interval_s: float = 0.5        # the watchdog's tick; no option (tests shorten it)
+    stats_interval_s: float = options.default(options.STATS_INTERVAL)
+    perf_window_s: float = options.default(options.PERF_WINDOW)
+    slow_threshold: float = options.default(options.SLOW_THRESHOLD)
+    slow_action: str = options.default(options.SLOW_ACTION)
+    collector_metrics_port: int | None = options.default(options.COLLECTOR_METRICS_PORT)  # docs/metrics.md "Alerts"
+    metrics_addr: str = options.default(options.METRICS_ADDR)
 
     def __post_init__(self) -> None:
         # Each value again through its option's own parser, bounds included, so

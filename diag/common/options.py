@@ -336,6 +336,13 @@ def to_argv(options: Iterable[Option], values) -> list[str]:
     return argv
 
 
+def default(opt: Option) -> Any:
+    """The option's default as its parser reads it: what every Config field
+    and feature default that the option sets takes, so the value is written
+    once, in the option (tests/common/test_option_defaults.py)."""
+    return parse_value(opt, opt.default)
+
+
 def flags_taking_value(options: Iterable[Option]) -> dict[str, bool]:
     """flag -> whether it takes a value (to strip them from another argv)."""
     return {opt.flag: not opt.switch for opt in options if opt.flag}
@@ -450,9 +457,9 @@ JOB_ID = Option("--job-id", None, None, nonempty("the torchrun --rdzv-id"),
                 help="job id (torchrun --rdzv-id); [A-Za-z0-9._-] kept in paths")
 ADDRESS_FILE = Option("--address-file", None, None, nonempty("/tmp/collector.addr"),
                       metavar="PATH", help="write the bound HOST:PORT here once serving")
-# The agent reports about once a second; three missed reports plus slack for a
-# busy node before its ranks count as silent.
-DEFAULT_SILENT_AFTER_S = 3 * 1.0 + 2.0
+# The agent reports about once a second (REPORT_INTERVAL); three missed reports
+# plus slack for a busy node before its ranks count as silent.
+DEFAULT_SILENT_AFTER_S = 3 * default(REPORT_INTERVAL) + 2.0
 SILENT_AFTER = Option("--silent-after", None, f"{DEFAULT_SILENT_AFTER_S:g}s", duration,
                       dest="silent_after_s", format=seconds_text,
                       help="an agent with no report for this long is silent")

@@ -39,33 +39,34 @@ class Config:
     script_kind: str = "file"         # "file", "module" or "command"
     rdzv_backend: str = "static"      # torchrun's, "c10d" under --standalone
     restarts: bool = False            # torchrun's --max-restarts is 1 or more
-    # One field per option in options.LAUNCHER, named as its dest.
-    hang_timeout_s: float = 300.0
-    idle_timeout_s: float = 600.0       # no op started or finished anywhere, none in flight
-    timeline_path: str = "/root/timeline"
+    # One field per option in options.LAUNCHER, named as its dest; a value is
+    # the option's default (declared once, in diag/common/options.py).
+    hang_timeout_s: float = options.default(options.HANG_TIMEOUT)
+    idle_timeout_s: float = options.default(options.IDLE_TIMEOUT)       # no op started or finished anywhere, none in flight
+    timeline_path: str = options.default(options.TIMELINE_PATH)
     collector: str | None = None      # HOST:PORT of an existing collector
-    hang_action: str = "report"
+    hang_action: str = options.default(options.HANG_ACTION)
     no_hook: bool = False
     link_plugin: bool = False         # asked for by name (it is the default)
     no_link_plugin: bool = False      # NCCL_PROFILER_PLUGIN is not pointed at ours (docs/link.md)
     fault_list: str | None = None
-    fault_list_max_age: float = 24 * 3600.0
+    fault_list_max_age: float = options.default(options.FAULT_LIST_MAX_AGE)
     rank_order: str | None = None       # netcheck --rank-order's file (diag/launcher/rankorder.py)
     rank_order_note: str = ""           # the one line saying what --rank-order did
     hook_time_every: int | None = None  # the hook device-times 1 call in N (its default: 8)
     hook_completion: str | None = None  # how the hook sees unsampled collectives complete
-    report_interval: float = 1.0        # the agent's
-    timeline_window_s: float = 30.0     # the agent's timeline ring (docs/timeline.md)
-    perf_window_s: float = 60.0
-    perf_step: str = "optimizer.step"
+    report_interval: float = options.default(options.REPORT_INTERVAL)        # the agent's
+    timeline_window_s: float = options.default(options.TIMELINE_WINDOW)     # the agent's timeline ring (docs/timeline.md)
+    perf_window_s: float = options.default(options.PERF_WINDOW)
+    perf_step: str = options.default(options.PERF_STEP)
     metrics_port: int | None = None
-    metrics_addr: str = "0.0.0.0"
+    metrics_addr: str = options.default(options.METRICS_ADDR)
     collector_metrics_port: int | None = None   # node 0's collector (docs/metrics.md "Alerts")
-    slow_threshold: float = 0.10
-    slow_action: str = "report"
-    ingest_procs: int = 0               # node 0's collector: --ingest-procs (docs/collector.md)
-    nodes_per_relay: int = 0            # node 0's collector: --nodes-per-relay (docs/collector.md)
-    gpu_sample_interval_s: float = 5.0  # the agent's NVML sampling (docs/gpu.md); 0: off
+    slow_threshold: float = options.default(options.SLOW_THRESHOLD)
+    slow_action: str = options.default(options.SLOW_ACTION)
+    ingest_procs: int = options.default(options.INGEST_PROCS)               # node 0's collector: --ingest-procs (docs/collector.md)
+    nodes_per_relay: int = options.default(options.NODES_PER_RELAY)            # node 0's collector: --nodes-per-relay (docs/collector.md)
+    gpu_sample_interval_s: float = options.default(options.GPU_SAMPLE_INTERVAL)  # the agent's NVML sampling (docs/gpu.md); 0: off
     nvml_replay: str | None = None      # the agent's NVML answers from a recording
     # Read in the workers (env only; None: unset, the reader's default). The
     # launcher exports them in the one spelling each reader takes.
@@ -77,7 +78,7 @@ class Config:
     hook_poll_us: int | None = None
     hook_count_ms: int | None = None
     dump_tools: tuple[str, ...] | None = None   # the agent's; None: dumps.default_tools()
-    ckpt_persist_every: options.Every = options.Every(seconds=600.0)   # docs/recovery.md
+    ckpt_persist_every: options.Every = options.default(options.CKPT_PERSIST_EVERY)   # docs/recovery.md
     ckpt_dir: str | None = None        # None: <timeline_path>/<job_id>/ckpt
     job_token: str | None = dataclasses.field(default=None, repr=False)  # None: make one
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 
-DEFAULT_WINDOW_S = 60.0
-DEFAULT_STEP_NAME = "optimizer.step"   # what the tracer records for torch.optim's step()
+from diag.common import options
+
+# --perf-window's and --perf-step's defaults, declared once in their options.
+# The step name is also what the tracer records for torch.optim's step().
+DEFAULT_WINDOW_S = options.default(options.PERF_WINDOW)
+DEFAULT_STEP_NAME = options.default(options.PERF_STEP)
 MAX_OPS_PER_RANK = 64                  # op keys beyond this fold into OTHER_OP
 OTHER_OP = "other"
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from diag.common import options
+
 RULE_SLOW_GPU = "slow_gpu"
 RULE_STRAGGLER = "straggler"
 RULE_SLOW_LINK = "slow_link"
@@ -59,8 +61,8 @@ class Thresholds:
     handful of timed GEMMs (a rank that barely computes) out of the GEMM rule.
     """
 
-    window_s: float = 60.0
-    slow: float = 0.10
+    window_s: float = options.default(options.PERF_WINDOW)     # --perf-window
+    slow: float = options.default(options.SLOW_THRESHOLD)      # --slow-threshold
     wait_gap: float = 0.10
     link: float = 0.25
     min_gemm_samples: int = 8

@@ -13,7 +13,7 @@ import typing
 
 from diag.common import dumpnames
 
-DEFAULT_WINDOW_S = 30.0   # the option: diag.common.options.TIMELINE_WINDOW
+# The window's default is --timeline-window's (diag.common.options.TIMELINE_WINDOW).
 # Per rank, completed spans kept at most (oldest dropped first, counted):
 # ~20 k spans is ~1 min of a GPT-2 step's device-timed GEMMs and NCCL calls
 # at 1 in 8 sampling; about 150 bytes each (tests/timeline/test_ring.py).
