@@ -6,7 +6,8 @@ it is done. Their END is stamped at the first moment it is *seen* done, by
 whichever of these looks first:
 
 - **The caller's ``work.wait()`` returning** (``Work.wait`` is wrapped once,
-  class-wide): the op's real end for CPU ops, whose wait blocks until then.
+  class-wide, at the first CPU op: no other op's wait() says anything): the
+  op's real end for CPU ops, whose wait blocks until then.
   For gloo's works without a future whose ``is_completed()`` never turns true
   (its send/recv, its ``reduce_scatter_single``) it is the only signal.
 - **The caller's next sync op** (it ends after its lane's elders), and the
@@ -100,7 +101,6 @@ class Completions:
         self._thread = None
         self._closing = False
         self._idle = False          # the thread sleeps until notified
-        _hook_work_wait()
         # At exit: let go of every future and work (a gloo work still
         # referenced at interpreter teardown makes gloo abort the worker), and
         # stop the thread while the interpreter is whole.
@@ -131,6 +131,10 @@ class Completions:
             self._cpu += on_cpu
             if on_cpu:
                 self._active_ns = record.t0
+                # Only a CPU op's wait() says anything (on_wait); until the
+                # first one, every wait() (an NCCL job's all) stays unwrapped:
+                # the wrapper cost Megatron 5 us a call on an H100 host.
+                _hook_work_wait()
             if self._thread is None and not self._closing:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="xpu-diag-completions")
                 self._thread.start()
