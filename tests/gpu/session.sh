@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -17,6 +17,8 @@
 # x4s16c: the tracer's added host time per step, in-job A/B (Megatron, DeepSpeed),
 # then torchtitan's debug Llama (TP=2 x FSDP2=2, compile) healthy pair, A/B and faults.
 # x2s16: the same healthy pairs and in-job A/B for DeepSpeed ZeRO-3, and its faults.
+# x4ab: Megatron's in-job A/B three ways (XPU_AB_MODE, tracer_ab.py): A/A, a bare
+# pass-through wrapper, the tracer: what the block order and any wrapper cost alone.
 # x4titan: torchtitan 0.3.0's debug Llama (TP=2 x FSDP=2, torch.compile) healthy
 # under torchrun and the launcher (paired, twice) and with each planted fault
 # (a stall in tp rank 1's forward, one in rank 3's data iterator, a skipped
@@ -110,6 +112,7 @@ case $label in
       run tracer_async_step_nccl_hook 70 python3 bench/tracer_async_step.py --backend nccl --world 4 --rounds 8 --hook
       run megatron 150 python3 tests/gpu/scripts/fw_session.py $R/fw megatron --runs 1 --ab --faults none
       run deepspeed 200 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 1 --ab ;;
+  x4ab) for m in same bare tracer; do XPU_AB_MODE=$m run megatron_ab_$m 150 python3 tests/gpu/scripts/fw_session.py $R/fw-$m megatron --runs 1 --ab --only-ab --faults none; done ;;
   x4titan) python3 -c "import torch, torchtitan, spmd_types, tyro; print('torch', torch.__version__)" >> $R/machine.txt 2>&1
       run torchtitan 560 python3 tests/gpu/scripts/fw_session.py $R/fw torchtitan --runs 2 ;;
   x2fw32) run deepspeed 300 python3 tests/gpu/scripts/fw_session.py $R/fw deepspeed --runs 2

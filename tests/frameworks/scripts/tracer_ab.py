@@ -13,6 +13,7 @@ in both modes, so only the tracer differs. Under plain torchrun there is no
 tracer: nothing is swapped.
 """
 import collections
+import os
 import time
 
 import torch.distributed as dist
@@ -20,6 +21,11 @@ from torch.distributed import distributed_c10d as c10d
 
 MARK = "__xpu_diag_original__"    # diag.tracer.marks.MARK: the wrapper's original
 BLOCK = 2
+# XPU_AB_MODE: what the "traced" blocks run. "tracer" (default): the tracer's
+# wrappers. "same": the plain functions in both kinds of block, an A/A run
+# that shows how much the block order alone moves the figures. "bare": a bare
+# Python pass-through, the floor any Python wrapper costs.
+MODE = os.environ.get("XPU_AB_MODE", "tracer")
 _on = [True]
 _calls = collections.defaultdict(list)   # (name, traced) -> each call's ns, after warm-up
 _timing = [False]
@@ -48,6 +54,12 @@ def install() -> int:
 
 
 def _switch(name, traced, plain):
+    if MODE == "same":
+        traced = plain
+    elif MODE == "bare":
+        def traced(*args, **kwargs):
+            return plain(*args, **kwargs)
+
     def switch(*args, **kwargs):
         if not _timing[0] or _depth[0]:
             return (traced if _on[0] else plain)(*args, **kwargs)
