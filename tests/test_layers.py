@@ -27,6 +27,8 @@ def test_the_tree_keeps_every_contract():
 @pytest.mark.parametrize("module, line, broken", [
     # a feature package reaching into a process package
     ("diag/perf/derive.py", "from diag.collector import config", "diag.perf.derive -> diag.collector.config"),
+    # a hang rule reaching for the collector's state instead of its read-only view (api.View)
+    ("diag/hang/stalled.py", "from diag.collector import state", "diag.hang.stalled -> diag.collector.state"),
     # the option registry reaching up into the tracer (issue 35's first finding)
     ("diag/common/units.py", "from diag.tracer import host_funcs", "diag.common.units -> diag.tracer.host_funcs"),
     # a circle inside the tracer: marks.py exists so that none is needed

@@ -13,7 +13,8 @@ from typing import Any
 
 from diag.collector import links
 from diag.collector.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
-from diag.collector.rules import NOT_IN_ANY, comm_lane, in_flight_age
+from diag.hang.not_in_collective import NOT_IN_ANY
+from diag.hang.progress import comm_lane, in_flight_age
 from diag.collector.state import Snapshot
 from diag.common.ranks import fold
 from diag.link import analysis as link_analysis

@@ -1,5 +1,4 @@
-"""Where the members of a hung group stopped agreeing: a pure function of a
-snapshot, like the hang rules.
+"""The divergence rule: where the members of a hung group stopped agreeing.
 
 Each member reports, per lane of a group, the last seq it started and
 completed and, while stuck, the fingerprints of its last ops (op, bytes,
@@ -42,10 +41,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from diag.collector.api import Ahead, GroupLabel, HungGroup, Mismatch, Skip, StuckAt, Variant
-from diag.collector.state import Snapshot
 from diag.common.ranks import fold
 from diag.common.units import format_size
+from diag.hang.api import (MAX_GROUPS_EXPLAINED, Ahead, Case, Finding, Findings, GroupLabel, HungGroup, Mismatch,
+                           Rule, Skip, StuckAt, Variant, View)
+from diag.hang.p2p import unpaired as _unpaired
 from diag.records.format import DTYPE_NAMES, KIND_COLLECTIVE, REDOP_NAMES, torch_name
 
 MAX_VARIANTS_SHOWN = 3
@@ -53,7 +53,26 @@ MAX_SKIPPED = 4        # ops one side may have skipped, for the shift evidence
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
-def analyse_groups(snap: Snapshot, hung: tuple[HungGroup, ...], limit: int = 8, members_out: dict | None = None
+class DivergenceRule(Rule):
+    """Explains a hang: for each hung collective or p2p group, the stuck seq,
+    where the members' fingerprints first differ, who ran ahead and who
+    skipped what, and p2p sends whose peer's recv does not pair (p2p.py)."""
+
+    name = "divergence"
+    evidence = ("per member of each hung op's group: last started and completed seq, the fingerprints of its "
+                "last ops, the optimizer step each started in")
+    explains = True
+
+    def judge(self, case: Case) -> Findings:
+        found = case.findings
+        mismatches, labels, stuck = analyse_groups(case.view, found.hung, MAX_GROUPS_EXPLAINED, case.members)
+        fired = found.fired
+        if mismatches:
+            fired += (Finding(self.name, "; ".join(m.summary for m in mismatches)),)
+        return dataclasses.replace(found, mismatches=mismatches, groups=labels, stuck=stuck, fired=fired)
+
+
+def analyse_groups(snap: View, hung: tuple[HungGroup, ...], limit: int = 8, members_out: dict | None = None
                    ) -> tuple[tuple[Mismatch, ...], tuple[GroupLabel, ...], tuple[StuckAt, ...]]:
     """Mismatch findings, labels and stuck seqs for the hung comm ops' groups
     (at most ``limit`` groups, largest first, as the rules explain them).
@@ -101,7 +120,7 @@ def _name_at(windowed, seq: int) -> str | None:
     return None
 
 
-def _scan(snap: Snapshot, comm_id: int, lane: int, want_label: bool) -> tuple[GroupLabel | None, list]:
+def _scan(snap: View, comm_id: int, lane: int, want_label: bool) -> tuple[GroupLabel | None, list]:
     """One pass over the ranks (at 100,000 ranks each pass reads seconds' worth
     of comms): the group as users know it, when ``want_label``, whichever lane
     hung (its name from any member's report of either lane, its members the
@@ -220,39 +239,6 @@ def _first_difference(windowed, upto: int) -> tuple[int | None, tuple[Variant, .
         if len(keys) > 1 and len({_key(fp) for fp, _ in keys.values()}) > 1:
             return seq, _variants(keys.values())
     return None, ()
-
-
-def _unpaired(windowed, sizes: set, members: int) -> tuple[str, ...]:
-    """p2p: each send whose peer's recv of the same number (Fingerprint.nth)
-    differs from it in size or dtype, said once per pair. Only where every
-    member reports the group's own communicator (its comm ranks are the
-    peers named); torch's per-pair communicators inside a larger group
-    number their peers otherwise, and nothing is said."""
-    by_comm_rank = {c.comm_rank: (r, c.recent) for r, c in windowed}
-    if sizes != {members} or len(by_comm_rank) != len(windowed) or len(windowed) != members:
-        return ()
-    recvs = {}
-    for comm_rank, (rank, window) in by_comm_rank.items():
-        for fp in window.ops:
-            if torch_name(fp.name) in ("recv", "irecv"):
-                recvs[(comm_rank, fp.peer, fp.nth)] = fp
-    said = []
-    for comm_rank, (rank, window) in sorted(by_comm_rank.items(), key=lambda kv: kv[1][0]):
-        for fp in window.ops:
-            if torch_name(fp.name) not in ("send", "isend") or fp.peer not in by_comm_rank:
-                continue
-            recv = recvs.get((fp.peer, comm_rank, fp.nth))
-            if recv is not None and (recv.bytes, recv.dtype) != (fp.bytes, fp.dtype):
-                peer = by_comm_rank[fp.peer][0]
-                said.append(f"rank {rank}'s send #{fp.nth} to rank {peer} ({_size_dtype(fp)}) met rank "
-                            f"{peer}'s recv #{recv.nth} from rank {rank} ({_size_dtype(recv)})")
-                break      # the first of each sender is enough: the rest follow from it
-    return tuple(said)
-
-
-def _size_dtype(fp) -> str:
-    text = format_size(fp.bytes)
-    return f"{text} {DTYPE_NAMES[fp.dtype]}" if 0 <= fp.dtype < len(DTYPE_NAMES) else text
 
 
 def _skips(windowed, seq: int | None, variants: tuple[Variant, ...]) -> tuple[Skip, ...]:

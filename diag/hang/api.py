@@ -1,0 +1,349 @@
+"""Contracts of the hang rules: what a rule sees, what it finds, and the rule itself.
+
+Pure data and one abstract class, no behaviour beyond a few derived views.
+The rules (one module each: silent.py, stalled.py, divergence.py,
+never_entered.py, not_in_collective.py, idle.py) read a :class:`View`, a
+read-only copy of every rank's progress and in-flight op, and add to one
+:class:`Findings`; judge.py runs them in order. The collector turns the
+Findings into the HANG line and hang.json (diag/collector/verdict.py).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import typing
+
+KIND_NAMES = {0: "unspecified", 1: "kernel", 2: "gemm", 3: "collective", 4: "p2p", 5: "host_func"}
+KIND_COLLECTIVE = 3
+KIND_P2P = 4
+# Explaining a hang is O(world) per hung group; a pathological job with
+# thousands of distinct hung ops is explained by its largest groups only.
+MAX_GROUPS_EXPLAINED = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class OpKey:
+    """Identifies one operation across ranks: same name, group and seq."""
+
+    name: str
+    kind: int
+    comm_id: int
+    seq: int
+
+    @property
+    def is_comm_op(self) -> bool:
+        return self.kind in (KIND_COLLECTIVE, KIND_P2P)
+
+
+@dataclasses.dataclass(frozen=True)
+class HungGroup:
+    """Ranks stuck in the same operation longer than the timeout."""
+
+    op: OpKey
+    ranks: tuple[int, ...]
+    max_age_s: float
+
+
+class Suspect(typing.NamedTuple):
+    """A rank that is not waiting with the others; usually the culprit.
+
+    ``reason`` is a short phrase ("not in any collective", "never entered
+    all_reduce (group 0, seq 41)", "agent silent for 7.0 s", "never reported").
+    A named tuple, as NeverEntered: a hang at 100,000 ranks makes one per
+    rank before its line, at half a frozen dataclass's cost.
+    """
+
+    rank: int
+    reason: str
+    last_op: str | None = None
+    idle_s: float | None = None
+
+
+class NeverEntered(typing.NamedTuple):
+    """A member of a hung collective's group whose seq is behind it."""
+
+    rank: int
+    op: OpKey
+    last_started_seq: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """What some members of a group ran at one seq: ``op`` is the one-phrase
+    description (``all_reduce 4 B (float32, sum)``), ``key`` the compared
+    fields (name, bytes, dtype, reduce op, root/peer)."""
+
+    key: tuple
+    op: str
+    ranks: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ahead:
+    """A member that started ops past the others (it skipped one and ran on)."""
+
+    rank: int
+    last_started_seq: int
+    by: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    """Members that skipped ops the others ran at ``seq``: ``skipped`` says
+    what (``all_reduce 4 B (float32, sum)``), ``evidence`` how it shows."""
+
+    ranks: tuple[int, ...]
+    seq: int
+    skipped: str
+    evidence: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """Where the members of a hung group stopped agreeing (docs/collector.md).
+
+    ``stuck_seq`` is the first seq that no member completed; ``diverged_seq``
+    the first seq at which the members' fingerprints differ (None when they
+    agree wherever compared); ``minority`` the ranks outside the largest
+    variant there, empty on a tie (``tie``: the largest variants are equal).
+    """
+
+    comm_id: int
+    lane: int
+    group: str
+    members: tuple[int, ...]
+    stuck_seq: int
+    diverged_seq: int | None = None
+    variants: tuple[Variant, ...] = ()
+    minority: tuple[int, ...] = ()
+    tie: bool = False
+    ahead: tuple[Ahead, ...] = ()
+    summary: str = ""
+    skips: tuple[Skip, ...] = ()
+    unpaired: tuple[str, ...] = ()      # p2p: sends whose peer's recv of the same number differs
+
+    @property
+    def culprits(self) -> tuple[int, ...]:
+        """The ranks shown to have skipped ops; else the minority; on a tie,
+        the ranks that ran ahead, if not all did. Without a divergence,
+        running ahead alone blames no one: ranks launch asynchronously, and
+        some launch more before a hang than others. Nor does it where the
+        ops are async and overlapped (Megatron's tensor-parallel
+        all-reduces): there the rank that skipped one is the one behind, and
+        only the skip evidence names it."""
+        if self.skips:
+            return tuple(sorted({r for s in self.skips for r in s.ranks}))
+        if self.minority:
+            return self.minority
+        ahead = tuple(a.rank for a in self.ahead)
+        return ahead if self.diverged_seq is not None and 0 < len(ahead) < len(self.members) else ()
+
+
+@dataclasses.dataclass(frozen=True)
+class StuckAt:
+    """The first seq of a hung group's lane that no member completed, for a
+    hung op whose ranks all started it."""
+
+    comm_id: int
+    lane: int
+    seq: int
+    name: str
+    from_seq: int   # the seq the hung op's ranks reported (a burst's first op)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLabel:
+    """A process group as users know it: its name and its folded member ranks."""
+
+    comm_id: int
+    name: str
+    ranks: str
+
+    def short(self) -> str:
+        return f'"{self.name}"' if self.name else str(self.comm_id)
+
+    def phrase(self) -> str:
+        return f"{self.short()} (ranks {self.ranks})" if self.ranks else self.short()
+
+
+@dataclasses.dataclass(frozen=True)
+class SilentAgent:
+    """An agent (node) with no report for longer than --silent-after."""
+
+    node_rank: int
+    hostname: str
+    ranks: tuple[int, ...]
+    silent_for_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class IdleStall:
+    """No live rank started or finished any op for longer than --idle-timeout,
+    and none has one in flight: all blocked outside any op (issue 13, item 5).
+
+    ``idle_s`` is the job-wide idle time (that of the most recently active
+    rank); ``last_ops`` maps each idle rank to the name of its last op ("" if
+    it never had one).
+    """
+
+    ranks: tuple[int, ...]
+    idle_s: float
+    last_ops: dict
+    exited_ranks: tuple[int, ...] = ()
+    missing_ranks: tuple[int, ...] = ()
+
+
+class Finding(typing.NamedTuple):
+    """What one rule found in one evaluation: the rule's name and its
+    evidence in a phrase ("ranks 0-3: an op in flight past 300 s")."""
+
+    rule: str
+    evidence: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Findings:
+    """Everything one evaluation found; empty tuples mean "nothing"."""
+
+    world_size: int
+    hung: tuple[HungGroup, ...] = ()
+    suspects: tuple[Suspect, ...] = ()
+    never_entered: tuple[NeverEntered, ...] = ()
+    silent_agents: tuple[SilentAgent, ...] = ()
+    missing_ranks: tuple[int, ...] = ()
+    mismatches: tuple[Mismatch, ...] = ()
+    groups: tuple[GroupLabel, ...] = ()    # of the hung comm ops' groups
+    stuck: tuple[StuckAt, ...] = ()
+    idle: IdleStall | None = None          # the idle rule's stall (idle.py)
+    fired: tuple[Finding, ...] = ()        # what each rule found, in the order they ran
+
+    @property
+    def rule(self) -> str | None:
+        """The rule whose finding makes the verdict (the first that fired), or None."""
+        return self.fired[0].rule if self.fired else None
+
+    def stuck_at(self, op: OpKey) -> StuckAt | None:
+        return next((s for s in self.stuck if (s.comm_id, s.lane, s.from_seq) == (op.comm_id, op.kind, op.seq)),
+                    None)
+
+    def label(self, comm_id: int) -> GroupLabel | None:
+        return next((g for g in self.groups if g.comm_id == comm_id), None)
+
+    @property
+    def is_hang(self) -> bool:
+        return bool(self.hung)
+
+    @property
+    def hung_ranks(self) -> list[int]:
+        return sorted({r for g in self.hung for r in g.ranks})
+
+    @property
+    def silent_ranks(self) -> list[int]:
+        return sorted({r for a in self.silent_agents for r in a.ranks})
+
+    @functools.cached_property
+    def culprits(self) -> list[int]:
+        """Ranks the others wait for: suspects, ranks behind in seq, silent or
+        never-reporting ranks. Empty when every rank waits in the same op.
+        Worked out once: the line, hang.json and the GPU clause each read it
+        (100,000 ranks when the rest of a job never entered the op)."""
+        ranks = {s.rank for s in self.suspects} | {n.rank for n in self.never_entered}
+        ranks |= {r for m in self.mismatches for r in m.culprits}
+        if self.hung:
+            ranks |= set(self.silent_ranks) | set(self.missing_ranks)
+        return sorted(ranks)
+
+
+# What a rule sees: structural types, met by the collector's Snapshot,
+# RankEntry and AgentInfo and by plain named tuples in the tests.
+
+class RankView(typing.Protocol):
+    """One rank's latest report: ``progress`` is its RankProgress message
+    (diag/pb/collector.proto: oldest in-flight op, per-lane seqs,
+    fingerprints, idle time); ``received`` when the report was built, on the
+    collector's monotonic clock; ``node_rank`` its agent's node."""
+
+    @property
+    def progress(self) -> typing.Any: ...
+    @property
+    def received(self) -> float: ...
+    @property
+    def node_rank(self) -> int: ...
+
+
+class AgentView(typing.Protocol):
+    """One agent's liveness: its host, its ranks, when it last reported."""
+
+    @property
+    def hostname(self) -> str: ...
+    @property
+    def ranks(self) -> tuple[int, ...]: ...
+    @property
+    def last_seen(self) -> float: ...
+
+
+class View(typing.Protocol):
+    """The read-only job view the rules judge, at monotonic time ``now``.
+    Rules never write to it: the collector shares its entries with the live
+    state."""
+
+    @property
+    def now(self) -> float: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def ranks(self) -> typing.Mapping[int, RankView]: ...
+    @property
+    def agents(self) -> typing.Mapping[int, AgentView]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The user's bounds, in seconds: --hang-timeout, --silent-after (already
+    widened by the pacer under overload) and --idle-timeout."""
+
+    hang_timeout_s: float
+    silent_after_s: float
+    idle_timeout_s: float = float("inf")
+
+
+@dataclasses.dataclass
+class Case:
+    """One evaluation: what the rules see and what the earlier ones found.
+    ``members`` is scratch the divergence rule fills for the next ones:
+    (comm_id, lane) -> {rank: the last seq it started} of the live members
+    (read once: at 100,000 ranks a second pass costs a second)."""
+
+    view: View
+    limits: Limits
+    findings: Findings
+    members: dict = dataclasses.field(default_factory=dict)
+
+
+class Rule(abc.ABC):
+    """One hang rule: a pure function of a :class:`Case`.
+
+    ``name`` is what a finding says fired; ``evidence`` what the rule reads,
+    in words (docs/collector.md lists them); ``timeout`` which of
+    :class:`Limits` bounds its wait; ``min_wait_s`` the least time its
+    evidence must hold before it may fire (None: the whole ``timeout``, as
+    every rule waits today). ``explains``: the rule only explains a hang that
+    another found (it runs only while some op hangs)."""
+
+    name: typing.ClassVar[str]
+    evidence: typing.ClassVar[str]
+    timeout: typing.ClassVar[str] = "hang_timeout_s"
+    min_wait_s: typing.ClassVar[float | None] = None
+    explains: typing.ClassVar[bool] = False
+
+    def wait_s(self, limits: Limits) -> float:
+        """How long the evidence must hold: ``min_wait_s``, never past the bound."""
+        bound = getattr(limits, self.timeout)
+        return bound if self.min_wait_s is None else min(self.min_wait_s, bound)
+
+    @abc.abstractmethod
+    def judge(self, case: Case) -> Findings:
+        """``case.findings`` with what this rule found added (the same object
+        when it found nothing). Raises nothing on well-formed views."""

@@ -1,0 +1,195 @@
+"""The never-entered rule: members of a hung collective's group that have not
+started its seq, found by following who waits for whom.
+
+The default group (comm 0) has every live rank as a member; for other
+groups a rank is a member if it reports progress on that comm id. A rank
+hung in another op that it entered before any member entered this one is no
+culprit (it could not have entered); a rank that only waits for another that
+never entered is no culprit either: the waits end at a rank in no collective.
+Silent ranks are skipped: their seq is stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diag.hang.api import (KIND_COLLECTIVE, MAX_GROUPS_EXPLAINED, Case, Finding, Findings, HungGroup, NeverEntered,
+                           Rule, View)
+from diag.hang.progress import comm_lane, in_flight_age
+
+
+class NeverEnteredRule(Rule):
+    name = "never_entered"
+    evidence = ("per member of each hung collective's group: the last seq it started, its own in-flight op and "
+                "age, the order of the lanes' ops in its earlier steps")
+    explains = True
+
+    def judge(self, case: Case) -> Findings:
+        found = case.findings
+        silent = {r for a in found.silent_agents for r in a.ranks}
+        stuck = {(s.comm_id, s.lane): s.seq for s in found.stuck}
+        never = never_entered(case.view, found.hung, silent, stuck, case.members)
+        fired = found.fired
+        if never:
+            fired += (Finding(self.name, f"{len(never)} rank(s) never entered a hung collective"),)
+        return dataclasses.replace(found, never_entered=never, fired=fired)
+
+
+def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
+                   stuck: dict[tuple[int, int], int], members: dict | None = None) -> tuple[NeverEntered, ...]:
+    """Members of each hung collective's group that have not started its seq.
+
+    The default group (comm 0) has every rank as a member; for other groups a
+    rank is a member if it reports progress on that comm id. A rank hung in
+    another op can still be one that never entered this one, unless it was
+    already in that op before any member entered this one: it could not have
+    entered, and it is the others it waits for that the verdict must name.
+    (Megatron, a tensor-parallel all-reduce skipped on rank 1: rank 0 waits in
+    it; rank 1 ran on into the distributed optimizer's all-reduce, where the
+    rest of the job waits for rank 0. Rank 0 is not a culprit there: it was
+    stuck first.) Silent ranks are skipped: their seq is stale.
+    ``members``: (comm_id, lane) -> {rank: last started seq} of the live
+    members, where the divergence pass found them (the same ranks and seqs
+    this reads: at 100,000 ranks not read twice).
+    """
+    out: dict[int, NeverEntered] = {}
+    missing: dict[tuple[int, int], set[int]] = {}   # (comm_id, kind) -> the members that never entered it
+    for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
+        in_group = set(group.ranks)
+        comm_id = group.op.comm_id
+        # The exact stuck seq (divergence.py) where the members' completions give it.
+        seq = max(group.op.seq, stuck.get((comm_id, group.op.kind), 0))
+        op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
+        known = (members or {}).get((comm_id, KIND_COLLECTIVE))
+        for rank, started in known.items() if known is not None else _live_started(snap, comm_id):
+            if started < seq and rank not in in_group and rank not in silent:
+                missing.setdefault((comm_id, group.op.kind), set()).add(rank)
+                if rank not in out and not _waited_first(snap.ranks[rank], snap.now, group):
+                    out[rank] = NeverEntered(rank, op, started)
+    if len(out) > 1:
+        _break_cycles(snap, hung, out)
+        _follow_waits(hung, out, missing)
+    return tuple(out[r] for r in sorted(out))
+
+
+def _follow_waits(hung: tuple[HungGroup, ...], out: dict[int, NeverEntered], missing: dict) -> None:
+    """A rank that never entered one hung op but waits in another, for a member
+    that never entered that one, only waits: following whom each waits for
+    ends at a rank in no collective, and that rank is the culprit (``out``
+    loses the waiters). torchtitan, rank 3 stalled in its data loader: rank 1
+    waits for it in the batch group's token-count all-reduce (step start),
+    rank 0 for rank 1 in the tensor-parallel group's reduce-scatter (the
+    forward); the ops started milliseconds apart, closer than the ages in
+    the reports can tell (``_waited_first``). A wait that comes back to the
+    rank is a cycle: ``_break_cycles``' to judge, and the rank stays."""
+    in_op = {}
+    for g in hung:
+        for r in g.ranks:
+            in_op[r] = (g.op.comm_id, g.op.kind)
+    for rank in list(out):
+        seen, todo = {rank}, [m for m in missing.get(in_op.get(rank), ()) if m != rank]
+        while todo:
+            waited = todo.pop()
+            if waited in seen:
+                continue
+            seen.add(waited)
+            op = in_op.get(waited)
+            if op is None:           # in no collective: where the waits end
+                del out[rank]
+                break
+            todo.extend(missing.get(op, ()))
+
+
+def _waited_first(entry, now: float, group: HungGroup) -> bool:
+    """True when the rank has been in flight in another group's op since
+    before any member entered ``group``'s: it could not have entered. An
+    earlier op of the same group does not count: there the rank is simply
+    behind its peers."""
+    age = in_flight_age(entry, now)
+    if age is None or age <= group.max_age_s:
+        return False
+    op = entry.progress.oldest_in_flight
+    return (op.comm_id, op.kind) != (group.op.comm_id, group.op.kind)
+
+
+def _break_cycles(snap: View, hung: tuple[HungGroup, ...], out: dict[int, NeverEntered]) -> None:
+    """Two ranks, each in flight in a hung op the other never entered, each
+    waiting for the other: the one that ran past the op that comes first in
+    a step is the culprit, the other only waits (``out`` loses its entry).
+
+    Megatron, a tensor-parallel all-reduce skipped on rank 1: all of a
+    layer's TP all-reduces are one size, so nothing in the TP lane differs;
+    rank 1 ran on into the distributed optimizer's all-reduce, where it waits
+    for rank 0, in the TP all-reduce waiting for rank 1, since the same
+    moment. Which op comes first in a step says who ran past what: the ranks'
+    own earlier steps tell it (``CommProgress.recent_steps``). No call where
+    the steps do not show one order."""
+    in_op = {}
+    for g in hung:
+        for r in g.ranks:
+            in_op[r] = (g.op.comm_id, g.op.kind)
+    # (never entered, waits in) -> ranks: one pass, as at 100,000 ranks most
+    # never-entered ranks wait in nothing and none of this is read for them.
+    pairs: dict[tuple, list[int]] = {}
+    for rank, n in out.items():
+        waits = in_op.get(rank)
+        if waits is not None:
+            pairs.setdefault(((n.op.comm_id, n.op.kind), waits), []).append(rank)
+    for (x, y), ps in pairs.items():       # each p waits in y, never entered x
+        rs = pairs.get((y, x), ())          # each r waits in x, never entered y
+        if not rs or x >= y:                # each pair of ops once
+            continue
+        p, r = ps[0], rs[0]
+        first = _first_in_step(snap, (p, r), x, y)
+        if first == x:                      # p ran past x into y: the rs only wait in x
+            for rank in rs:
+                out.pop(rank, None)
+        elif first == y:
+            for rank in ps:
+                out.pop(rank, None)
+
+
+def _first_in_step(snap: View, ranks, x: tuple[int, int], y: tuple[int, int]):
+    """``x`` or ``y``: the lane whose ops all come before the other's within
+    each earlier step both ran on these ranks (their fingerprint windows); None
+    where no step shows both, or the steps disagree."""
+    seen = set()
+    for rank in ranks:
+        entry = snap.ranks.get(rank)
+        if entry is None:
+            return None
+        lanes = []
+        for comm_id, kind in (x, y):
+            comm = comm_lane(entry.progress, comm_id, kind)
+            if comm is None or not comm.HasField("recent_steps"):
+                return None
+            by_step: dict[int, list[int]] = {}
+            for step, into in zip(comm.recent_steps.step, comm.recent_steps.into_step_ns):
+                if into:
+                    by_step.setdefault(step, []).append(into)
+            lanes.append(by_step)
+        current = max((s for lane in lanes for s in lane), default=0)
+        for step in set(lanes[0]) & set(lanes[1]):
+            if step == current:
+                continue                    # the step the hang is in: the order is what is asked
+            xs, ys = lanes[0][step], lanes[1][step]
+            if max(xs) < min(ys):
+                seen.add(x)
+            elif max(ys) < min(xs):
+                seen.add(y)
+            else:
+                return None
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _live_started(snap: View, comm_id: int):
+    """(rank, the last seq it started on the collective lane of ``comm_id``)
+    of its live members in the world: every live rank is one of the default
+    group, at 0 before its first op there."""
+    for rank, entry in snap.ranks.items():
+        if rank < snap.world_size and entry.progress.alive:
+            comm = comm_lane(entry.progress, comm_id, KIND_COLLECTIVE)
+            if comm is not None:
+                yield rank, comm.last_started_seq
+            elif comm_id == 0:
+                yield rank, 0

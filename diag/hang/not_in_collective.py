@@ -1,0 +1,69 @@
+"""The not-in-collective rule: while some ranks hang, the others are
+explained. Ranks with no op in flight are "not in any collective", ranks
+that exited "exited", members behind a hung op's seq "never entered" it
+(never_entered.py), silent agents' ranks "silent", and ranks that never
+reported are listed as missing. These are the culprits the HANG line names
+after the hung ops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+from diag.hang.api import Case, Finding, Findings, NeverEntered, OpKey, Rule, SilentAgent, Suspect, View
+
+NOT_IN_ANY = "not in any collective"
+EXITED = "exited"
+
+
+class NotInCollectiveRule(Rule):
+    name = "not_in_collective"
+    evidence = "each rank not hung: whether it is alive, has an op in flight, its last op and idle time"
+    explains = True
+
+    def judge(self, case: Case) -> Findings:
+        found, view = case.findings, case.view
+        hung_ranks = {r for g in found.hung for r in g.ranks}
+        silent_ranks = {r for a in found.silent_agents for r in a.ranks}
+        missing = tuple(r for r in range(view.world_size) if r not in view.ranks)
+        names = {g.comm_id: g.short() for g in found.groups}
+        suspects = _suspects(view, hung_ranks | silent_ranks, found.never_entered, found.silent_agents, names)
+        fired = found.fired
+        if suspects:   # counted, not sorted by reason: 100,000 of them before the HANG line at scale
+            fired += (Finding(self.name, f"{len(suspects)} rank(s) not waiting with the others"),)
+        return dataclasses.replace(found, suspects=suspects, missing_ranks=missing, fired=fired)
+
+
+def _suspects(snap: View, skip: set[int], never: tuple[NeverEntered, ...],
+              silent: tuple[SilentAgent, ...], names: dict[int, str]) -> tuple[Suspect, ...]:
+    # Before the HANG line, and one per rank where the rest of a 100,000-rank
+    # job never entered the op: sorted once at the end, each reason made once.
+    out = []
+    now, world = snap.now, snap.world_size
+    for rank, entry in snap.ranks.items():
+        if rank in skip or rank >= world:
+            continue
+        p = entry.progress
+        alive = p.alive
+        if alive and p.HasField("oldest_in_flight"):
+            continue
+        out.append(Suspect(rank, NOT_IN_ANY if alive else EXITED, p.last_op or None,
+                           p.idle_ns * 1e-9 + (now - entry.received)))
+    idle = {s.rank for s in out}
+    reasons: dict[OpKey, str] = {}
+    for n in never:
+        if n.rank not in idle:
+            reason = reasons.get(n.op)
+            if reason is None:
+                group = names.get(n.op.comm_id, n.op.comm_id)
+                reason = reasons[n.op] = f"never entered {n.op.name} (group {group}, seq {n.op.seq})"
+            out.append(Suspect(n.rank, reason, snap.ranks[n.rank].progress.last_op or None))
+    for agent in silent:
+        for rank in agent.ranks:
+            out.append(Suspect(rank, f"agent on node {agent.node_rank} silent for {agent.silent_for_s:.1f} s"))
+    out.sort(key=_RANK)
+    return tuple(out)
+
+
+_RANK = operator.itemgetter(0)

@@ -1,0 +1,57 @@
+"""The stalled rule: a rank whose oldest in-flight op is older than its wait
+(--hang-timeout) is hung; if any rank is hung, the job is hung.
+
+The op's age is ``age_ns`` at report time plus the time since the report
+was built. Ranks reported ``alive = false`` have exited and silent agents'
+ranks are stale (silent.py): neither is judged here. Ranks stuck in the same
+op (name, kind, group, seq) form one :class:`HungGroup`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diag.hang.api import Case, Finding, Findings, HungGroup, OpKey, Rule, View
+
+
+class StalledRule(Rule):
+    name = "stalled"
+    evidence = "each rank's oldest in-flight op and its age"
+
+    def judge(self, case: Case) -> Findings:
+        wait = self.wait_s(case.limits)
+        hung = hung_groups(case.view, wait, {a.node_rank for a in case.findings.silent_agents})
+        if not hung:
+            return case.findings
+        ranks = sum(len(g.ranks) for g in hung)
+        return dataclasses.replace(case.findings, hung=hung, fired=case.findings.fired + (
+            Finding(self.name, f"{ranks} rank(s) in {len(hung)} op(s) in flight past {wait:g} s"),))
+
+
+def hung_groups(view: View, timeout_s: float, silent_nodes: set[int]) -> tuple[HungGroup, ...]:
+    """The ops in flight longer than ``timeout_s``, largest group first."""
+    # One pass, grouped by the op's fields as a plain tuple: at 100,000 hung
+    # ranks, building an OpKey per rank cost a third of this pass.
+    now = view.now
+    world = view.world_size
+    groups: dict[tuple, list] = {}   # op fields -> [ranks, oldest age]
+    for rank, entry in view.ranks.items():
+        if rank >= world:
+            continue
+        progress = entry.progress
+        if not progress.alive or not progress.HasField("oldest_in_flight") or entry.node_rank in silent_nodes:
+            continue
+        op = progress.oldest_in_flight
+        age = op.age_ns * 1e-9 + (now - entry.received)
+        if age > timeout_s:
+            key = (op.name, op.kind, op.comm_id, op.seq)
+            found = groups.get(key)
+            if found is None:
+                groups[key] = [[rank], age]
+            else:
+                found[0].append(rank)
+                if age > found[1]:
+                    found[1] = age
+    out = [HungGroup(OpKey(*key), tuple(sorted(ranks)), age) for key, (ranks, age) in groups.items()]
+    out.sort(key=lambda g: (-len(g.ranks), g.ranks[0]))
+    return tuple(out)
