@@ -43,15 +43,13 @@ def per_record(timed_every: int, blocks: int = 7, n: int = 20_000) -> None:
     best = {"state": float("inf"), "state+ring": float("inf")}
     for block in range(blocks):
         for variant in ("state", "state+ring"):
-            state, ring = NodeState(), TimelineRing(30 * S)
+            # NodeState feeds the ring the records of the regions it owns
+            state = NodeState(timeline=TimelineRing(30 * S) if variant == "state+ring" else None)
             header = fmt.Header(4096, 1, 0, 0, 8, fmt.PRODUCER_HOOK, 0, 0, 0)
             state.add_region("r", header)
-            ring.add_region("r", header)
             recs = records(n, block * S, fmt.PRODUCER_HOOK, timed_every)
             t0 = time.perf_counter_ns()
             state.apply("r", recs)
-            if variant == "state+ring":
-                ring.apply("r", recs)
             best[variant] = min(best[variant], (time.perf_counter_ns() - t0) / len(recs))
     added = best["state+ring"] - best["state"]
     print(f"sampler per hook GEMM record, 1 in {timed_every} device-timed: NodeState {best['state']:.0f} ns, with the ring "
@@ -61,10 +59,9 @@ def per_record(timed_every: int, blocks: int = 7, n: int = 20_000) -> None:
 def answer(ranks: int, spans: int) -> None:
     ring = TimelineRing(3600 * S, max_spans=spans)
     for r in range(ranks):
+        ring.start_rank(fmt.Header(4096, 100 + r, r, r, ranks, fmt.PRODUCER_PYTHON, 0, 0, 0))
         for producer in (fmt.PRODUCER_HOOK, fmt.PRODUCER_PYTHON):
-            region = f"{r}-{producer}"
-            ring.add_region(region, fmt.Header(4096, 100 + r, r, r, ranks, producer, 0, 0, 0))
-            ring.apply(region, records(spans // 2, S, producer))
+            ring.apply(r, f"{r}-{producer}", producer, records(spans // 2, S, producer))
     t0 = time.perf_counter()
     snaps = ring.snapshot(now_ns=S + spans * 10_000)
     t1 = time.perf_counter()

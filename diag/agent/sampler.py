@@ -17,10 +17,9 @@ from diag.records import reader
 
 class Sampler:
     def __init__(self, shm_dir: str, state: NodeState, root_pid: int, log,
-                 is_alive=procs.is_alive, is_descendant=procs.is_descendant, timeline=None):
+                 is_alive=procs.is_alive, is_descendant=procs.is_descendant):
         self.shm_dir = shm_dir
-        self.state = state
-        self.timeline = timeline   # diag.timeline.ring.TimelineRing: fed the same records
+        self.state = state   # feeds the perf window and the timeline ring in turn
         self.root_pid = root_pid
         self.log = log
         self._is_alive = is_alive
@@ -72,7 +71,6 @@ class Sampler:
             return
         self._readers[path] = rdr
         self.state.add_region(path, rdr.header)
-        self._feed_timeline("add_region", path, rdr.header)
 
     def _drain(self, path: str, rdr: reader.RegionReader) -> None:
         alive = self._is_alive(rdr.header.pid)
@@ -82,8 +80,6 @@ class Sampler:
             self._say_anomalies(path, rdr)
             self.state.apply(path, records)
             self.state.set_dropped(path, rdr.dropped)
-            self._feed_timeline("apply", path, records)
-            self._feed_timeline("set_dropped", path, rdr.dropped)
         except Exception as exc:   # one region's garbage never stops the others' pass
             self.log(f"skipping region {path}: reading it failed: {exc}; its rank is "
                      f"judged without it")
@@ -102,7 +98,6 @@ class Sampler:
 
     def _forget(self, path: str, rdr: reader.RegionReader) -> None:
         self.state.remove_region(path)
-        self._feed_timeline("remove_region", path)
         del self._readers[path]
         self._said.pop(path, None)
         rdr.close()
@@ -126,17 +121,6 @@ class Sampler:
             said.add("records")
             self.log(f"region {path}: skipping records with an event or kind no producer "
                      f"writes ({rdr.bad_records} so far)")
-
-    def _feed_timeline(self, method: str, *args) -> None:
-        """The timeline is an extra: if it fails, it is switched off (one line)
-        and the hang path it shares this loop with goes on."""
-        if self.timeline is None:
-            return
-        try:
-            getattr(self.timeline, method)(*args)
-        except Exception as exc:
-            self.timeline = None
-            self.log(f"timeline switched off: {method} failed: {exc!r}", every=0)
 
     def close(self) -> None:
         self.links.close()

@@ -1,7 +1,9 @@
 """Per-rank progress state built from progress records; no I/O, no threads.
 
-The sampler feeds it records; the reporter turns it into RankProgress
-messages. Time comes from a clock function so tests drive it synchronously.
+The sampler feeds it records, and it feeds its per-rank views (the perf
+window, the timeline ring: diag/records/feed.py); the reporter turns it into
+RankProgress messages. Time comes from a clock function so tests drive it
+synchronously.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from diag.agent.comms import CommTable
 from diag.pb import collector_pb2 as pb
 from diag.perf.api import DEFAULT_STEP_NAME
 from diag.records import format as fmt
+from diag.records.feed import RankFeed
+from diag.records.inflight import OpenOps
 
 # A rank stuck this long in one op starts sending its fingerprints (the last
 # ops per lane), so the collector can compare the members of a hung group;
@@ -46,7 +50,7 @@ class RankState:
     started_ns: int
     last_activity_ns: int
     last_op: str = ""
-    in_flight: dict = dataclasses.field(default_factory=dict)   # (region, op_id) -> InFlight
+    in_flight: OpenOps = dataclasses.field(default_factory=OpenOps)   # (region, op_id) -> InFlight
     stats: dict = dataclasses.field(default_factory=dict)       # (name, kind) -> [n, total, max, bytes, flops]
     comms: CommTable = dataclasses.field(default_factory=CommTable)
     dropped: dict = dataclasses.field(default_factory=dict)     # region -> cumulative drops
@@ -72,11 +76,18 @@ class RankState:
 
 
 class NodeState:
-    """Everything the agent knows about its node's ranks."""
+    """Everything the agent knows about its node's ranks.
 
-    def __init__(self, clock=time.monotonic_ns, perf=None, is_alive=procs.is_alive, log=None):
+    It owns the regions (which worker of a rank a region's records belong
+    to) and feeds the per-rank views, the perf window and the timeline ring,
+    through one protocol (diag/records/feed.py): each gets only the records
+    of the regions a rank's current worker owns."""
+
+    def __init__(self, clock=time.monotonic_ns, perf: RankFeed | None = None,
+                 is_alive=procs.is_alive, log=None, timeline: RankFeed | None = None):
         self.clock = clock
         self.perf = perf   # a diag.perf.window.PerfWindow, or None: no performance view
+        self.timeline = timeline   # a diag.timeline.ring.TimelineRing; None: none, or switched off
         self._is_alive = is_alive
         self._log = log or (lambda message: None)
         self._kept_owner: set[tuple[int, int]] = set()   # (rank, pid) refused, said once
@@ -112,12 +123,14 @@ class NodeState:
         self.ranks[header.rank] = RankState(
             header.rank, header.local_rank, header.world_size, header.pid,
             header.start_mono_ns, header.start_mono_ns)
-        if self.perf is not None:   # a restarted worker's window starts afresh
-            self.perf.start(header.rank)
+        # A restarted worker's window starts afresh; its timeline drops what was open.
+        self._feed("start_rank", lambda view: view.start_rank(header))
 
     def remove_region(self, region: str) -> None:
-        self._region_rank.pop(region, None)
+        rank_pid = self._region_rank.pop(region, None)
         self._region_producer.pop(region, None)
+        if rank_pid is not None:
+            self._feed("remove_region", lambda view: view.remove_region(rank_pid[0], region))
         for waiting in self._waiting.values():
             waiting.pop(region, None)
 
@@ -144,6 +157,7 @@ class NodeState:
         state = self._owner(region)
         if state is not None:
             state.dropped[region] = dropped
+            self._feed("set_dropped", lambda view: view.set_dropped(state.rank, region, dropped))
 
     def apply(self, region: str, records) -> None:
         state = self._owner(region)
@@ -164,20 +178,35 @@ class NodeState:
             elif rec.event == fmt.EVENT_DEVICE:
                 said = state.hook_devices if producer == fmt.PRODUCER_HOOK else state.devices
                 said.setdefault(rec.comm_rank, rec)
-        if self.perf is not None and records:
-            self.perf.observe(state.rank, producer, records)
+        if records:
+            self._feed("apply", lambda view: view.apply(state.rank, region, producer, records))
+
+    def _feed(self, what: str, call) -> None:
+        """Hands one change to the per-rank views. The perf window's failure
+        is the region's, as a bad record's is (the sampler skips the region);
+        the timeline is an extra: a failing ring is switched off, in one
+        line, and the hang path goes on."""
+        if self.perf is not None:
+            call(self.perf)
+        if self.timeline is not None:
+            try:
+                call(self.timeline)
+            except Exception as exc:
+                self.timeline = None
+                self._log(f"timeline switched off: {what} failed: {exc!r}")
 
     def _start(self, state, region, producer, rec) -> None:
-        state.in_flight[(region, rec.op_id)] = InFlight(
+        state.in_flight.start(region, rec.op_id, InFlight(
             rec.name, rec.kind, producer, rec.comm_id, rec.seq, rec.t_mono_ns, rec.bytes,
-            rec.comm_rank, rec.comm_size, rec.flags, rec.flops)
+            rec.comm_rank, rec.comm_size, rec.flags, rec.flops))
         state.last_activity_ns = max(state.last_activity_ns, rec.t_mono_ns)
         state.last_op = rec.name
         if rec.kind in fmt.COMM_LANES:
             state.comms.start(producer, rec)
 
     def _end(self, state, region, rec) -> None:
-        state.in_flight.pop((region, rec.op_id), None)
+        # Its lane's earlier ops end too: their ENDs were lost (diag/records/inflight.py).
+        state.in_flight.end(region, rec)
         state.last_activity_ns = max(state.last_activity_ns, rec.t_mono_ns)
         # The flops field of a collective carries its reduce op and peer.
         flops = 0 if rec.kind in fmt.COMM_LANES else rec.flops
@@ -187,16 +216,6 @@ class NodeState:
                 state.comms.steps.ended(rec.t_mono_ns)
             return
         state.comms.end(self._region_producer.get(region, 0), rec)
-        if not rec.seq:
-            return
-        # Ops of one lane of a communicator end in order (docs/records.md):
-        # this END means any earlier op of the same lane still listed lost its
-        # END record to a full ring. A p2p END says nothing about a collective.
-        stale = [key for key, op in state.in_flight.items()
-                 if key[0] == region and op.comm_id == rec.comm_id and op.kind == rec.kind
-                 and 0 < op.seq < rec.seq]
-        for key in stale:
-            del state.in_flight[key]
 
     @staticmethod
     def _stat(state, name, kind, count, dur, nbytes, flops) -> None:

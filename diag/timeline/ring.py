@@ -1,8 +1,8 @@
 """The agent's timeline ring: the last N seconds of every local rank's spans.
 
-The sampler hands it the same records it hands NodeState (no second reader
-of the shared-memory rings; the hook and tracer are unchanged). Memory is
-bounded twice per rank: by age and by count.
+NodeState hands it the records of the regions it owns (diag/records/feed.py):
+no second reader of the shared-memory rings, no second table of regions.
+Memory is bounded twice per rank: by age and by count.
 
 - Age: a rank keeps the spans that ended within ``window_ns`` of its own
   newest record, not of the wall clock, so a rank stuck for five minutes
@@ -10,6 +10,8 @@ bounded twice per rank: by age and by count.
 - Count: at most ``max_spans`` completed spans and ``max_in_flight`` open
   ops; past that the oldest span is dropped and counted (``dropped_spans``),
   and an op that starts while the in-flight table is full is not tracked.
+  An END also ends its lane's earlier ops, whose ENDs a full ring dropped
+  (diag/records/inflight.py).
 
 What is kept: tracer ops (CPU side) and hook ops whose END is device-timed
 (GPU side), plus every op in flight. Hook ops that were not device-timed
@@ -25,6 +27,7 @@ import dataclasses
 import sys
 
 from diag.records import format as fmt
+from diag.records.inflight import OpenOps
 from diag.timeline.api import (DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_SPANS, RankMeta,
                                RankSnapshot, Span)
 
@@ -32,14 +35,19 @@ from diag.timeline.api import (DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_SPANS, RankMet
 @dataclasses.dataclass
 class _Rank:
     meta: RankMeta
+    in_flight: OpenOps   # (region, op_id) -> START record
     spans: collections.deque = dataclasses.field(default_factory=collections.deque)
-    in_flight: dict = dataclasses.field(default_factory=dict)  # (region, op_id) -> START record
+    producers: dict = dataclasses.field(default_factory=dict)  # region -> producer, for open ops
     newest_ns: int = 0
     dropped_spans: int = 0
     dropped_records: dict = dataclasses.field(default_factory=dict)  # region -> cumulative
 
 
 class TimelineRing:
+    """A :class:`diag.records.feed.RankFeed`: the agent's NodeState owns the
+    regions and hands it each rank's records (a child that inherited RANK
+    takes over no rank's timeline, as it takes over no rank's progress)."""
+
     def __init__(self, window_ns: int, max_spans: int = DEFAULT_MAX_SPANS,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT):
         if window_ns <= 0 or max_spans <= 0 or max_in_flight <= 0:
@@ -48,69 +56,50 @@ class TimelineRing:
         self.max_spans = max_spans
         self.max_in_flight = max_in_flight
         self._ranks: dict[int, _Rank] = {}
-        self._regions: dict[str, tuple[int, int]] = {}   # region -> (rank, producer)
 
-    # -- regions ----------------------------------------------------------
-    def add_region(self, region: str, header: fmt.Header) -> None:
-        self._regions[region] = (header.rank, header.producer)
+    # -- RankFeed ---------------------------------------------------------
+    def start_rank(self, header: fmt.Header) -> None:
         meta = RankMeta(header.rank, header.local_rank, header.world_size, header.pid)
         state = self._ranks.get(header.rank)
         if state is None:
-            self._ranks[header.rank] = _Rank(meta)
-        elif state.meta.pid != header.pid:
+            self._ranks[header.rank] = _Rank(meta, OpenOps(self.max_in_flight))
+        else:
             # A restarted worker: its old spans stay until they age out, but
             # its old in-flight ops will never end.
             state.meta = meta
             state.in_flight.clear()
 
-    def remove_region(self, region: str) -> None:
-        owner = self._regions.pop(region, None)
-        if owner is not None and owner[0] in self._ranks:
-            state = self._ranks[owner[0]]
-            for key in [k for k in state.in_flight if k[0] == region]:
-                del state.in_flight[key]
+    def remove_region(self, rank: int, region: str) -> None:
+        state = self._ranks.get(rank)
+        if state is not None:
+            state.in_flight.forget_region(region)
+            state.producers.pop(region, None)
 
-    def set_dropped(self, region: str, dropped: int) -> None:
-        owner = self._regions.get(region)
-        if owner is not None and owner[0] in self._ranks:
-            self._ranks[owner[0]].dropped_records[region] = dropped
+    def set_dropped(self, rank: int, region: str, dropped: int) -> None:
+        state = self._ranks.get(rank)
+        if state is not None:
+            state.dropped_records[region] = dropped
 
-    # -- records ----------------------------------------------------------
-    def apply(self, region: str, records) -> None:
-        owner = self._regions.get(region)
-        if owner is None:
+    def apply(self, rank: int, region: str, producer: int, records) -> None:
+        state = self._ranks.get(rank)
+        if state is None:
             return
-        state, producer = self._ranks[owner[0]], owner[1]
-        in_flight, cap = state.in_flight, self.max_in_flight
+        state.producers[region] = producer
+        in_flight = state.in_flight
         untimed_dropped = producer == fmt.PRODUCER_HOOK
         # The hot loop of the timeline (every record of the node): START keeps
         # the reader's record itself; a Span is built only for what is kept.
         for rec in records:
             event = rec.event
             if event == fmt.EVENT_START:
-                if len(in_flight) < cap:
-                    in_flight[(region, rec.op_id)] = rec
+                in_flight.start(region, rec.op_id, rec)   # not tracked while the table is full
             elif event == fmt.EVENT_END:
-                started = in_flight.pop((region, rec.op_id), None)
+                started = in_flight.end(region, rec)   # and the lane's earlier ops (lost ENDs)
                 if rec.t_mono_ns > state.newest_ns:
                     state.newest_ns = rec.t_mono_ns
-                if rec.seq and in_flight:
-                    self._drop_stale(in_flight, region, rec)
                 if untimed_dropped and not rec.flags & fmt.FLAG_DEVICE_TIMED:
                     continue
                 self._end(state, producer, rec, started)
-
-    @staticmethod
-    def _drop_stale(in_flight: dict, region: str, rec) -> None:
-        # Ops of one lane of a communicator end in order (docs/records.md):
-        # earlier seqs of that lane still listed lost their END to a full
-        # ring. A record's lane is its kind: a p2p END says nothing about a
-        # collective in flight, nor the reverse (as NodeState._end).
-        stale = [k for k, op in in_flight.items()
-                 if k[0] == region and op.comm_id == rec.comm_id and op.kind == rec.kind
-                 and 0 < op.seq < rec.seq]
-        for key in stale:
-            del in_flight[key]
 
     def _end(self, state: _Rank, producer: int, rec, started) -> None:
         end = rec.t_mono_ns
@@ -145,7 +134,7 @@ class TimelineRing:
             if last_ns:
                 horizon = max(horizon, now_ns - last_ns)
             spans = [s for s in state.spans if s.end_ns >= horizon]
-            producers = {region: p for region, (_, p) in self._regions.items()}
+            producers = state.producers
             open_ops = sorted((_span(rec, producers.get(region, 0), rec.t_mono_ns,
                                      max(now_ns, rec.t_mono_ns))
                                for (region, _), rec in state.in_flight.items()),

@@ -18,8 +18,8 @@ def test_device_timed_ops_are_gpu_spans_with_the_simulated_durations(built, tmp_
         "FAKE_DELAY_US": ",".join(f"{k}={v}" for k, v in DELAYS_US.items())})
     assert out.returncode == 0, out.stderr
     ring = TimelineRing(30 * 10**9)
-    sampler = Sampler(str(tmp_path), NodeState(), 0, print, is_alive=lambda pid: False,
-                      is_descendant=lambda pid, root: True, timeline=ring)
+    sampler = Sampler(str(tmp_path), NodeState(timeline=ring), 0, print, is_alive=lambda pid: False,
+                      is_descendant=lambda pid, root: True)
     sampler.sample()
     up = wire.build_upload(ring.snapshot(0), offset_ns=wire.clock_offset_ns(), job_id="j",
                            request_id="r", node_rank=0, hostname="h", window_ns=ring.window_ns)

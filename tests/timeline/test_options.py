@@ -32,11 +32,19 @@ def test_bad_window_is_one_line_naming_it(argv, env, named):
 
 
 class Broken:
-    def add_region(self, *a):
+    """A timeline ring (diag.records.feed.RankFeed) whose apply fails."""
+
+    def start_rank(self, header):
         pass
 
-    def apply(self, *a):
+    def apply(self, rank, region, producer, records):
         raise RuntimeError("bug in the ring")
+
+    def set_dropped(self, rank, region, dropped):
+        pass
+
+    def remove_region(self, rank, region):
+        pass
 
 
 def test_a_failing_ring_is_switched_off_once_and_state_still_gets_every_record(tmp_path):
@@ -44,14 +52,13 @@ def test_a_failing_ring_is_switched_off_once_and_state_still_gets_every_record(t
     writer = RecordWriter(str(tmp_path), producer=fmt.PRODUCER_PYTHON, rank=0, local_rank=0,
                           world_size=1, pid=1234)
     op = writer.start(fmt.KIND_COLLECTIVE, "all_reduce", 0, 1)
-    state = NodeState()
+    state = NodeState(log=said.append, timeline=Broken())
     sampler = Sampler(str(tmp_path), state, 0, lambda m, every=60: said.append(m),
-                      is_alive=lambda pid: True, is_descendant=lambda pid, root: True,
-                      timeline=Broken())
+                      is_alive=lambda pid: True, is_descendant=lambda pid, root: True)
     sampler.sample()
     writer.end(op, fmt.KIND_COLLECTIVE, "all_reduce", 5, 0, 1)
     sampler.sample()
-    assert sampler.timeline is None
+    assert state.timeline is None
     assert said == ["timeline switched off: apply failed: RuntimeError('bug in the ring')"]
     [comm] = state.report()[0].comms               # the hang path saw the START and the END
     assert (comm.comm_id, comm.lane, comm.last_started_seq, comm.last_completed_seq) == (0, fmt.KIND_COLLECTIVE, 1, 1)
