@@ -23,6 +23,11 @@ import os
 from dataclasses import dataclass
 
 MAX_PROCS = 256      # a tree larger than this is summed over its first 256 processes
+# Busy: more CPU than this share of one core between two reads. An idle rank's
+# threads (gloo's loop, NCCL's watchdog, a data loader's 5 s liveness poll)
+# stay far below it; a rank evaluating, compiling or writing a checkpoint
+# through a CPU-bound codec is far above.
+BUSY_CPU_SHARE = 0.05
 _TICK_NS = 1_000_000_000 // (os.sysconf("SC_CLK_TCK") or 100)
 
 
@@ -107,3 +112,34 @@ def _children(pid: int) -> list[int]:
         except (OSError, ValueError):
             continue
     return found
+
+
+class QuietClock:
+    """How long each rank's tree has shown no activity: no CPU above
+    BUSY_CPU_SHARE of a core, no change in its I/O bytes or its kernel
+    launches, and its main thread not in D state (I/O under way), between
+    consecutive reads. A rank is keyed with its pid: a restarted worker
+    starts afresh."""
+
+    def __init__(self):
+        self._last: dict = {}    # (rank, pid) -> (Activity, launches, t_ns, busy_at_ns)
+
+    def observe(self, rank: int, pid: int, found: Activity, launches: int, now_ns: int) -> int:
+        """The ns since ``rank`` was last seen active (0 on its first read)."""
+        key = (rank, pid)
+        last = self._last.get(key)
+        if last is None:
+            busy_at = now_ns
+        else:
+            before, before_launches, t, busy_at = last
+            cpu = found.cpu_ns - before.cpu_ns
+            if (found.disk_wait or found.io_bytes != before.io_bytes or launches != before_launches
+                    or found.procs != before.procs or cpu < 0 or cpu > BUSY_CPU_SHARE * (now_ns - t)):
+                busy_at = now_ns
+        self._last[key] = (found, launches, now_ns, busy_at)
+        return now_ns - busy_at
+
+    def forget_others(self, keep) -> None:
+        """Drop ranks that are no longer reported (``keep``: live (rank, pid) keys)."""
+        for key in [k for k in self._last if k not in keep]:
+            del self._last[key]

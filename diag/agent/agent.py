@@ -42,6 +42,7 @@ class Agent:
         self._commands: queue.Queue = queue.Queue()
         self._report_seq = 0
         self._activity_said = False   # a failed /proc read is said once
+        self._quiet = activity.QuietClock()
         self._said: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         self.connection = Connection(config, self) if config.collector else None
@@ -191,6 +192,7 @@ class Agent:
     def _add_activity(self, ranks, launches: dict) -> None:
         """Each live rank's process-tree counters (diag/agent/activity.py):
         the evidence that tells a busy rank from a blocked one (issue 36)."""
+        now, seen = time.monotonic_ns(), set()
         for msg in ranks:
             if not msg.alive or msg.pid <= 0:
                 continue
@@ -200,12 +202,16 @@ class Agent:
                 if not self._activity_said:
                     self._activity_said = True
                     self.log(f"reading rank {msg.rank}'s activity from /proc failed ({exc!r}); "
-                              "hangs are judged by their timeout alone")
+                             "hangs are judged by their timeout alone")
                 return
-            if found is not None:
-                msg.activity.CopyFrom(pb.RankActivity(cpu_ns=found.cpu_ns, io_bytes=found.io_bytes,
-                                                      procs=found.procs, launches_total=launches.get(msg.rank, 0),
-                                                      disk_wait=found.disk_wait))
+            if found is None:
+                continue
+            n = launches.get(msg.rank, 0)
+            seen.add((msg.rank, msg.pid))
+            quiet = self._quiet.observe(msg.rank, msg.pid, found, n, now)
+            msg.activity.CopyFrom(pb.RankActivity(cpu_ns=found.cpu_ns, io_bytes=found.io_bytes, procs=found.procs,
+                                                  launches_total=n, disk_wait=found.disk_wait, quiet_ns=quiet))
+        self._quiet.forget_others(seen)
 
     def _add_gpus(self, ranks) -> None:
         """Each rank's GPU identity and health into its RankProgress / TimelineRank."""

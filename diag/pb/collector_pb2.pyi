@@ -167,18 +167,20 @@ class RankProgress(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ..., parallel_coords: _Optional[str] = ..., activity: _Optional[_Union[RankActivity, _Mapping]] = ...) -> None: ...
 
 class RankActivity(_message.Message):
-    __slots__ = ("cpu_ns", "io_bytes", "procs", "launches_total", "disk_wait")
+    __slots__ = ("cpu_ns", "io_bytes", "procs", "launches_total", "disk_wait", "quiet_ns")
     CPU_NS_FIELD_NUMBER: _ClassVar[int]
     IO_BYTES_FIELD_NUMBER: _ClassVar[int]
     PROCS_FIELD_NUMBER: _ClassVar[int]
     LAUNCHES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     DISK_WAIT_FIELD_NUMBER: _ClassVar[int]
+    QUIET_NS_FIELD_NUMBER: _ClassVar[int]
     cpu_ns: int
     io_bytes: int
     procs: int
     launches_total: int
     disk_wait: bool
-    def __init__(self, cpu_ns: _Optional[int] = ..., io_bytes: _Optional[int] = ..., procs: _Optional[int] = ..., launches_total: _Optional[int] = ..., disk_wait: bool = ...) -> None: ...
+    quiet_ns: int
+    def __init__(self, cpu_ns: _Optional[int] = ..., io_bytes: _Optional[int] = ..., procs: _Optional[int] = ..., launches_total: _Optional[int] = ..., disk_wait: bool = ..., quiet_ns: _Optional[int] = ...) -> None: ...
 
 class LinkChannel(_message.Message):
     __slots__ = ("comm_hash", "comm_rank", "comm_size", "channel", "kind", "peer", "ops", "ops_done", "nsteps", "posted", "moved", "done", "steps_total", "last_state", "idle_ns")

@@ -67,3 +67,27 @@ def test_cpu_and_bytes_of_a_descendant_count_for_the_rank(tmp_path):
     finally:
         p.kill(), p.wait()
         os.kill(child, 9)
+
+
+def test_the_quiet_clock_runs_for_a_blocked_tree_and_stays_at_zero_for_a_busy_one():
+    blocked, b_child = _tree("import time; print('ready', flush=True); time.sleep(60)")
+    busy, s_child = _tree("print('ready', flush=True)\nwhile True: pass")
+    clock = activity.QuietClock()
+    try:
+        assert blocked.stdout.readline().strip() == "ready" and busy.stdout.readline().strip() == "ready"
+        quiet, t0 = {}, None
+        for _ in range(4):
+            now = time.monotonic_ns()
+            t0 = t0 or now
+            for p in (blocked, busy):
+                quiet[p.pid] = clock.observe(0 if p is blocked else 1, p.pid, activity.of_tree(p.pid), 0, now)
+            time.sleep(0.25)
+        assert quiet[busy.pid] == 0                        # a spinning descendant: busy at every read
+        assert quiet[blocked.pid] == now - t0 >= 700_000_000   # quiet since its first read
+        # a kernel launch is activity, as is a new read after a restart (another pid)
+        assert clock.observe(0, blocked.pid, activity.of_tree(blocked.pid), 5, now + 1) == 0
+        assert clock.observe(0, 12345, activity.of_tree(blocked.pid), 5, now + 2) == 0
+    finally:
+        for p, c in ((blocked, b_child), (busy, s_child)):
+            p.kill(), p.wait()
+            os.kill(c, 9)
