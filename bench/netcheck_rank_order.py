@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from diag.common.units import parse_size  # noqa: E402
-from tests.netcheck.netns_cluster import PYTHON, REPO, Cluster, namespaces_unavailable  # noqa: E402
+from bench.netns_cluster import PYTHON, REPO, Cluster, namespaces_unavailable  # noqa: E402
 
 WORKER = """
 import os, statistics, sys, time, torch, torch.distributed as dist

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.netcheck.netns_cluster import Cluster, namespaces_unavailable  # noqa: E402
+from bench.netns_cluster import Cluster, namespaces_unavailable  # noqa: E402
 
 # Same settings as tests/netcheck/test_netns_pairwise.py (why: see there).
 ARGS = ["--size", "1M", "--warmup", "1", "--iters", "3", "--timeout", "20s", "--join-timeout", "240s",

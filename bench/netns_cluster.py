@@ -1,6 +1,8 @@
 """Real network namespaces as netcheck "nodes": one bridge, one veth per node.
 
-Used by tests/netcheck (through conftest.py) and bench/netcheck_scale.py.
+Used by bench/netcheck_scale.py, bench/netcheck_rank_order.py and tests/netcheck
+(through conftest.py; tests/netcheck/netns_cluster.py re-exports it). It lives
+in bench/ so that no bench imports a test module.
 Every name carries a per-run id, so parallel runs do not clash; the only
 addresses used are the ones given to the namespaces made here, and down()
 removes the namespaces (and with them the veths) and the bridge.
@@ -17,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from diag.common.units import parse_duration  # noqa: E402
-from tests.functional.launch import Launch  # noqa: E402
+from bench.launch_job import Launch  # noqa: E402
 
 HOOKPROG = os.path.join(ROOT, "tests", "kernel_hook", "build", "progs", "hookprog")
 TRAIN = os.path.join(ROOT, "tests", "scripts", "slow_train.py")
