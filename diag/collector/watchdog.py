@@ -1,15 +1,12 @@
-"""The collector's watchdog: evaluates the hang rules on a timer and acts.
+"""The collector's watchdog: runs its passes on a timer and acts on verdicts.
 
-One thread, one ``tick`` every --eval interval (0.5 s). The loop never dies:
-each step is wrapped, errors are logged and the next tick runs. ``tick`` takes
-the clock as arguments so tests can drive it directly.
-
-A tick's work does not grow with the healthy ranks (issue 21): the state's
-indexes say which ranks' ops may be past the timeout and which agents may be
-silent, and only then is a full snapshot judged by the rules. The rest (the
-idle rule's full pass, SLOW judgements, GPU lines, dropped records) runs on a
-slower cadence, FULL_EVERY_S or one second per FULL_RANKS_PER_S ranks. The
-pacer (pace.py) checks each tick whether the collector falls behind.
+One thread, one ``tick`` every --eval interval (0.5 s). Each tick is a
+scheduler over registered passes (schedule.py, passes.py): pace, hang, idle,
+slow/GPU, drops, stats, timeline and events, each due on its own cadence and
+isolated from the others. The loop never dies: errors are logged and the
+next tick runs. ``tick`` takes the clock as arguments so tests can drive it
+directly. The watchdog owns what the passes act through: the detectors, the
+hang declaration (line, commands, hang.json), ingest's hold, the kills.
 """
 
 from __future__ import annotations
@@ -23,25 +20,26 @@ import threading
 import time
 
 from diag import faultlist
-from diag.collector import gpus, idle, rules, verdict
+from diag.collector import gpus, idle, verdict
 from diag.collector.api import Findings
 from diag.collector.config import Config
 from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
 from diag.collector.pace import Pacer
+from diag.collector.passes import FULL_EVERY_S, FULL_RANKS_PER_S, INDEX_SLACK_S, all_passes  # noqa: F401
+from diag.collector.schedule import Scheduler
 from diag.collector.servicer import SessionRegistry
 from diag.collector.slowness import SlowWatch
 from diag.collector.state import JobState, Snapshot
 from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
+from diag.hang.detector import HangDetector, IdleDetector
+from diag.hang.idle import find_idle
+from diag.hang.judge import analyse
+from diag.hang.silent import silent_agents
 from diag.pb import collector_pb2 as pb
 
 log = logging.getLogger("diag.collector")
 KILLING = ("kill", "recover")   # the --hang-action values that end the workers
-# The index files ops by the second they started, and a later report may date
-# a start a little earlier: look at ranks this much before the timeout.
-INDEX_SLACK_S = 1.5
-FULL_EVERY_S = 2.0
-FULL_RANKS_PER_S = 20_000
 SLOW_TICK_S = 1.0
 HOLD_FOR_S = INDEX_SLACK_S + 2.0   # the window's width, and a little: the ticks that may declare
 FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice, not overload
@@ -68,8 +66,8 @@ class Watchdog:
         self._registry = registry
         self._events = events
         self._out = out  # where verdict lines go; None means sys.stderr at print time
-        self.detector = rules.HangDetector()
-        self.idle_detector = idle.IdleDetector()
+        self.detector = HangDetector()
+        self.idle_detector = IdleDetector()
         self.declared: list[HangEvent] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -80,7 +78,6 @@ class Watchdog:
         self.gpus = gpus.GpuWatch(self._say)   # start-up lines on where ranks run (docs/gpu.md)
         self.pacer = Pacer(config, state, registry, self._say)   # overload: say it, shed, back off
         self._quiet: set[int] = set()   # agents quiet at the last tick (silent candidates)
-        self._full_at = 0.0
         self._side: threading.Thread | None = None   # the perf path's pass, when one runs
         self._holding = False   # a declaring tick judges: the perf path's pass waits
         self._line_at = float("-inf")   # when the last HANG line was said (the slow-tick warning)
@@ -90,6 +87,18 @@ class Watchdog:
         self._deferred: list = []   # a declaration's work the HANG line does not need: after the hold
         self._pauses = 0                      # the collector's own pauses not yet said (paused())
         self._pause_said_at = float("-inf")
+        self._silent_nodes: tuple[float, set[int]] = (float("nan"), set())   # (snapshot's now, nodes): hang -> idle
+        self.scheduler = Scheduler(all_passes(self))
+
+    @property
+    def _full_at(self) -> float:
+        """When the slow pass (and so a full snapshot) is next due; tests and
+        the bench set it (0.0: at the next tick)."""
+        return self.scheduler.next_at("slow")
+
+    @_full_at.setter
+    def _full_at(self, at: float) -> None:
+        self.scheduler.set_next("slow", at)
 
     def start(self) -> None:
         if self._thread is None:
@@ -153,51 +162,44 @@ class Watchdog:
             log.exception("collector watchdog: error while %s; continuing", doing)
 
     def tick(self, now: float | None = None, now_unix: float | None = None) -> None:
-        """One evaluation at monotonic ``now`` (wall clock ``now_unix``)."""
+        """One tick at monotonic ``now`` (wall clock ``now_unix``): the due passes."""
         now = time.monotonic() if now is None else now
         unix = time.time() if now_unix is None else now_unix
-        self._no_throw(self.pacer.check, "measuring the ingest lag", now)
-        silent_after = self.pacer.silent_after(self._config.silent_after_s)
-        expired = self._state.expired(now - self._config.hang_timeout_s + INDEX_SLACK_S)
-        quiet = set(self._state.quiet_agents(now - silent_after))
-        full = now >= self._full_at
-        if (full or expired or quiet != self._quiet or not self.detector.armed or not self.idle_detector.armed
-                or now - self._state.active_at >= self._config.idle_timeout_s - idle.ACTIVITY_SLACK_S):
-            snap = self._state.snapshot(now)
-            self.full_ticks += 1
-            # An op is near the timeout: ingest holds while the rules judge and
-            # the line and commands go out (not while hang.json is built);
-            # the pacer forgives the wait it causes.
-            hold = self.detector.armed and self._newly_expired(expired, now)
+        self.scheduler.run(now, unix, self._take_snapshot)
+
+    def _take_snapshot(self, now: float) -> Snapshot:
+        self.full_ticks += 1
+        return self._state.snapshot(now)
+
+    @contextlib.contextmanager
+    def ingest_held(self, hold: bool):
+        """The one place ingest is held: while ``hold``, the streams read no
+        report (the registry's gate), the perf path's pass waits, GC pauses
+        and this thread keeps the GIL, so the rules judge a stable view and
+        the line and commands go out at once. After: the declarations' work
+        the line does not need (hang.json), ingest going again, and the
+        backlog the hold made is forgiven, not taken for overload."""
+        if hold:
+            self._registry.hold(True)
+            self._holding = True   # the perf path waits too (GilShare)
+            held_at = time.monotonic()
+        try:
+            with gc_paused(hold), gil_kept(hold):
+                yield
+        finally:
             if hold:
-                self._registry.hold(True)
-                self._holding = True   # the perf path waits too (GilShare)
-                held_at = time.monotonic()
-            try:
-                with gc_paused(hold), gil_kept(hold):
-                    hanging = self._judge(snap, unix, silent_after)
-            finally:
-                if hold:
-                    self._registry.hold(False)
-                    self._holding = False
-                self._run_deferred()   # hang.json, after the line and the commands, ingest going again
-                if hold:
-                    # The reports held, and those slowed by hang.json's build
-                    # after the line, are late by our choice, not overload: the
-                    # backlog drains in about as long again at a busy collector.
-                    done = time.monotonic()
-                    self.pacer.forgive(done + FORGIVE_S + 2 * (done - held_at))
-            # The hang path first: while an op nears the timeout or a hang
-            # lasts, the perf path (SLOW, GPU lines) waits for a later pass.
-            if full and not (expired or hanging):
-                agents, ranks = self._state.size
-                self._full_at = now + max(FULL_EVERY_S, ranks / FULL_RANKS_PER_S)
-                self._side_work(snap, unix)
-        self._report_drops()
-        self._quiet = quiet
-        self._log_stats(now)
-        if self.timelines is not None:
-            self._no_throw(self.timelines.tick, "closing timeline requests", now)
+                self._registry.hold(False)
+                self._holding = False
+            self._run_deferred()   # hang.json, after the line and the commands, ingest going again
+            if hold:
+                # The reports held, and those slowed by hang.json's build
+                # after the line, are late by our choice, not overload: the
+                # backlog drains in about as long again at a busy collector.
+                done = time.monotonic()
+                self.pacer.forgive(done + FORGIVE_S + 2 * (done - held_at))
+
+    def _events_tick(self, now: float) -> None:
+        """hang.json rewrites and the lines and kills that wait on an event's answers."""
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", now)
             if not event.stacks_said:
@@ -246,15 +248,15 @@ class Watchdog:
         self._side.start()
 
     def _judge(self, snap: Snapshot, unix: float, silent_after: float) -> bool:
-        """The rules on a full snapshot: HANG, SILENT, idle. True while the job hangs.
+        """The hang rules on a full snapshot: HANG, SILENT. True while the job hangs.
         While a declared hang lasts, only whether it is over and who turned
         silent (the detector's own look at the hung ranks): explaining every
         rank again each tick would cost O(world) for nothing."""
         if self.detector.armed:
-            findings = rules.analyse(snap, self._config.hang_timeout_s, silent_after)
+            findings = analyse(snap, self._config.hang_timeout_s, silent_after)
         else:
-            findings = Findings(world_size=snap.world_size,
-                                silent_agents=rules.silent_agents(snap, silent_after))
+            findings = Findings(world_size=snap.world_size, silent_agents=silent_agents(snap, silent_after))
+        self._silent_nodes = (snap.now, {a.node_rank for a in findings.silent_agents})
         fire, rearmed, newly_silent = self.detector.update(findings, snap)
         for agent in newly_silent:
             self._say(verdict.silent_line(agent))
@@ -262,11 +264,18 @@ class Watchdog:
             log.info("progress resumed: hang detection re-armed")
         if fire:
             self._declare(findings, snap, unix)
-        silent_nodes = {a.node_rank for a in findings.silent_agents}
-        stall = idle.find_idle(snap, self._config.idle_timeout_s, silent_nodes)
+        return findings.is_hang or not self.detector.armed
+
+    def _judge_idle(self, snap: Snapshot, unix: float, silent_after: float) -> None:
+        """The idle rule on the snapshot the hang pass judged (its silent
+        agents too, found once), then the declaration's hang.json."""
+        at, silent_nodes = self._silent_nodes
+        if at != snap.now:   # the hang pass did not judge this snapshot (it failed)
+            silent_nodes = {a.node_rank for a in silent_agents(snap, silent_after)}
+        stall = find_idle(snap, self._config.idle_timeout_s, silent_nodes)
         if self.idle_detector.update(stall, snap):
             self._declare(Findings(world_size=snap.world_size), snap, unix, stall)
-        return findings.is_hang or not self.detector.armed
+        self._run_deferred()
 
     def _log_stats(self, now: float) -> None:
         """Every --stats-interval: reports ingested so far and the rate since the last line."""
