@@ -1,0 +1,141 @@
+"""Verdicts before the timeout, where the evidence proves the hang (issue 36).
+
+``--hang-timeout`` (300 s) waits out anything that only looks stuck: a
+checkpoint, an evaluation, a compile warm-up. Some hangs are proven long
+before it, and each rule here says what proves it and how long that proof
+must hold (``min_wait_s``) before it is a verdict:
+
+- ``diverged``: the members of a stuck group ran different ops at one seq,
+  or some skipped one the others ran (the divergence rule's Mismatch, with
+  culprits). Those ops can never complete. 5 s.
+- ``exited``: a member of a stuck group is gone (its process exited) and
+  never started the op the others wait in. 5 s.
+- ``blocked``: every rank the others wait for has no op in flight (not even
+  a named host function, which says it is doing known work) and its whole
+  process tree (data-loader and compile workers included) has used no CPU,
+  moved no bytes, launched no kernel and not waited on a disk
+  (RankActivity.quiet_ns, diag/agent/activity.py) for 30 s, while the others
+  have waited that long. A rank that evaluates, compiles, writes a
+  checkpoint or starts loader workers is busy in one of those ways.
+
+Anything else waits for the timeout, as before. ``evaluate`` looks at a
+probe analysis: the hang rules (judge.py) run with the shortest of these
+waits as their timeout, so their explanation (who is behind, where the
+seqs diverge) is there before the timeout; only these rules decide whether
+it is a verdict yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diag.hang.api import Finding, Findings, View
+from diag.hang.judge import analyse
+from diag.hang.not_in_collective import EXITED
+
+DIVERGED, EXITED_PEER, BLOCKED, TIMEOUT = "diverged", "exited", "blocked", "timeout"
+
+
+@dataclasses.dataclass(frozen=True)
+class Waits:
+    """How long each proof must hold, in seconds (--verdicts evidence)."""
+
+    proof_s: float = 5.0      # diverged, exited: the ops can never complete
+    blocked_s: float = 30.0   # blocked: no activity anywhere in the culprits' trees
+
+    @property
+    def probe_s(self) -> float:
+        """The least time an op must have waited before any rule here looks."""
+        return min(self.proof_s, self.blocked_s)
+
+
+def evaluate(probe: Findings, view: View, waits: Waits) -> Finding | None:
+    """The first evidence rule that proves ``probe``'s hang, or None.
+    ``probe``: the hang rules' findings with ``waits.probe_s`` as timeout."""
+    if not probe.hung:
+        return None
+    waited = max(g.max_age_s for g in probe.hung)
+    if waited >= waits.proof_s:
+        found = _diverged(probe) or _exited(probe, view)
+        if found is not None:
+            return found
+    if waited >= waits.blocked_s:
+        return _blocked(probe, view, waits.blocked_s)
+    return None
+
+
+def _diverged(probe: Findings) -> Finding | None:
+    for m in probe.mismatches:
+        if m.diverged_seq is not None and m.culprits:   # a tie with no evidence names no one: no proof
+            ranks = ", ".join(map(str, m.culprits[:4])) + (" ..." if len(m.culprits) > 4 else "")
+            return Finding(DIVERGED, f"group {m.group or m.comm_id} diverged at seq {m.diverged_seq} "
+                                     f"(rank {ranks}): those ops can never complete")
+    return None
+
+
+def _exited(probe: Findings, view: View) -> Finding | None:
+    hung_comms = {g.op.comm_id for g in probe.hung if g.op.is_comm_op}
+    for s in probe.suspects:
+        if s.reason != EXITED:
+            continue
+        entry = view.ranks.get(s.rank)
+        if entry is None:
+            continue
+        for c in entry.progress.comms:
+            if c.comm_id in hung_comms and _behind(probe, c):
+                return Finding(EXITED_PEER, f"rank {s.rank} exited before the op its group waits in")
+    return None
+
+
+def _behind(probe: Findings, comm) -> bool:
+    """Whether a member's lane stopped before the seq its group waits at."""
+    for g in probe.hung:
+        if g.op.comm_id == comm.comm_id and g.op.kind == comm.lane:
+            at = probe.stuck_at(g.op)
+            seq = at.seq if at is not None else g.op.seq
+            return comm.last_started_seq < seq
+    return False
+
+
+def _blocked(probe: Findings, view: View, wait_s: float) -> Finding | None:
+    culprits = probe.culprits
+    if not culprits:
+        return None
+    quietest = []
+    for rank in culprits:
+        entry = view.ranks.get(rank)
+        if entry is None:       # never reported, or its agent is silent: nothing is known
+            return None
+        p = entry.progress
+        if not p.alive or not p.HasField("activity"):
+            return None
+        if p.HasField("oldest_in_flight"):
+            # In a function the user named (known work), or waiting in another
+            # group's op (the wait goes on elsewhere): the timeout judges it.
+            return None
+        quiet = p.activity.quiet_ns * 1e-9 + max(0.0, view.now - entry.received)
+        if quiet < wait_s:
+            return None
+        quietest.append((rank, quiet))
+    rank, quiet = min(quietest, key=lambda rq: rq[1])
+    who = f"rank {rank}" if len(quietest) == 1 else f"{len(quietest)} ranks"
+    return Finding(BLOCKED, f"{who} waited for: no CPU, I/O or kernel launch for {quiet:.0f} s")
+
+
+def judge(view: View, timeout_s: float, silent_after_s: float, waits: Waits | None) -> Findings:
+    """The hang rules' findings, hung only where a verdict is due: past
+    ``timeout_s`` (the ``timeout`` rule, first in ``fired``), or earlier where
+    an evidence rule proves it (that rule first). ``waits`` None: the
+    timeout alone (--verdicts timeout)."""
+    if waits is not None and waits.probe_s < timeout_s:
+        probe = analyse(view, waits.probe_s, silent_after_s)
+        if probe.hung and max(g.max_age_s for g in probe.hung) < timeout_s:
+            proof = evaluate(probe, view, waits)
+            if proof is not None:
+                return dataclasses.replace(probe, fired=(proof,) + probe.fired)
+    found = analyse(view, timeout_s, silent_after_s)
+    if found.hung:
+        waited = max(g.max_age_s for g in found.hung)
+        found = dataclasses.replace(found, fired=(Finding(TIMEOUT, f"an op in flight for {waited:.0f} s, past "
+                                                                   f"--hang-timeout {timeout_s:g} s"),) + found.fired)
+    return found

@@ -1,0 +1,82 @@
+"""The evidence rules (diag/hang/evidence.py) on plain data: each proves a
+hang before --hang-timeout only with its evidence, held its minimum wait;
+anything else waits for the timeout."""
+
+from diag.hang import evidence
+from diag.hang.evidence import Waits
+from diag.pb import collector_pb2 as pb
+from tests.hang.test_divergence import BUCKET, LOSS, SMALL, member
+from tests.hang.views import AR, progress, view
+
+TIMEOUT, SILENT = 300.0, 60.0
+WAITS = Waits()
+
+
+def _judge(v, waits=WAITS):
+    return evidence.judge(v, TIMEOUT, SILENT, waits)
+
+
+def _quiet(p, quiet_s, **kw):
+    p.activity.CopyFrom(pb.RankActivity(cpu_ns=1, io_bytes=1, procs=1, quiet_ns=int(quiet_s * 1e9), **kw))
+    return p
+
+
+def _waiting_for_rank_1(age_s, rank1):
+    """Rank 0 in the default group's all_reduce at seq 5 for ``age_s``; rank 1 not in it."""
+    return view({0: progress(0, op=AR, age_s=age_s, seq=5, started=5, completed=4, world=2), 1: rank1}, world=2)
+
+
+def _idle(quiet_s=None, **kw):
+    p = progress(1, started=4, completed=4, world=2, **kw)
+    return p if quiet_s is None else _quiet(p, quiet_s)
+
+
+def test_a_rank_with_no_activity_while_the_others_wait_is_blocked_at_30_s_not_before():
+    assert not _judge(_waiting_for_rank_1(29.0, _idle(29.0))).hung
+    found = _judge(_waiting_for_rank_1(31.0, _idle(31.0)))
+    assert found.hung and found.rule == evidence.BLOCKED and found.culprits == [1]
+    assert found.fired[0].evidence == "rank 1 waited for: no CPU, I/O or kernel launch for 31 s"
+
+
+def test_a_busy_or_unknown_or_named_rank_waits_for_the_timeout():
+    busy = _idle(2.0)                                  # its tree used CPU or moved bytes 2 s ago
+    unknown = _idle()                                  # no activity reported (older agent, /proc unreadable)
+    named = _quiet(progress(1, op=dict(name="save_checkpoint", kind=pb.OP_KIND_HOST_FUNC), age_s=200.0,
+                            started=4, completed=4, world=2), 200.0)   # in a host function the user named
+    for rank1 in (busy, unknown, named):
+        assert not _judge(_waiting_for_rank_1(200.0, rank1)).hung, rank1
+        found = _judge(_waiting_for_rank_1(301.0, rank1))
+        assert found.hung and found.rule == evidence.TIMEOUT
+        assert found.fired[0].evidence == "an op in flight for 301 s, past --hang-timeout 300 s"
+
+
+def test_a_member_that_exited_before_the_op_proves_the_hang_at_5_s():
+    gone = progress(1, started=4, completed=4, world=2, alive=False)
+    assert not _judge(_waiting_for_rank_1(4.0, gone)).hung
+    found = _judge(_waiting_for_rank_1(6.0, gone))
+    assert found.rule == evidence.EXITED_PEER and found.culprits == [1]
+    # one that had started the op the others wait in is no proof
+    done = progress(1, started=5, completed=5, world=2, alive=False)
+    assert not _judge(_waiting_for_rank_1(6.0, done)).hung
+
+
+def test_ranks_that_diverged_are_proven_hung_at_5_s():
+    ranks = {0: member(0, [BUCKET, SMALL, LOSS], 2), 1: member(1, [BUCKET, SMALL] * 3, 2)}
+    for p in ranks.values():
+        p.oldest_in_flight.age_ns = 6_000_000_000
+    found = _judge(view(ranks))
+    assert found.rule == evidence.DIVERGED and found.culprits == [1]
+    assert found.fired[0].evidence.startswith("group default diverged at seq 3 (rank 1)")
+    for p in ranks.values():
+        p.oldest_in_flight.age_ns = 4_000_000_000
+    assert not _judge(view(ranks)).hung
+
+
+def test_members_that_agree_are_no_proof_and_verdicts_timeout_waits_for_it():
+    ranks = {r: member(r, [BUCKET, SMALL, LOSS], 2) for r in (0, 1)}
+    for p in ranks.values():
+        p.oldest_in_flight.age_ns = 100_000_000_000
+    assert not _judge(view(ranks)).hung
+    # --verdicts timeout: no evidence rule, even where one would prove it
+    assert not _judge(_waiting_for_rank_1(31.0, _idle(31.0)), waits=None).hung
+    assert _judge(_waiting_for_rank_1(301.0, _idle(31.0)), waits=None).rule == evidence.TIMEOUT
