@@ -58,7 +58,9 @@ class Thresholds:
     ``wait_gap`` is how many points of wall time the peers' wait share must
     exceed the straggler's by; ``link`` is the busbw shortfall against the
     median of like communicators. ``min_gemm_samples`` keeps a rank with a
-    handful of timed GEMMs (a rank that barely computes) out of the GEMM rule.
+    handful of timed GEMMs (a rank that barely computes) out of the GEMM rule;
+    ``min_gemm_flops`` keeps out a rank whose GEMMs are too small to be
+    device-bound (see its comment).
     """
 
     window_s: float = options.default(options.PERF_WINDOW)     # --perf-window
@@ -66,6 +68,19 @@ class Thresholds:
     wait_gap: float = 0.10
     link: float = 0.25
     min_gemm_samples: int = 8
+    # The hook times a GEMM with CUDA events around its launch. A GEMM is
+    # evidence of its card only when the card, not the host, sets that time.
+    # 1 GFLOP is about 1.5 us of an H100's bf16 tensor cores (17 us in plain
+    # fp32), while the launch costs the host 5 to 10 us (cuBLAS plus
+    # cudaLaunchKernel) and more when its CPU is busy: under that, a GPU that
+    # waits for the next launch times mostly the host. A healthy Megatron-Core
+    # job of hidden 256 (about 50 MFLOP a GEMM, ~1 TFLOP/s on H100) read -9 %
+    # to -41 % on one rank or another from host noise alone (issue 32). The
+    # rank's mean FLOPs per call is compared: 20x above that job, 2x under the
+    # fake runtime's test GEMMs; a GPT-2 small step's mean is about 40 GFLOP.
+    # Smaller GEMMs on a slower card may be device-bound and go unjudged: a
+    # missed verdict, never a false one.
+    min_gemm_flops: float = 1e9
     min_collectives: int = 5
 
     def __post_init__(self):

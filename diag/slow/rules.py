@@ -6,6 +6,8 @@ Each rule compares a rank with its own peers, never with a fixed number:
   ``slow`` under the median of its peers of the same role. A role is the
   size class of the rank's GEMMs (log2 of FLOPs per call), so pipeline stages
   and embedding shards that do other GEMMs are not compared with each other.
+  Only GEMMs big enough to be device-bound count (``min_gemm_flops``): a tiny
+  GEMM's timed interval is mostly the GPU waiting for the host's launch.
 * **straggler**: the rank the others wait for. It enters collectives last, so
   its typical time inside them (the time with at least one of them in flight,
   the window's longest call left out, over the span; diag.slow.windows) is the
@@ -55,7 +57,8 @@ def judge(windows: dict[int, RankWindow], th: Thresholds) -> list[SlowFinding]:
 def slow_gpus(windows: dict[int, RankWindow], th: Thresholds) -> list[SlowFinding]:
     roles: dict[int, list[RankWindow]] = defaultdict(list)
     for w in windows.values():
-        if w.gemm_tflops and w.gemm_samples >= th.min_gemm_samples and w.gemm_flops_per_call > 0:
+        if (w.gemm_tflops and w.gemm_samples >= th.min_gemm_samples
+                and w.gemm_flops_per_call >= th.min_gemm_flops):   # device-bound GEMMs only
             roles[round(math.log2(w.gemm_flops_per_call))].append(w)
     victims = _waiting_ranks(windows, th)
     out = []
