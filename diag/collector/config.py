@@ -37,6 +37,8 @@ class Config:
     timeline_path: str = options.default(options.TIMELINE_PATH)
     hang_timeout_s: float = options.default(options.HANG_TIMEOUT)
     idle_timeout_s: float = options.default(options.IDLE_TIMEOUT)
+    verdicts: str = options.default(options.VERDICTS)
+    blocked_after_s: float = options.default(options.BLOCKED_AFTER)
     hang_action: str = options.default(options.HANG_ACTION)
     address_file: str | None = options.default(options.ADDRESS_FILE)
     silent_after_s: float = options.default(options.SILENT_AFTER)

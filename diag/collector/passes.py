@@ -53,7 +53,18 @@ class HangPass(Pass):
 
     def wants_snapshot(self, tick: Tick) -> bool:
         wd = self.wd
-        return bool(self.expired(tick)) or self.quiet(tick) != wd._quiet or not wd.detector.armed
+        return (bool(self.expired(tick)) or self.probing(tick) or self.quiet(tick) != wd._quiet
+                or not wd.detector.armed)
+
+    def probing(self, tick: Tick) -> bool:
+        """Whether the evidence rules look this tick (diag/hang/evidence.py):
+        their look is due and some op has waited their shortest wait."""
+        if not hasattr(tick, "probing"):
+            wd = self.wd
+            waits = wd.probe_due(tick.now)
+            tick.probing = waits is not None and wd.detector.armed and bool(
+                wd._state.expired(tick.now - waits.probe_s + INDEX_SLACK_S))
+        return tick.probing
 
     @staticmethod
     def silent_after(wd, tick: Tick) -> float:
@@ -88,7 +99,7 @@ class HangPass(Pass):
         # the pacer forgives the wait it causes.
         hold = wd.detector.armed and wd._newly_expired(self.expired(tick), now)
         with wd.ingest_held(hold):
-            return wd._judge(snap, tick.unix, self.silent_after(wd, tick))
+            return wd._judge(snap, tick.unix, self.silent_after(wd, tick), self.probing(tick))
 
 
 class IdlePass(Pass):

@@ -13,6 +13,7 @@ from typing import Any
 
 from diag.collector import links
 from diag.collector.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
+from diag.hang.evidence import VERDICT_RULES
 from diag.hang.not_in_collective import NOT_IN_ANY
 from diag.hang.progress import comm_lane, in_flight_age
 from diag.collector.state import Snapshot
@@ -100,7 +101,18 @@ def hang_line(findings: Findings, event_dir: str, link: str = "", coords: str = 
                        else "no rank is behind")
     if link:
         clauses.append(link)
+    proof = verdict_rule(findings)
+    if proof is not None:
+        clauses.append(f"rule {proof.rule}: {proof.evidence}")
     return f"HANG: {'; '.join(clauses)}; stacks in {event_dir.rstrip('/')}/"
+
+
+def verdict_rule(findings: Findings):
+    """The rule that made the verdict (diag/hang/evidence.py: timeout,
+    diverged, exited, blocked) and its evidence; None when the findings
+    were judged without it (tests, tools reading old events)."""
+    first = findings.fired[0] if findings.fired else None
+    return first if first is not None and first.rule in VERDICT_RULES else None
 
 
 MAX_COORDS_SHOWN = 4
@@ -176,6 +188,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "declared_unix": round(declared_unix, 3),
         "reason": "hung_op",   # or "idle" (diag/collector/idle.py)
         "timeout_s": timeout_s,
+        "rule": _rule_field(findings),
         "world_size": findings.world_size,
         "verdict": hang_line(findings, event_dir, link_analysis.clause(link), coords_clause(findings, snap)),
         "hung_ranks": findings.hung_ranks,
@@ -189,6 +202,11 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "link": link_analysis.document(link) if link else None,
         "ranks": rank_rows(findings, snap) if rows else None,
     }
+
+
+def _rule_field(findings: Findings) -> dict | None:
+    proof = verdict_rule(findings)
+    return {"name": proof.rule, "evidence": proof.evidence} if proof is not None else None
 
 
 RANK_SECTIONS = ("suspects", "never_entered")

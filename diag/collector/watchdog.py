@@ -34,7 +34,8 @@ from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 from diag.hang.detector import HangDetector, IdleDetector
 from diag.hang.idle import find_idle
-from diag.hang.judge import analyse
+from diag.hang import evidence
+from diag.hang.evidence import Waits
 from diag.hang.silent import silent_agents
 from diag.pb import collector_pb2 as pb
 
@@ -48,6 +49,7 @@ FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice,
 # shorter pause cannot make a verdict on its own; a busy host's scheduling
 # delay stays far below it.
 PAUSED_MIN_S = 1.0
+PROBE_EVERY_S = 1.0   # the evidence rules' look while an op is waited on (_waits)
 # The perf path's pass takes at most this share of the GIL: at 100,000 ranks
 # reading every window costs ~4 s of Python, and taking the GIL half the time
 # for that long put ingest 3 s behind (an OVERLOAD of our own making,
@@ -68,6 +70,7 @@ class Watchdog:
         self._out = out  # where verdict lines go; None means sys.stderr at print time
         self.detector = HangDetector()
         self.idle_detector = IdleDetector()
+        self._probe_at, self._probe_cost = float("-inf"), 0.0   # the evidence rules' last look (_waits)
         self.declared: list[HangEvent] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -247,13 +250,18 @@ class Watchdog:
         self._side = threading.Thread(target=work, name="collector-perf-path", daemon=True)
         self._side.start()
 
-    def _judge(self, snap: Snapshot, unix: float, silent_after: float) -> bool:
+    def _judge(self, snap: Snapshot, unix: float, silent_after: float, probe: bool = False) -> bool:
         """The hang rules on a full snapshot: HANG, SILENT. True while the job hangs.
         While a declared hang lasts, only whether it is over and who turned
         silent (the detector's own look at the hung ranks): explaining every
         rank again each tick would cost O(world) for nothing."""
         if self.detector.armed:
-            findings = analyse(snap, self._config.hang_timeout_s, silent_after)
+            # ``probe``: the evidence rules look too (their look is due, HangPass.probing)
+            waits = self._waits() if probe else None
+            started = time.perf_counter()
+            findings = evidence.judge(snap, self._config.hang_timeout_s, silent_after, waits)
+            if waits is not None:
+                self._probe_at, self._probe_cost = snap.now, time.perf_counter() - started
         else:
             findings = Findings(world_size=snap.world_size, silent_agents=silent_agents(snap, silent_after))
         self._silent_nodes = (snap.now, {a.node_rank for a in findings.silent_agents})
@@ -265,6 +273,22 @@ class Watchdog:
         if fire:
             self._declare(findings, snap, unix)
         return findings.is_hang or not self.detector.armed
+
+    def _waits(self) -> Waits | None:
+        """The evidence rules' waits (--verdicts evidence), or None: the timeout alone."""
+        if self._config.verdicts != "evidence":
+            return None
+        return Waits(blocked_s=self._config.blocked_after_s)
+
+    def probe_due(self, now: float) -> Waits | None:
+        """The evidence rules' waits when their next look is due, else None.
+        A look explains every stuck group, which costs O(world) (0.7 s at
+        16,384 ranks); while an op is waited on longer than their shortest
+        wait (a checkpoint) they look at most every PROBE_EVERY_S or four
+        times their own last cost, whichever is longer."""
+        if now - self._probe_at < max(PROBE_EVERY_S, 4 * self._probe_cost):
+            return None
+        return self._waits()
 
     def _judge_idle(self, snap: Snapshot, unix: float, silent_after: float) -> None:
         """The idle rule on the snapshot the hang pass judged (its silent

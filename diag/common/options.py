@@ -359,6 +359,19 @@ IDLE_TIMEOUT = Option(
     "--idle-timeout", envnames.IDLE_TIMEOUT, "10m", duration, metavar="D",
     help="no rank starting or finishing any op for this long, none in flight, is a hang",
     dest="idle_timeout_s", format=seconds_text)
+# Issue 36: a hang proven by its evidence is declared once the proof has held
+# its minimum wait (diag/hang/evidence.py), not after --hang-timeout.
+VERDICTS = Option(
+    "--verdicts", envnames.VERDICTS, "evidence", choice("evidence", "timeout"), metavar="HOW",
+    help="evidence: a hang its evidence proves is declared at once (diverged, exited: 5 s; blocked: "
+         "--blocked-after), anything else after --hang-timeout; timeout: only after --hang-timeout")
+# Above any pause of a rank that does nothing at all while its peers wait; a
+# rank that evaluates, compiles, writes or loads is busy, whatever its length.
+BLOCKED_AFTER = Option(
+    "--blocked-after", envnames.BLOCKED_AFTER, "30s", duration, metavar="D",
+    help="ranks the others wait for, with no op in flight and no CPU, I/O or kernel launch anywhere in their "
+         "process trees for this long, are hung (--verdicts evidence)", dest="blocked_after_s",
+    format=seconds_text)
 TIMELINE_PATH = Option(
     "--timeline-path", envnames.TIMELINE_PATH, "/root/timeline", nonempty("/root/timeline"),
     metavar="DIR", help="where hang events are written")
@@ -521,7 +534,7 @@ JOB_TOKEN = Option(None, envnames.JOB_TOKEN, None, job_token, dest="job_token",
 
 # Who takes what. A Config of each program has one field per option, named dest.
 LAUNCHER: tuple[Option, ...] = (
-    HANG_TIMEOUT, IDLE_TIMEOUT, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, LINK_PLUGIN, NO_LINK_PLUGIN,
+    HANG_TIMEOUT, IDLE_TIMEOUT, VERDICTS, BLOCKED_AFTER, TIMELINE_PATH, COLLECTOR_ADDRESS, HANG_ACTION, NO_HOOK, LINK_PLUGIN, NO_LINK_PLUGIN,
     FAULT_LIST, FAULT_LIST_MAX_AGE, RANK_ORDER, HOOK_TIME_EVERY, HOOK_COMPLETION, REPORT_INTERVAL, TIMELINE_WINDOW,
     PERF_WINDOW, PERF_STEP, METRICS_PORT, METRICS_ADDR, COLLECTOR_METRICS_PORT, SLOW_THRESHOLD, SLOW_ACTION,
     GPU_SAMPLE_INTERVAL, NVML_REPLAY,
@@ -529,11 +542,11 @@ LAUNCHER: tuple[Option, ...] = (
     HOOK_POLL_US, HOOK_COUNT_MS, DUMP_TOOLS, JOB_TOKEN, CKPT_PERSIST_EVERY, CKPT_DIR, INGEST_PROCS,
     NODES_PER_RELAY)
 COLLECTOR: tuple[Option, ...] = (
-    LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
+    LISTEN, TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, VERDICTS, BLOCKED_AFTER, JOB_ID, HANG_ACTION, ADDRESS_FILE, SILENT_AFTER,
     DUMP_TIMEOUT, LAST_WORDS_TIMEOUT, MAX_DUMP_SIZE, MAX_AGENTS, INGEST_PROCS, NODES_PER_RELAY, STATS_INTERVAL,
     PERF_WINDOW, SLOW_THRESHOLD, SLOW_ACTION, COLLECTOR_METRICS_PORT, METRICS_ADDR)
 # What the launcher forwards from its Config to the collector it starts.
-TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, HANG_ACTION, PERF_WINDOW, INGEST_PROCS,
+TO_COLLECTOR: tuple[Option, ...] = (TIMELINE_PATH, HANG_TIMEOUT, IDLE_TIMEOUT, VERDICTS, BLOCKED_AFTER, HANG_ACTION, PERF_WINDOW, INGEST_PROCS,
                                     NODES_PER_RELAY, SLOW_THRESHOLD, SLOW_ACTION, COLLECTOR_METRICS_PORT,
                                     METRICS_ADDR)
 # What the launcher hands to the agent's AgentConfig (same field names).

@@ -34,6 +34,7 @@ from diag.hang.judge import analyse
 from diag.hang.not_in_collective import EXITED
 
 DIVERGED, EXITED_PEER, BLOCKED, TIMEOUT = "diverged", "exited", "blocked", "timeout"
+VERDICT_RULES = (TIMEOUT, DIVERGED, EXITED_PEER, BLOCKED)   # what a HANG line's "rule" clause may name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +137,6 @@ def judge(view: View, timeout_s: float, silent_after_s: float, waits: Waits | No
     found = analyse(view, timeout_s, silent_after_s)
     if found.hung:
         waited = max(g.max_age_s for g in found.hung)
-        found = dataclasses.replace(found, fired=(Finding(TIMEOUT, f"an op in flight for {waited:.0f} s, past "
-                                                                   f"--hang-timeout {timeout_s:g} s"),) + found.fired)
+        found = dataclasses.replace(found, fired=(Finding(TIMEOUT, f"in flight past --hang-timeout {timeout_s:g} s"),)
+                                    + found.fired)
     return found

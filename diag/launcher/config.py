@@ -43,6 +43,8 @@ class Config:
     # the option's default (declared once, in diag/common/options.py).
     hang_timeout_s: float = options.default(options.HANG_TIMEOUT)
     idle_timeout_s: float = options.default(options.IDLE_TIMEOUT)       # no op started or finished anywhere, none in flight
+    verdicts: str = options.default(options.VERDICTS)                   # evidence | timeout (diag/hang/evidence.py)
+    blocked_after_s: float = options.default(options.BLOCKED_AFTER)
     timeline_path: str = options.default(options.TIMELINE_PATH)
     collector: str | None = None      # HOST:PORT of an existing collector
     hang_action: str = options.default(options.HANG_ACTION)
@@ -96,7 +98,7 @@ class Config:
 
 # --help's sections, in order (docs/launcher.md has the same ones); None: every other option.
 HELP_GROUPS: tuple[tuple[str, tuple[str, ...] | None], ...] = (
-    ("hang detection", ("--hang-timeout", "--idle-timeout", "--hang-action", "--timeline-path", "--collector")),
+    ("hang detection", ("--hang-timeout", "--idle-timeout", "--verdicts", "--blocked-after", "--hang-action", "--timeline-path", "--collector")),
     ("recovery (--hang-action recover; docs/recovery.md)", ("--ckpt-persist-every", "--ckpt-dir")),
     ("performance and metrics", ("--perf-window", "--perf-step", "--slow-threshold", "--slow-action",
                                  "--metrics-port", "--metrics-addr", "--collector-metrics-port",

@@ -43,7 +43,9 @@ def make(tmp_path, **overrides):
 
 
 def test_healthy_ticks_take_no_snapshot_and_a_stall_is_declared_on_time(tmp_path):
-    watchdog, state, _, out = make(tmp_path)
+    # the index alone: the evidence rules' looks (one a second once an op has
+    # waited 5 s) are counted in test_evidence_looks_are_spaced
+    watchdog, state, _, out = make(tmp_path, verdicts="timeout")
     watchdog.tick(now=T0)   # the first tick is a full pass (cadence)
     base = watchdog.full_ticks
     t = T0
@@ -71,6 +73,29 @@ def test_healthy_ticks_take_no_snapshot_and_a_stall_is_declared_on_time(tmp_path
     # 25 ticks up to T0 + 13 (before the stalled op nears the timeout): only
     # the cadence's full passes (one per 2 s), not one per tick
     assert healthy_full is not None and healthy_full <= 7, healthy_full
+
+
+def test_evidence_looks_are_spaced(tmp_path):
+    """While an op is waited on past the evidence rules' shortest wait (a
+    healthy checkpoint), they look once per PROBE_EVERY_S, or four times
+    their own cost when that is longer, never at every tick."""
+    from diag.collector.watchdog import PROBE_EVERY_S
+    watchdog, state, _, _ = make(tmp_path)
+    for node in range(NODES):
+        report = healthy_node(node, 100, in_flight_s=0.003)
+        for r in report.ranks:
+            r.oldest_in_flight.age_ns = 6_000_000_000     # every rank waits 6 s: a checkpoint's barrier
+        state.ingest(report, T0)
+    looks = []
+    for i in range(14):    # 6 s to 9.25 s of waiting: under the 10 s timeout
+        t = T0 + i * 0.25
+        at = watchdog._probe_at
+        watchdog.tick(now=t, now_unix=1.7e9 + t)
+        if watchdog._probe_at != at:
+            looks.append(t)
+    assert not watchdog.declared          # all wait in one op, nobody is behind: no proof
+    gaps = [b - a for a, b in zip(looks, looks[1:])]
+    assert len(looks) >= 3 and min(gaps) >= max(PROBE_EVERY_S, 4 * watchdog._probe_cost) - 0.25, (looks, gaps)
 
 
 def test_a_late_report_does_not_make_an_op_look_older():

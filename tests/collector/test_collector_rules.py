@@ -239,7 +239,8 @@ def test_watchdog_tick_declares_once_writes_hang_json_and_queues_dump_request(tm
     event_dir = tmp_path / "job1" / "20261118T110640Z"
     lines = out.getvalue().splitlines()
     assert lines == [f"HANG: ranks 0-1,3 in all_reduce (group \"default\" (ranks 0-3), seq 41) for 11.0 s; rank 2 not in any collective "
-                     f"(at seq 40 on group \"default\"); stacks in {event_dir}/"]
+                     f"(at seq 40 on group \"default\"); rule timeout: in flight past --hang-timeout 10 s; "
+                     f"stacks in {event_dir}/"]
     doc = json.loads((event_dir / "hang.json").read_text())
     assert doc["hung_ranks"] == [0, 1, 3] and doc["culprits"] == [2] and doc["world_size"] == 4
     assert doc["dumps"] == {} and doc["dumps_missing"] == [0, 1, 2, 3]

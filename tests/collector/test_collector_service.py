@@ -116,7 +116,9 @@ def test_stalled_rank_gets_dumps_event_dir_and_verdict(start_collector, agents, 
     hang_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("HANG: ")]
     assert hang_lines == [doc["verdict"]]
     assert hang_lines[0].startswith("HANG: ranks 0-1,3 in all_reduce (group \"default\" (ranks 0-3), seq 41) for ")
-    assert f"rank 2 not in any collective (at seq 40 on group \"default\"); stacks in {event_dir}/" in hang_lines[0]
+    assert (f"rank 2 not in any collective (at seq 40 on group \"default\"); rule timeout: in flight past "
+            f"--hang-timeout 1 s; stacks in {event_dir}/") in hang_lines[0]
+    assert doc["rule"] == {"name": "timeout", "evidence": "in flight past --hang-timeout 1 s"}
     assert len(server.watchdog.declared) == 1  # fired once although the reports kept coming
 
 
