@@ -81,12 +81,21 @@ demo: demo-deps setup hook
 # tests that judge a rate or a duration (SLOW verdicts, bandwidth, GEMM
 # TFLOP/s, a ring that must not overflow) are marked `alone` and run after,
 # one at a time: beside another test they read its load, not ours.
+# Files go out longest first (tests/conftest.py says why), not xdist's
+# most-tests-first. The alone phase runs even when the parallel one failed (its
+# verdicts are as much news); the 20 slowest tests of both phases come last.
 # lint-imports first (a fraction of a second): the layers of
 # docs/architecture.md, as pyproject.toml's [tool.importlinter] writes them.
 test: system-deps setup hook protoc-tools
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=20 -m "not alone" tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -m alone tests
+	@mkdir -p build
+	@rm -f build/test-parallel.xml build/test-alone.xml
+	@rc=0; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder \
+	  --junitxml=build/test-parallel.xml -m "not alone" tests || rc=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --junitxml=build/test-alone.xml -m alone tests || rc=$$?; \
+	$(BIN)/python tests/slowest.py 20 build/test-parallel.xml build/test-alone.xml; \
+	exit $$rc
 
 # The exit races at the counts they were first measured with (tests/soak.py):
 # longer than make test's budget allows.

@@ -1,0 +1,40 @@
+"""The order in which `make test`'s parallel phase hands files to its workers.
+
+`make test` runs ``-n 2 --dist loadfile --no-loadscope-reorder``: each file is
+one unit (its module fixtures run once), given out in collection order to the
+worker that runs dry first. xdist's own order (files with the most tests
+first) leaves the few-but-long files (real multi-rank jobs, a minute or more
+each) for last, and the phase then ends on one worker while the other idles.
+Longest first instead: the short files fill in around them at the end.
+"""
+
+from __future__ import annotations
+
+# Files whose tests start real jobs, by the seconds their non-`alone` tests
+# took in all (`pytest --durations=0`, 2 shared cores), longest first. The
+# figures only order the queue: a stale one costs some idle time at the end of
+# the phase, never a test. Files not named here keep their collection order.
+LONGEST_FIRST = (
+    "tests/frameworks/test_frameworks.py",          # ~230 s: 8 stalled jobs, DeepSpeed's start-up
+    "tests/netcheck/test_netns_pairwise.py",        # ~165 s
+    "tests/recover/test_dist.py",                   # ~145 s
+    "tests/recover/test_recover_e2e.py",            # ~115 s
+    "tests/recover/test_persist.py",                # ~100 s
+    "tests/functional/test_launch.py",              # ~100 s
+    "tests/gpu_health/test_gpu_job.py",             # ~70 s
+    "tests/collector/test_report_relays.py",        # ~70 s
+    "tests/frameworks/test_lightning_teardown.py",  # ~55 s
+    "tests/tracer/test_framework_ops.py",           # ~45 s
+    "tests/functional/test_stalls.py",              # ~40 s
+    "tests/functional/test_exit.py",                # ~35 s
+    "tests/functional/test_closing.py",             # ~35 s
+    "tests/functional/test_groups.py",              # ~35 s
+    "tests/recover/test_store.py",                  # ~30 s
+)
+_RANK = {path: i for i, path in enumerate(LONGEST_FIRST)}
+
+
+def pytest_collection_modifyitems(config, items):
+    # A stable sort: within a file the order pytest chose (module fixtures,
+    # their parameters) stays as it was.
+    items.sort(key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(_RANK)))
