@@ -3,6 +3,7 @@ xpu_timer_launch rather than the deepspeed launcher: an 8-block MLP, the
 client's AdamW. --stall: rank 1 stops in its batch loader. --skip: rank 1
 skips the loss all-reduce that ends step SKIP_AT (a rank-conditional logging
 branch) and runs on into the next step's parameter all-gathers."""
+import importlib
 import os
 import time
 
@@ -11,6 +12,16 @@ import fwlib
 if not fwlib.CUDA:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
+
+if not fwlib.CUDA:
+    # On its CPU accelerator DeepSpeed JIT-compiles a shared-memory all-reduce
+    # at init_distributed: 20-75 s of g++ on both cores of a fresh 2-core CI
+    # machine, again whenever the build flags differ. Only
+    # inference_all_reduce (AutoTP inference) calls it; ZeRO-3 training and
+    # every collective here go through torch.distributed, as without it.
+    # (deepspeed.comm.torch is the module: the package's own ``torch`` name hides it)
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 

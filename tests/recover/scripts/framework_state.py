@@ -2,6 +2,7 @@
 Megatron-Core DistributedOptimizer object, each registered with a
 Checkpointer of its own. Prints RESULT: per case what save() and restore()
 did and the lines the Checkpointer said."""
+import importlib
 import io
 import json
 import os
@@ -14,6 +15,9 @@ from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer  # no
 
 from diag.recover import Checkpointer  # noqa: E402
 
+# No JIT build of DeepSpeed's CPU shared-memory all-reduce (tens of seconds of
+# g++ on a fresh machine): only inference uses it (tests/frameworks/scripts/deepspeed_zero3.py).
+importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 deepspeed.init_distributed(dist_backend="gloo")
 model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
 engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters()),
