@@ -46,8 +46,14 @@ def test_hang_action_kill_exits_3_and_names_the_culprit_after_torchruns_block(la
 
 
 def test_a_reported_hang_is_listed_at_the_end_and_the_job_keeps_its_own_status(launches, tmp_path):
+    # Rank 2's stall ends once its stacks are in (was: a fixed 6 s for a 2 s
+    # --hang-timeout and the dumps, tight on a loaded machine).
+    release = tmp_path / "release"
     job = launches(["--nproc-per-node", "3", "--master-port", str(free_port()), "--hang-timeout", "2s",
-                    "--timeline-path", str(tmp_path), "--rdzv-id", "reported", STALL, "6", "6"], env=FAST)
+                    "--timeline-path", str(tmp_path), "--rdzv-id", "reported", STALL, "60", "6"],
+                   env=dict(FAST, STALL_RELEASE=str(release)))
+    assert job.wait_line(r"^STACKS: ", 60), job.output()
+    release.touch()
     assert job.wait(90) == 0, job.output()
     assert len(job.matching(r"^DONE rank=")) == 3, job.output()
     err = stderr_lines(job)

@@ -147,12 +147,19 @@ def test_two_nodes_share_node_zeros_collector(launches, tmp_path, relay):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {"XPU_TIMER_JOB_TOKEN": "shared-by-the-scheduler", "XPU_TIMER_DUMP_TOOLS": "py-spy"}
+    # Rank 2's stall ends once every rank's stacks are in (was: a fixed 15 s,
+    # long enough on a loaded machine for the HANG at 4 s and the dumps).
+    release = tmp_path / "release"
+    env = {"XPU_TIMER_JOB_TOKEN": "shared-by-the-scheduler", "XPU_TIMER_DUMP_TOOLS": "py-spy",
+           "STALL_RELEASE": str(release)}
     common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
               "--master-port", str(port), "--hang-timeout", "4s", "--rdzv-id", "twonodes",
-              "--timeline-path", str(tmp_path)] + (["--nodes-per-relay", "2"] if relay else []) + [STALL, "15", "8"]
+              "--timeline-path", str(tmp_path)] + (["--nodes-per-relay", "2"] if relay else []) + [STALL, "120", "8"]
     node1 = launches(["--node-rank", "1"] + common, env=env)
     node0 = launches(["--node-rank", "0"] + common, env=env)
+    assert node0.wait_line(r"^HANG: ", 150), node0.output() + node1.output()
+    event = _wait_for_stacks(tmp_path, 4, 60)
+    release.touch()
     assert node0.wait(180) == 0 and node1.wait(60) == 0, node0.output() + node1.output()
     assert node0.matching(r"serving job twonodes on 127\.0\.0\.1:%d" % (port + 1))
     if relay:
@@ -166,5 +173,4 @@ def test_two_nodes_share_node_zeros_collector(launches, tmp_path, relay):
     else:
         assert len(node0.matching(r"agent connected: node [01]")) == 2, node0.output()
     assert node0.matching(r"^HANG: ranks 0-1,3 in all_reduce"), node0.output()
-    event = _wait_for_stacks(tmp_path, 4, 10)
     assert "wait_for_data" in frame_names(os.path.join(event, "rank00002-of-00004.py.json"))

@@ -1,6 +1,7 @@
 import os, sys, time, torch, torch.distributed as dist
-def wait_for_data(seconds):  # the stalled function the stacks must show
-    time.sleep(seconds)
+def wait_for_data(seconds):  # the stalled function the stacks must show; ends early once STALL_RELEASE (a file) exists
+    end, release = time.monotonic() + seconds, os.environ.get("STALL_RELEASE")
+    while time.monotonic() < end and not (release and os.path.exists(release)): time.sleep(0.05)
 stall_s, steps, e = float(sys.argv[1]), int(sys.argv[2]), os.environ
 # Per-attempt store prefix: torch 2.13's agent store keeps a killed attempt's gloo keys.
 store = dist.PrefixStore("attempt" + e["TORCHELASTIC_RESTART_COUNT"], dist.TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), is_master=False))
