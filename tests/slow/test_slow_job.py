@@ -13,7 +13,7 @@ from tests.functional.launch import SCRIPTS, Launch
 
 TRAIN = os.path.join(SCRIPTS, "slow_train.py")
 pytestmark = pytest.mark.alone     # wait shares of real ranks: no other test's load beside them
-WINDOW = "10s"
+WINDOW = "5s"
 
 
 def _launch(tmp, job, env, extra=()):
@@ -24,15 +24,18 @@ def _launch(tmp, job, env, extra=()):
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("slow")
-    # rank 2 sleeps 40 ms a step for 25 s (2.5 windows), recovers for 25 s, then is slow again
-    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": "0-25,50-80",
-                                      "RUN_S": "80"})
-    # healthy for 90 s: every rank pauses 20 s at 30 s (a checkpoint), rank 0 writes 6 s more,
-    # then three full windows of steps after it. It reports through a report
+    # The lengths in windows, not seconds, are what the rules judge (a finding
+    # declared after half a window, recovered after a clean one), so a 5 s
+    # window halves the jobs' wall time (was 10 s: 80 and 90 s of jobs).
+    # rank 2 sleeps 40 ms a step for 15 s (3 windows), recovers for 20 s (4), then is slow again (4)
+    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": "0-15,35-55",
+                                      "RUN_S": "55"})
+    # healthy for 50 s: every rank pauses 10 s (2 windows) at 20 s (a checkpoint), rank 0
+    # writes 3 s (0.6 window) more, then three full windows of steps after it. It reports through a report
     # relay (its agent serves it: --nodes-per-relay 1), so its perf windows
     # come with one report in 5, as at scale; the frameworks' tests keep the
     # direct path quiet.
-    healthy = _launch(tmp, "healthy", {"PAUSE_AT": "30", "PAUSE_S": "20", "SOLO_S": "6", "RUN_S": "90"},
+    healthy = _launch(tmp, "healthy", {"PAUSE_AT": "20", "PAUSE_S": "10", "SOLO_S": "3", "RUN_S": "50"},
                       ["--nodes-per-relay", "1"])
     try:
         codes = (slow.wait(300), healthy.wait(300))
