@@ -142,18 +142,25 @@ class Stalled:
     output: str
 
 
-def stalled(name: str, tmp: Path, plant: str = "--stall") -> Stalled:
+def stalled(name: str, tmp: Path, plant: str = "--stall", hang_timeout_s: float | None = STALL_HANG_TIMEOUT_S,
+            within_s: float | None = None) -> Stalled:
     """The job with --stall (or ``plant``: --skip, a collective skipped on
     rank 1, which says SKIP): the HANG line, the event directory once every
-    rank's stacks are in, and stack-viewer's answer on it."""
+    rank's stacks are in, and stack-viewer's answer on it. ``hang_timeout_s``
+    None: the launcher's default; ``within_s``: the HANG line must come this
+    soon after the plant."""
+    timeout = ["--hang-timeout", f"{hang_timeout_s}s"] if hang_timeout_s is not None else []
     launch = Launch(["--nproc-per-node", str(WORLD), "--master-port", str(free_port()), "--rdzv-id", name,
-                     "--timeline-path", str(tmp), "--hang-timeout", f"{STALL_HANG_TIMEOUT_S}s",
-                     script(name), str(tmp / "out"), plant], env=dict(FAST_DUMPS, **QUIET))
+                     "--timeline-path", str(tmp), *timeout, script(name), str(tmp / "out"), plant],
+                    env=dict(FAST_DUMPS, **QUIET))
     try:
         stall = launch.wait_line(r"^STALL " if plant == "--stall" else r"^SKIP ", 180)
         assert stall is not None, launch.output()
-        hang = launch.wait_line(r"HANG: ", STALL_HANG_TIMEOUT_S + 30)
+        hang = launch.wait_line(r"HANG: ", (within_s or STALL_HANG_TIMEOUT_S) + 30)
         assert hang is not None, launch.output()
+        if within_s is not None:
+            assert hang[0] - stall[0] <= within_s, (f"HANG {hang[0] - stall[0]:.1f} s after the plant, "
+                                                    f"not within {within_s} s: {hang[1]}")
         said = launch.wait_line(r"^STACKS: ", 90)
         assert said is not None, launch.output()
         event = said[1].rsplit("stack-viewer --path ", 1)[1]
