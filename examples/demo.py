@@ -1,15 +1,17 @@
 """``make demo``: watch a 4-rank job hang, get caught and get explained.
 
-Runs examples/train_stall.py under xpu_timer_launch with a 10 s hang timeout.
-Rank 2 stalls in ``load_next_batch`` while ranks 0, 1 and 3 wait in
-all_reduce; the collector prints the HANG line and every rank's stacks land in
+Runs examples/train_stall.py under xpu_timer_launch with the default
+options but ``--blocked-after 10s`` (30 s by default). Rank 2 stalls in
+``load_next_batch`` (a sleep: no CPU, no I/O) while ranks 0, 1 and 3 wait in
+all_reduce, which the ``blocked`` rule proves long before --hang-timeout's
+300 s; the collector prints the HANG line and every rank's stacks land in
 the timeline directory. The stall ends on its own, so the job then finishes.
 If stack-viewer is installed, the demo renders the flame graphs too.
 
 Exit status: 0 once the hang was caught with stacks from all 4 ranks;
 1 if not (the reason is printed).
 
-    python examples/demo.py [--timeline-path DIR] [--hang-timeout 10s]
+    python examples/demo.py [--timeline-path DIR] [--blocked-after 10s]
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def say(text: str) -> None:
 
 def run_job(args) -> int:
     argv = launcher_argv() + [
-        "--nproc-per-node", str(NPROC), "--hang-timeout", args.hang_timeout,
+        "--nproc-per-node", str(NPROC), "--blocked-after", args.blocked_after,
         "--timeline-path", args.timeline_path, "--rdzv-id", "demo",
         os.path.join(HERE, "train_stall.py"), "--stall-rank", "2",
         "--stall-seconds", str(args.stall_seconds)]
@@ -123,7 +125,7 @@ def render(timeline: str) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="xpu-diag demo: a stalled rank, caught")
     p.add_argument("--timeline-path", default=os.path.join(ROOT, "out", "demo-timeline"))
-    p.add_argument("--hang-timeout", default="10s")
+    p.add_argument("--blocked-after", default="10s")
     p.add_argument("--stall-seconds", type=float, default=30.0)
     args = p.parse_args(argv)
     shutil.rmtree(os.path.join(args.timeline_path, "demo"), ignore_errors=True)
