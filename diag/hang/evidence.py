@@ -10,6 +10,9 @@ must hold (``min_wait_s``) before it is a verdict:
   culprits). Those ops can never complete. 5 s.
 - ``exited``: a member of a stuck group is gone (its process exited) and
   never started the op the others wait in. 5 s.
+- ``gpu_fault``: the GPU of a stuck rank, or of a rank the others wait for,
+  reported a fatal XID or ECC error (NVML, docs/gpu.md): its kernels will not
+  end. 5 s.
 - ``blocked``: every rank the others wait for has no op in flight (not even
   a named host function, which says it is doing known work) and its whole
   process tree (data-loader and compile workers included) has used no CPU,
@@ -33,8 +36,8 @@ from diag.hang.api import Finding, Findings, View
 from diag.hang.judge import analyse
 from diag.hang.not_in_collective import EXITED
 
-DIVERGED, EXITED_PEER, BLOCKED, TIMEOUT = "diverged", "exited", "blocked", "timeout"
-VERDICT_RULES = (TIMEOUT, DIVERGED, EXITED_PEER, BLOCKED)   # what a HANG line's "rule" clause may name
+DIVERGED, EXITED_PEER, GPU_FAULT, BLOCKED, TIMEOUT = "diverged", "exited", "gpu_fault", "blocked", "timeout"
+VERDICT_RULES = (TIMEOUT, DIVERGED, EXITED_PEER, GPU_FAULT, BLOCKED)   # what a HANG line's "rule" clause may name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +60,7 @@ def evaluate(probe: Findings, view: View, waits: Waits) -> Finding | None:
         return None
     waited = max(g.max_age_s for g in probe.hung)
     if waited >= waits.proof_s:
-        found = _diverged(probe) or _exited(probe, view)
+        found = _diverged(probe) or _exited(probe, view) or _gpu_fault(probe, view)
         if found is not None:
             return found
     if waited >= waits.blocked_s:
@@ -85,6 +88,20 @@ def _exited(probe: Findings, view: View) -> Finding | None:
         for c in entry.progress.comms:
             if c.comm_id in hung_comms and _behind(probe, c):
                 return Finding(EXITED_PEER, f"rank {s.rank} exited before the op its group waits in")
+    return None
+
+
+def _gpu_fault(probe: Findings, view: View) -> Finding | None:
+    for rank in sorted(set(probe.hung_ranks) | set(probe.culprits)):
+        entry = view.ranks.get(rank)
+        if entry is None or not entry.progress.HasField("gpu"):
+            continue
+        gpu = entry.progress.gpu
+        for event in gpu.events:
+            if event.fatal:
+                where = gpu.identity.pci_bus_id or "its GPU"
+                return Finding(GPU_FAULT, f"rank {rank}'s GPU {where} reported {event.kind.upper()} {event.code}"
+                                          f"{': ' + event.text if event.text else ''}")
     return None
 
 

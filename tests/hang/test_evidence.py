@@ -60,6 +60,22 @@ def test_a_member_that_exited_before_the_op_proves_the_hang_at_5_s():
     assert not _judge(_waiting_for_rank_1(6.0, done)).hung
 
 
+def test_a_fatal_gpu_error_on_a_waiting_or_awaited_rank_proves_the_hang_at_5_s():
+    for faulty in (0, 1):      # the rank that waits, or the one it waits for
+        v = _waiting_for_rank_1(6.0, _idle(2.0))
+        gpu = v.ranks[faulty].progress.gpu
+        gpu.identity.pci_bus_id = "0000:1b:00.0"
+        gpu.events.add(kind="xid", code=79, text="GPU has fallen off the bus", fatal=True)
+        found = _judge(v)
+        assert found.rule == evidence.GPU_FAULT and found.culprits == [1], found
+        assert found.fired[0].evidence == (f"rank {faulty}'s GPU 0000:1b:00.0 reported XID 79: "
+                                           "GPU has fallen off the bus")
+    # an event that is no hardware fault (an application's XID 13) is no proof
+    v = _waiting_for_rank_1(6.0, _idle(2.0))
+    v.ranks[1].progress.gpu.events.add(kind="xid", code=13, text="graphics engine exception", fatal=False)
+    assert not _judge(v).hung
+
+
 def test_ranks_that_diverged_are_proven_hung_at_5_s():
     ranks = {0: member(0, [BUCKET, SMALL, LOSS], 2), 1: member(1, [BUCKET, SMALL] * 3, 2)}
     for p in ranks.values():
