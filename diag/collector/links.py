@@ -13,24 +13,11 @@ from typing import Any
 from diag import faultlist
 from diag.collector.api import Findings
 from diag.collector.state import Snapshot
-from diag.link import analysis, ras, wire
+from diag.hang.links import stuck_links
+from diag.link import ras
 from diag.link.api import LinkFinding
 
 log = logging.getLogger(__name__)
-
-
-def all_wait_same(findings: Findings) -> bool:
-    """Every hung rank is in one collective (same group, lane and seq) and no
-    rank is behind, missing, silent or out of step: what the link view is for."""
-    ops = [g.op for g in findings.hung]
-    if not ops or not all(op.is_comm_op for op in ops):
-        return False
-    seqs = set()
-    for op in ops:
-        stuck = findings.stuck_at(op)
-        seqs.add((op.comm_id, op.kind, stuck.seq if stuck else op.seq))
-    return (len(seqs) == 1 and not findings.culprits and not findings.mismatches and not findings.suspects
-            and not findings.never_entered and not findings.missing_ranks and not findings.silent_agents)
 
 
 def node_names(snap: Snapshot) -> dict[int, str]:
@@ -44,20 +31,7 @@ def node_names(snap: Snapshot) -> dict[int, str]:
 
 def find(findings: Findings, snap: Snapshot) -> LinkFinding:
     """The stuck link(s) of this hang; empty when it is not an all-wait hang or no rank sent link data."""
-    if not all_wait_same(findings):
-        return LinkFinding()
-    per_rank, nodes, node_ranks = {}, {}, {}
-    names = node_names(snap)
-    for rank in findings.hung_ranks:
-        entry = snap.ranks.get(rank)
-        if entry is None or not entry.progress.links:
-            continue
-        per_rank[rank] = [wire.entry_of(m) for m in entry.progress.links]
-        node_ranks[rank] = entry.node_rank
-        nodes[rank] = names.get(entry.node_rank, f"node{entry.node_rank}")
-    if not per_rank:
-        return LinkFinding()
-    return analysis.analyse(per_rank, nodes, node_ranks)
+    return stuck_links(findings, snap, node_names(snap))
 
 
 def fault_entries(doc: dict[str, Any], snap: Snapshot) -> tuple[list[faultlist.FaultEntry], list[dict]]:

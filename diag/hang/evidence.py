@@ -10,6 +10,9 @@ must hold (``min_wait_s``) before it is a verdict:
   culprits). Those ops can never complete. 5 s.
 - ``exited``: a member of a stuck group is gone (its process exited) and
   never started the op the others wait in. 5 s.
+- ``frozen_link``: every member waits at one seq, and one link's NCCL proxy
+  steps froze while every other channel advanced (the link plugin's
+  counters, docs/link.md). 5 s.
 - ``gpu_fault``: the GPU of a stuck rank, or of a rank the others wait for,
   reported a fatal XID or ECC error (NVML, docs/gpu.md): its kernels will not
   end. 5 s.
@@ -34,10 +37,12 @@ import dataclasses
 
 from diag.hang.api import Finding, Findings, View
 from diag.hang.judge import analyse
+from diag.hang.links import stuck_links
 from diag.hang.not_in_collective import EXITED
 
-DIVERGED, EXITED_PEER, GPU_FAULT, BLOCKED, TIMEOUT = "diverged", "exited", "gpu_fault", "blocked", "timeout"
-VERDICT_RULES = (TIMEOUT, DIVERGED, EXITED_PEER, GPU_FAULT, BLOCKED)   # what a HANG line's "rule" clause may name
+DIVERGED, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED, TIMEOUT = (
+    "diverged", "exited", "frozen_link", "gpu_fault", "blocked", "timeout")
+VERDICT_RULES = (TIMEOUT, DIVERGED, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED)   # what a HANG line's "rule" clause may name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +65,7 @@ def evaluate(probe: Findings, view: View, waits: Waits) -> Finding | None:
         return None
     waited = max(g.max_age_s for g in probe.hung)
     if waited >= waits.proof_s:
-        found = _diverged(probe) or _exited(probe, view) or _gpu_fault(probe, view)
+        found = _diverged(probe) or _exited(probe, view) or _frozen_link(probe, view) or _gpu_fault(probe, view)
         if found is not None:
             return found
     if waited >= waits.blocked_s:
@@ -89,6 +94,16 @@ def _exited(probe: Findings, view: View) -> Finding | None:
             if c.comm_id in hung_comms and _behind(probe, c):
                 return Finding(EXITED_PEER, f"rank {s.rank} exited before the op its group waits in")
     return None
+
+
+def _frozen_link(probe: Findings, view: View) -> Finding | None:
+    # only a link whose neighbours moved on: where every channel waits, nothing is proven
+    frozen = [link for link in stuck_links(probe, view).links if link.others_advanced]
+    if not frozen:
+        return None
+    link = frozen[0]
+    return Finding(FROZEN_LINK, f"link rank {link.src_rank} -> rank {link.dst_rank} stuck at step {link.step} "
+                                f"while every other channel advanced")
 
 
 def _gpu_fault(probe: Findings, view: View) -> Finding | None:

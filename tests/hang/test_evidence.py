@@ -96,3 +96,21 @@ def test_members_that_agree_are_no_proof_and_verdicts_timeout_waits_for_it():
     # --verdicts timeout: no evidence rule, even where one would prove it
     assert not _judge(_waiting_for_rank_1(31.0, _idle(31.0)), waits=None).hung
     assert _judge(_waiting_for_rank_1(301.0, _idle(31.0)), waits=None).rule == evidence.TIMEOUT
+
+
+def test_a_link_frozen_while_every_other_channel_advanced_proves_the_hang_at_5_s():
+    from diag.link import wire
+    from tests.link.test_analysis import stuck_ring
+
+    links = stuck_ring(4, 1, src=1, step=3)
+    ranks = {}
+    for r in range(4):
+        p = progress(r, op=AR, age_s=6.0, seq=4, started=4, completed=3, world=4)
+        p.links.extend(wire.entry_msg(e) for e in links.get(r, []))
+        ranks[r] = p
+    found = _judge(view(ranks, nodes={0: 0, 1: 0, 2: 1, 3: 1}))
+    assert found.rule == evidence.FROZEN_LINK, found.fired
+    assert found.fired[0].evidence == "link rank 1 -> rank 2 stuck at step 3 while every other channel advanced"
+    for p in ranks.values():       # without the plugin's counters: the timeout judges it
+        del p.links[:]
+    assert not _judge(view(ranks, nodes={0: 0, 1: 0, 2: 1, 3: 1})).hung
