@@ -18,6 +18,7 @@ LONGEST_FIRST = (
     "tests/frameworks/test_frameworks.py",          # ~230 s: 8 stalled jobs, DeepSpeed's start-up
     "tests/netcheck/test_netns_pairwise.py",        # ~165 s
     "tests/recover/test_dist.py",                   # ~145 s
+    "tests/functional/test_verdicts.py",            # ~135 s: the healthy-pause matrix and 6 hung jobs
     "tests/recover/test_recover_e2e.py",            # ~115 s
     "tests/recover/test_persist.py",                # ~100 s
     "tests/functional/test_launch.py",              # ~100 s
