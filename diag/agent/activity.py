@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from diag.agent import procs
+
 MAX_PROCS = 256      # a tree larger than this is summed over its first 256 processes
 # Busy: more CPU than this share of one core between two reads. An idle rank's
 # threads (gloo's loop, NCCL's watchdog, a data loader's 5 s liveness poll)
@@ -46,8 +48,8 @@ def of_tree(pid: int) -> Activity | None:
         return None
     cpu, disk_wait = stat
     io = _io_bytes(pid)
-    procs, todo, seen = 1, _children(pid), {pid}
-    while todo and procs < MAX_PROCS:
+    count, todo, seen = 1, _children(pid), {pid}
+    while todo and count < MAX_PROCS:
         child = todo.pop()
         if child in seen:
             continue
@@ -57,20 +59,16 @@ def of_tree(pid: int) -> Activity | None:
             continue
         cpu += c[0]
         io += _io_bytes(child)
-        procs += 1
+        count += 1
         todo.extend(_children(child))
-    return Activity(cpu, io, procs, disk_wait)
+    return Activity(cpu, io, count, disk_wait)
 
 
 def _stat(pid: int) -> tuple[int, bool] | None:
     """(CPU ns, in state D) of ``pid``'s thread group leader; None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
+    fields = procs.stat_fields(pid)
+    if fields is None:
         return None
-    # The command name (field 2) may hold spaces and ')': split after the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
     try:
         return (int(fields[11]) + int(fields[12])) * _TICK_NS, fields[0] == b"D"   # utime, stime; state
     except (IndexError, ValueError):

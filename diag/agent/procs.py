@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 
-def parent_of(pid: int) -> int | None:
+def stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/<pid>/stat from field 3 (state) on; None when ``pid`` is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and ')': split after the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
-    return int(fields[1]) if len(fields) > 1 else None
+    return data[data.rfind(b")") + 2:].split()
+
+
+def parent_of(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields is not None and len(fields) > 1 else None
 
 
 def is_alive(pid: int) -> bool:
     """True for a running process; False for a missing or zombie one."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    state = data[data.rfind(b")") + 2:][:1]
-    return state not in (b"Z", b"X", b"")
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in (b"Z", b"X")
 
 
 def is_descendant(pid: int, ancestor: int) -> bool:
