@@ -168,7 +168,6 @@ def judge(view: View, timeout_s: float, silent_after_s: float, waits: Waits | No
                 return dataclasses.replace(probe, fired=(proof,) + probe.fired)
     found = analyse(view, timeout_s, silent_after_s)
     if found.hung:
-        waited = max(g.max_age_s for g in found.hung)
         found = dataclasses.replace(found, fired=(Finding(TIMEOUT, f"in flight past --hang-timeout {timeout_s:g} s"),)
                                     + found.fired)
     return found
