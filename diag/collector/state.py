@@ -229,7 +229,9 @@ class JobState:
 
     def expired(self, started_before: float) -> set[int]:
         """Ranks whose current in-flight op started before ``started_before``
-        (at one-second grain: a superset). O(seconds elapsed + ranks returned)."""
+        (at one-second grain: a superset). O(seconds elapsed + ranks returned);
+        a cutoff earlier than the latest asked filters what is past the later
+        one (O(those ranks))."""
         upto = int(started_before)
         with self._lock:
             if self._cursor is None:
@@ -240,7 +242,13 @@ class JobState:
                 ranks = self._by_second.pop(s, None)
                 if ranks:
                     self._expired |= ranks
-            self._cursor = upto if self._cursor is None else max(self._cursor, upto)
+            if self._cursor is not None and upto < self._cursor:
+                # An earlier cutoff than the cursor's (the hang timeout's, after
+                # the evidence rules' shorter wait moved it on): only the ranks
+                # filed at or before it.
+                ops = self._ops
+                return {r for r in self._expired if ops[r][2] <= upto}
+            self._cursor = upto
             return set(self._expired)
 
     def quiet_agents(self, seen_before: float) -> list[int]:

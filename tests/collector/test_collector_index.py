@@ -98,6 +98,20 @@ def test_evidence_looks_are_spaced(tmp_path):
     assert len(looks) >= 3 and min(gaps) >= max(PROBE_EVERY_S, 4 * watchdog._probe_cost) - 0.25, (looks, gaps)
 
 
+def test_the_timeout_cutoff_is_kept_apart_from_the_evidence_rules_later_one():
+    """The evidence rules ask for ops 5 s old, the timeout for ops 10 s old,
+    on the same index: asking the later cutoff first must not make the
+    earlier one return the younger ops (which would take a snapshot and hold
+    ingest at every tick while a checkpoint is waited on)."""
+    state = JobState()
+    old, young = healthy_node(0, 100, in_flight_s=12.0), healthy_node(1, 100, in_flight_s=6.0)
+    state.ingest(old, T0)
+    state.ingest(young, T0)
+    for _ in range(2):
+        assert state.expired(T0 - 5 + 1.5) == set(range(16))       # the probe's: both nodes' ranks
+        assert state.expired(T0 - 10 + 1.5) == set(range(8))       # the timeout's: node 0's alone
+
+
 def test_a_late_report_does_not_make_an_op_look_older():
     """The op's age is judged from when the agent built the report: one that
     waited 3 s in a backlog is 3 s old on arrival, not 0."""
