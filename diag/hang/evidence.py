@@ -3,7 +3,7 @@
 ``--hang-timeout`` (300 s) waits out anything that only looks stuck: a
 checkpoint, an evaluation, a compile warm-up. Some hangs are proven long
 before it, and each rule here says what proves it and how long that proof
-must hold (``min_wait_s``) before it is a verdict:
+must hold (its wait) before it is a verdict:
 
 - ``diverged``: the members of a stuck group ran different ops at one seq,
   or some skipped one the others ran (the divergence rule's Mismatch, with
@@ -24,7 +24,8 @@ must hold (``min_wait_s``) before it is a verdict:
   have waited that long. A rank that evaluates, compiles, writes a
   checkpoint or starts loader workers is busy in one of those ways.
 
-Anything else waits for the timeout, as before. ``evaluate`` looks at a
+Each is a :class:`Proof`: its name, its evidence, which wait its proof must
+hold. Anything else waits for the timeout, as before. ``evaluate`` looks at a
 probe analysis: the hang rules (judge.py) run with the shortest of these
 waits as their timeout, so their explanation (who is behind, where the
 seqs diverge) is there before the timeout; only these rules decide whether
@@ -33,7 +34,9 @@ it is a verdict yet.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import typing
 
 from diag.hang.api import Finding, Findings, View
 from diag.hang.judge import analyse
@@ -49,8 +52,8 @@ VERDICT_RULES = (TIMEOUT, DIVERGED, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED
 class Waits:
     """How long each proof must hold, in seconds (--verdicts evidence)."""
 
-    proof_s: float = 5.0      # diverged, exited: the ops can never complete
-    blocked_s: float = 30.0   # blocked: no activity anywhere in the culprits' trees
+    proof_s: float = 5.0      # diverged, exited, frozen_link, gpu_fault: the ops can never complete
+    blocked_s: float = 30.0   # blocked (--blocked-after): no activity anywhere in the culprits' trees
 
     @property
     def probe_s(self) -> float:
@@ -58,65 +61,132 @@ class Waits:
         return min(self.proof_s, self.blocked_s)
 
 
+class Proof(abc.ABC):
+    """One evidence rule: ``name`` is what the HANG line's rule clause says,
+    ``evidence`` what it reads (docs/collector.md, "Verdicts"), ``wait``
+    which of :class:`Waits` its proof must hold. ``proves`` is a pure
+    function of the probe's findings, the view and that wait: the evidence
+    in a phrase, or None."""
+
+    name: typing.ClassVar[str]
+    evidence: typing.ClassVar[str]
+    wait: typing.ClassVar[str] = "proof_s"
+
+    def wait_s(self, waits: Waits) -> float:
+        return getattr(waits, self.wait)
+
+    @abc.abstractmethod
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None: ...
+
+
+class Diverged(Proof):
+    name = DIVERGED
+    evidence = "the divergence rule's mismatch in a stuck group, with its culprits"
+
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None:
+        for m in probe.mismatches:
+            if m.diverged_seq is not None and m.culprits:   # a tie with no evidence names no one: no proof
+                ranks = ", ".join(map(str, m.culprits[:4])) + (" ..." if len(m.culprits) > 4 else "")
+                return (f"group {m.group or m.comm_id} diverged at seq {m.diverged_seq} (rank {ranks}): "
+                        f"those ops can never complete")
+        return None
+
+
+class Exited(Proof):
+    name = EXITED_PEER
+    evidence = "a member of a stuck group that exited before the op the others wait in"
+
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None:
+        hung_comms = {g.op.comm_id for g in probe.hung if g.op.is_comm_op}
+        for s in probe.suspects:
+            entry = view.ranks.get(s.rank) if s.reason == EXITED else None
+            if entry is None:
+                continue
+            for c in entry.progress.comms:
+                if c.comm_id in hung_comms and _behind(probe, c):
+                    return f"rank {s.rank} exited before the op its group waits in"
+        return None
+
+
+class FrozenLink(Proof):
+    name = FROZEN_LINK
+    evidence = "every member at one seq; one link's NCCL proxy steps frozen while every other channel advanced"
+
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None:
+        # only a link whose neighbours moved on: where every channel waits, nothing is proven
+        frozen = [link for link in stuck_links(probe, view).links if link.others_advanced]
+        if not frozen:
+            return None
+        link = frozen[0]
+        return (f"link rank {link.src_rank} -> rank {link.dst_rank} stuck at step {link.step} "
+                f"while every other channel advanced")
+
+
+class GpuFault(Proof):
+    name = GPU_FAULT
+    evidence = "a fatal XID or ECC error on the GPU of a stuck rank or of one the others wait for (NVML)"
+
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None:
+        for rank in sorted(set(probe.hung_ranks) | set(probe.culprits)):
+            entry = view.ranks.get(rank)
+            if entry is None or not entry.progress.HasField("gpu"):
+                continue
+            gpu = entry.progress.gpu
+            for event in gpu.events:
+                if event.fatal:
+                    where = gpu.identity.pci_bus_id or "its GPU"
+                    return (f"rank {rank}'s GPU {where} reported {event.kind.upper()} {event.code}"
+                            f"{': ' + event.text if event.text else ''}")
+        return None
+
+
+class Blocked(Proof):
+    name = BLOCKED
+    evidence = ("every rank the others wait for: alive, no op in flight, and no CPU, I/O, kernel launch or "
+                "disk wait anywhere in its process tree (RankActivity.quiet_ns)")
+    wait = "blocked_s"
+
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None:
+        culprits = probe.culprits
+        if not culprits:
+            return None
+        quietest = []
+        for rank in culprits:
+            entry = view.ranks.get(rank)
+            if entry is None:       # never reported, or its agent is silent: nothing is known
+                return None
+            p = entry.progress
+            if not p.alive or not p.HasField("activity"):
+                return None
+            if p.HasField("oldest_in_flight"):
+                # In a function the user named (known work), or waiting in another
+                # group's op (the wait goes on elsewhere): the timeout judges it.
+                return None
+            quiet = p.activity.quiet_ns * 1e-9 + max(0.0, view.now - entry.received)
+            if quiet < wait_s:
+                return None
+            quietest.append((rank, quiet))
+        rank, quiet = min(quietest, key=lambda rq: rq[1])
+        who = f"rank {rank}" if len(quietest) == 1 else f"{len(quietest)} ranks"
+        return f"{who} waited for: no CPU, I/O or kernel launch for {quiet:.0f} s"
+
+
+PROOFS: tuple[Proof, ...] = (Diverged(), Exited(), FrozenLink(), GpuFault(), Blocked())   # tried in this order
+
+
 def evaluate(probe: Findings, view: View, waits: Waits) -> Finding | None:
-    """The first evidence rule that proves ``probe``'s hang, or None.
-    ``probe``: the hang rules' findings with ``waits.probe_s`` as timeout."""
+    """The first evidence rule that proves ``probe``'s hang, its proof held
+    its wait, or None. ``probe``: the hang rules' findings with
+    ``waits.probe_s`` as timeout."""
     if not probe.hung:
         return None
     waited = max(g.max_age_s for g in probe.hung)
-    if waited >= waits.proof_s:
-        found = _diverged(probe) or _exited(probe, view) or _frozen_link(probe, view) or _gpu_fault(probe, view)
-        if found is not None:
-            return found
-    if waited >= waits.blocked_s:
-        return _blocked(probe, view, waits.blocked_s)
-    return None
-
-
-def _diverged(probe: Findings) -> Finding | None:
-    for m in probe.mismatches:
-        if m.diverged_seq is not None and m.culprits:   # a tie with no evidence names no one: no proof
-            ranks = ", ".join(map(str, m.culprits[:4])) + (" ..." if len(m.culprits) > 4 else "")
-            return Finding(DIVERGED, f"group {m.group or m.comm_id} diverged at seq {m.diverged_seq} "
-                                     f"(rank {ranks}): those ops can never complete")
-    return None
-
-
-def _exited(probe: Findings, view: View) -> Finding | None:
-    hung_comms = {g.op.comm_id for g in probe.hung if g.op.is_comm_op}
-    for s in probe.suspects:
-        if s.reason != EXITED:
-            continue
-        entry = view.ranks.get(s.rank)
-        if entry is None:
-            continue
-        for c in entry.progress.comms:
-            if c.comm_id in hung_comms and _behind(probe, c):
-                return Finding(EXITED_PEER, f"rank {s.rank} exited before the op its group waits in")
-    return None
-
-
-def _frozen_link(probe: Findings, view: View) -> Finding | None:
-    # only a link whose neighbours moved on: where every channel waits, nothing is proven
-    frozen = [link for link in stuck_links(probe, view).links if link.others_advanced]
-    if not frozen:
-        return None
-    link = frozen[0]
-    return Finding(FROZEN_LINK, f"link rank {link.src_rank} -> rank {link.dst_rank} stuck at step {link.step} "
-                                f"while every other channel advanced")
-
-
-def _gpu_fault(probe: Findings, view: View) -> Finding | None:
-    for rank in sorted(set(probe.hung_ranks) | set(probe.culprits)):
-        entry = view.ranks.get(rank)
-        if entry is None or not entry.progress.HasField("gpu"):
-            continue
-        gpu = entry.progress.gpu
-        for event in gpu.events:
-            if event.fatal:
-                where = gpu.identity.pci_bus_id or "its GPU"
-                return Finding(GPU_FAULT, f"rank {rank}'s GPU {where} reported {event.kind.upper()} {event.code}"
-                                          f"{': ' + event.text if event.text else ''}")
+    for proof in PROOFS:
+        wait_s = proof.wait_s(waits)
+        if waited >= wait_s:
+            found = proof.proves(probe, view, wait_s)
+            if found is not None:
+                return Finding(proof.name, found)
     return None
 
 
@@ -128,31 +198,6 @@ def _behind(probe: Findings, comm) -> bool:
             seq = at.seq if at is not None else g.op.seq
             return comm.last_started_seq < seq
     return False
-
-
-def _blocked(probe: Findings, view: View, wait_s: float) -> Finding | None:
-    culprits = probe.culprits
-    if not culprits:
-        return None
-    quietest = []
-    for rank in culprits:
-        entry = view.ranks.get(rank)
-        if entry is None:       # never reported, or its agent is silent: nothing is known
-            return None
-        p = entry.progress
-        if not p.alive or not p.HasField("activity"):
-            return None
-        if p.HasField("oldest_in_flight"):
-            # In a function the user named (known work), or waiting in another
-            # group's op (the wait goes on elsewhere): the timeout judges it.
-            return None
-        quiet = p.activity.quiet_ns * 1e-9 + max(0.0, view.now - entry.received)
-        if quiet < wait_s:
-            return None
-        quietest.append((rank, quiet))
-    rank, quiet = min(quietest, key=lambda rq: rq[1])
-    who = f"rank {rank}" if len(quietest) == 1 else f"{len(quietest)} ranks"
-    return Finding(BLOCKED, f"{who} waited for: no CPU, I/O or kernel launch for {quiet:.0f} s")
 
 
 def judge(view: View, timeout_s: float, silent_after_s: float, waits: Waits | None) -> Findings:
