@@ -23,9 +23,12 @@ def launcher() -> list[str]:
 
 
 class Launch:
-    """One launcher process; its output lines are kept with arrival times."""
+    """One launcher process; its output lines are kept with arrival times.
 
-    def __init__(self, args: list[str], env: dict | None = None):
+    ``command`` replaces the launcher (bench/verdict_race.py starts torchrun and
+    NVRx's ft_launcher the same way)."""
+
+    def __init__(self, args: list[str], env: dict | None = None, command: list[str] | None = None):
         # Not PYTHONUNBUFFERED: unbuffered print() writes text and newline apart, and
         # the four workers share one pipe.
         full_env = dict(os.environ, PYTHONWARNINGS="ignore")
@@ -34,7 +37,7 @@ class Launch:
         full_env.update(env or {})
         self.lines: list[tuple[float, str, str]] = []   # (time, stream, line)
         self._cond = threading.Condition()
-        self.proc = subprocess.Popen(launcher() + args, cwd=ROOT, env=full_env,
+        self.proc = subprocess.Popen((launcher() if command is None else command) + args, cwd=ROOT, env=full_env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         self._pumps = [threading.Thread(target=self._pump, args=(name, stream), daemon=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2race|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -72,6 +72,18 @@
 # heaviest line). CPU12500_CORES="2 2" picks the runs (about 175 s each: two
 # fit in one call).
 # cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
+# x2race: issue 36 item 3 on 2 GPUs: bench/verdict_race.py plants a stalled rank, a
+# skipped collective, a never-ending GPU kernel, a dropped link (socket transport, the
+# carried iptables of x2link) and a killed rank, each under torchrun with Flight
+# Recorder (PG timeout 60 s), NVRx's ft_launcher with heartbeats, and xpu_timer_launch
+# (defaults); seconds from each fault to each tool's first verdict, and whom it named.
+# Carry .whl/nvrx (nvidia-resiliency-ext 0.7.0 for cp312 manylinux_2_39 and defusedxml,
+# the one dependency the image lacks; installed apart so that a refused wheel cannot stop
+# the other labels' install). One call (--budget 450 s; 500 s with teardown, under 560 s
+# with the build) does not hold all 15 runs: RACE_TOOLS/RACE_FAULTS pick, in three calls:
+# RACE_TOOLS=torchrun (4 x ~95 s + killed); RACE_TOOLS=nvrx,xpu RACE_FAULTS=stall,skip,link,killed;
+# RACE_TOOLS=nvrx,xpu RACE_FAULTS=spin (xpu waits out its 300 s --hang-timeout: no evidence
+# rule sees a kernel that never ends without an XID). Runs the budget cannot hold print as skipped.
 # deps: the generated gRPC stubs, the collector and the agent import under the
 # image's OWN grpcio and protobuf (not the carried wheels; issue 13 item 8).
 # x2hook: only the kernel hook's 2-GPU tests and benches (< 400 s in all);
@@ -181,6 +193,12 @@ case $label in
   x2perf) run perf_gpt2 400 python3 tests/gpu/scripts/perf_gpt2_session.py $R/perf ;;   # the per-call bench: x2diverge
   deps) python3 -m pip install -q --no-index --no-deps --target /tmp/floor .whl/floor/*.whl   # health checking alone: a declared dependency the image lacks
       run image_grpc 60 env PYTHONPATH=$PWD:/tmp/floor python3 -c "import grpc, google.protobuf as p, diag.pb.collector_pb2_grpc, diag.collector.server, diag.agent.agent; print('image grpc', grpc.__version__, 'protobuf', p.__version__, ': stubs, collector and agent import')" ;;
+  x2race) source tests/gpu/scripts/carried_iptables.sh > $R/iptables.log 2>&1; cat $R/iptables.log
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/nvrx/*.whl > $R/nvrx_install.log 2>&1 \
+        || for w in .whl/nvrx/*.whl; do python3 -m zipfile -e "$w" /tmp/site; done   # a glibc under 2.39 refuses the tag: unpacked, ft_launcher runs as a module
+      python3 -c "import nvidia_resiliency_ext.fault_tolerance as ft; print('nvrx', ft.__file__)" >> $R/machine.txt 2>&1
+      run verdict_race 500 python3 bench/verdict_race.py --nproc 2 --budget 450 --keep $R/race --out $R/verdict_race.json \
+        ${RACE_FAULTS:+--faults $RACE_FAULTS} ${RACE_TOOLS:+--tools $RACE_TOOLS} ;;
   x2bench) run hook_launch_bench 200 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
   x2net|x4) run netcheck 400 python3 bench/netcheck_gpu_session.py --out $R/netcheck ;;
 esac
