@@ -29,7 +29,12 @@ RUN = ("import resource, sys\n"
        "try:\n"
        "    rc = main(sys.argv[2:])\n"
        "finally:\n"
-       "    peak = max(resource.getrusage(r).ru_maxrss for r in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))\n"
+       # VmHWM, not RUSAGE_SELF: Linux carries the forking process's peak
+       # (the pytest worker's, hundreds of MB once it has run torch jobs)
+       # across exec into ru_maxrss; the high-water mark of this process's
+       # own memory starts afresh at exec.
+       "    hwm = [int(ln.split()[1]) for ln in open('/proc/self/status') if ln.startswith('VmHWM:')]\n"
+       "    peak = max(hwm + [resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss])\n"
        "    open(sys.argv[1], 'w').write(str(peak))\n"
        "sys.exit(rc)\n")
 
