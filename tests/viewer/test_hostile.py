@@ -7,7 +7,6 @@ instead of eating the machine, and it reports its own peak RSS.
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -24,7 +23,11 @@ MAX_RSS_KB = 300 * 1024     # the viewer itself, and dot, peak well below this
 # one took minutes); each run takes under half a second alone, so another
 # test's load beside it cannot reach them: these run in make test's parallel
 # phase, not among the `alone` ones.
+# The address-space cap is set by the child itself, not by a preexec_fn: that
+# makes subprocess fork() (not vfork) the pytest worker, whose gRPC (loaded by
+# other tests) then logs its fork handler's epoll errors into our stderr.
 RUN = ("import resource, sys\n"
+       f"resource.setrlimit(resource.RLIMIT_AS, ({LIMIT_AS}, {LIMIT_AS}))\n"
        "from viewer.cli import main\n"
        "try:\n"
        "    rc = main(sys.argv[2:])\n"
@@ -44,8 +47,7 @@ def viewer(tmp_path, *args, env=None, timeout=60):
     rss = tmp_path / "rss.txt"
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", RUN, str(rss), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=Path(__file__).resolve().parents[2],
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS)))
+                          timeout=timeout, env=env, cwd=Path(__file__).resolve().parents[2])
     wall = time.monotonic() - t0
     return proc, wall, int(rss.read_text()) if rss.exists() else None
 
