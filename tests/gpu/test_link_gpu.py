@@ -38,6 +38,7 @@ import time
 import pytest
 
 from tests.gpu.conftest import ROOT, SCRIPTS, launch
+from tests.gpu.scripts.sockets import established_ports
 
 SCRIPT = os.path.join(SCRIPTS, "link_ddp.py")
 PLUGIN = os.path.join(ROOT, "diag", "lib", "libxpu_nccl_profiler.so")
@@ -78,29 +79,6 @@ def _rank_pids() -> dict[int, int]:
         if b"RANK" in env and b"LOCAL_RANK" in env:
             out[int(env[b"RANK"])] = int(pid)
     return out
-
-
-def _established_ports(pid: int) -> set[int]:
-    """Local ports of the process's established TCP sockets (NCCL's, bootstrap's, the store's)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            m = re.match(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            continue
-        if m:
-            inodes.add(m.group(1))
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if cols[3] == "01" and cols[9] in inodes:   # ESTABLISHED
-                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def _tables(pid: int) -> dict:
@@ -164,7 +142,7 @@ def test_two_gpus_dropped_socket_traffic_names_the_link(hook_built, tmp_path):
                 deadline = time.time() + 20 + 60
                 pids = _rank_pids()
                 _keep("tables_before_drop.json", _tables(pids[1]))
-                ports = _established_ports(pids[1])
+                ports = established_ports(pids[1])
                 print(f"dropping what rank 1 (pid {pids[1]}) sends from ports {sorted(ports)}")
                 for port in sorted(ports):
                     rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(port), "-j", "DROP"]

@@ -24,13 +24,14 @@ guide and its DDP example do (the config passes null timeouts).
 import argparse
 import datetime
 import os
-import re
 import signal
 import subprocess
 import time
 
 import torch
 import torch.distributed as dist
+
+from sockets import established_ports   # beside this script (sys.path[0])
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--fault", default="none", choices=["stall", "skip", "spin", "link", "killed", "none"])
@@ -57,29 +58,10 @@ if args.nvrx:
     ft.init_workload_monitoring()
 
 
-def own_ports() -> list[int]:
-    """Local ports of this process's established TCP sockets (NCCL's, the store's)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            m = re.match(r"socket:\[(\d+)\]", os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            continue
-        if m:
-            inodes.add(m.group(1))
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in open(table).read().splitlines()[1:]:
-            cols = line.split()
-            if cols[3] == "01" and cols[9] in inodes:
-                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return sorted(ports)
-
-
 def plant(fault: str) -> None:
     note = ""
     if fault == "link":
-        ports = own_ports()
+        ports = sorted(established_ports())
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}   # no hook in iptables
         for p in ports:
             subprocess.run(["iptables", "-I", "OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(p), "-j", "DROP"],
