@@ -25,11 +25,11 @@ import os
 import re
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench.launch_job import Launch  # noqa: E402
+from diag.common.atomic import write_atomic  # noqa: E402
 
 PAUSES = os.path.join(ROOT, "tests", "scripts", "pauses.py")
 LENGTHS = {"save": 90, "dcp": 90, "eval": 60, "compile": 60, "loader": 40, "sleep": 60}
@@ -80,10 +80,7 @@ def main() -> None:
         hung = f"{g['named_after_s']} s, {g['rule']}" if g else "not run"
         print(f"{case:8} {str(h['pause_s']) + ' s, ' + str(len(h['verdicts'])) + ' verdicts':28} {hung}")
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(tmp, args.out)
+        write_atomic(args.out, json.dumps(rows, indent=1).encode())
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench.launch_job import Launch, launcher  # noqa: E402
+from diag.common.atomic import write_atomic  # noqa: E402
 
 TRAIN = os.path.join(ROOT, "tests", "gpu", "scripts", "verdict_race_train.py")
 FAULTS = ("stall", "skip", "spin", "link", "killed")
@@ -420,10 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print(f"\n(* each run's first verdict; after_s from the PLANTED line; {time.monotonic() - start:.0f} s in all)")
     if cfg.out:
-        tmp = cfg.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(tmp, cfg.out)
+        write_atomic(cfg.out, json.dumps(rows, indent=1).encode())
     return 0
 
 
