@@ -4,11 +4,8 @@ detector.py)."""
 
 from __future__ import annotations
 
-from diag.collector.api import IdleStall
+from diag.hang.api import IdleStall
 from diag.collector.verdict import ranks_phrase
-from diag.hang.detector import ACTIVITY_SLACK_S, IdleDetector  # noqa: F401
-from diag.hang.idle import find_idle  # noqa: F401
-from diag.hang.progress import last_activity  # noqa: F401
 
 MAX_LAST_OPS_IN_LINE = 3
 

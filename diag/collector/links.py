@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from diag import faultlist
-from diag.collector.api import Findings
+from diag.hang.api import Findings
 from diag.collector.state import Snapshot
 from diag.hang.links import stuck_links
 from diag.link import ras

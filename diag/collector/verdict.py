@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from diag.collector import links
-from diag.collector.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
+from diag.hang.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
 from diag.hang.evidence import VERDICT_RULES
 from diag.hang.not_in_collective import NOT_IN_ANY
 from diag.hang.progress import comm_lane, in_flight_age

@@ -21,7 +21,7 @@ import time
 
 from diag import faultlist
 from diag.collector import gpus, idle, verdict
-from diag.collector.api import Findings
+from diag.hang.api import Findings
 from diag.collector.config import Config
 from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
 from diag.collector.pace import Pacer

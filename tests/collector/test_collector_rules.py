@@ -5,7 +5,10 @@ import json
 
 import pytest
 
-from diag.collector import rules, verdict
+from diag.collector import verdict
+from diag.hang import judge
+from diag.hang.detector import HangDetector
+from diag.hang.not_in_collective import EXITED, NOT_IN_ANY
 from diag.collector.config import Config
 from diag.collector.events import EventStore
 from diag.collector.servicer import AgentSession, SessionRegistry
@@ -27,14 +30,14 @@ def stalled_rank2_report(age_s, *, world=4, pid_base=1000):
 
 
 def analyse(state, now):
-    return rules.analyse(state.snapshot(now), TIMEOUT, SILENT)
+    return judge.analyse(state.snapshot(now), TIMEOUT, SILENT)
 
 
 def test_not_hung_until_age_at_report_plus_time_since_receipt_exceeds_timeout():
     state = JobState()
     state.ingest(stalled_rank2_report(age_s=5.0), T0)
-    assert not rules.analyse(state.snapshot(T0 + 4.9), TIMEOUT, 60.0).is_hang  # 9.9 s in flight
-    findings = rules.analyse(state.snapshot(T0 + 5.5), TIMEOUT, 60.0)  # 10.5 s in flight
+    assert not judge.analyse(state.snapshot(T0 + 4.9), TIMEOUT, 60.0).is_hang  # 9.9 s in flight
+    findings = judge.analyse(state.snapshot(T0 + 5.5), TIMEOUT, 60.0)  # 10.5 s in flight
     assert findings.is_hang
     assert [(g.op.name, g.op.comm_id, g.op.seq, g.ranks) for g in findings.hung] == [("all_reduce", 0, 41, (0, 1, 3))]
     assert findings.hung[0].max_age_s == pytest.approx(10.5)
@@ -45,7 +48,7 @@ def test_idle_rank_behind_in_seq_is_the_culprit_and_named_in_the_line():
     state.ingest(stalled_rank2_report(age_s=12.0), T0)
     findings = analyse(state, T0 + 0.1)
     assert findings.hung_ranks == [0, 1, 3]
-    assert [(s.rank, s.reason) for s in findings.suspects] == [(2, rules.NOT_IN_ANY)]
+    assert [(s.rank, s.reason) for s in findings.suspects] == [(2, NOT_IN_ANY)]
     assert [(n.rank, n.op.seq, n.last_started_seq) for n in findings.never_entered] == [(2, 41, 40)]
     assert findings.culprits == [2]
     line = verdict.hang_line(findings, "/tl/job1/20261122T120000Z")
@@ -133,11 +136,11 @@ def test_every_rank_waiting_in_the_same_op_names_no_culprit():
 
 
 def test_detector_fires_once_then_rearms_when_the_hung_ops_complete():
-    state, detector = JobState(), rules.HangDetector()
+    state, detector = JobState(), HangDetector()
 
     def step(now):
         snap = state.snapshot(now)
-        return detector.update(rules.analyse(snap, TIMEOUT, SILENT), snap)[:2]
+        return detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[:2]
 
     state.ingest(stalled_rank2_report(age_s=11.0), T0)
     assert step(T0) == (True, False)
@@ -153,29 +156,29 @@ def test_detector_fires_once_then_rearms_when_the_hung_ops_complete():
 
 
 def test_detector_rearms_when_workers_restart_with_new_pids():
-    state, detector = JobState(), rules.HangDetector()
+    state, detector = JobState(), HangDetector()
     state.ingest(stalled_rank2_report(age_s=11.0), T0)
     snap = state.snapshot(T0)
-    assert detector.update(rules.analyse(snap, TIMEOUT, SILENT), snap)[0]
+    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[0]
     state.ingest(stalled_rank2_report(age_s=0.5, pid_base=5000), T0 + 5)  # torchrun restarted them
     snap = state.snapshot(T0 + 5)
-    assert detector.update(rules.analyse(snap, TIMEOUT, SILENT), snap)[:2] == (False, True)
+    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[:2] == (False, True)
 
 
 def test_detector_does_not_rearm_on_silence_and_announces_silence_once():
-    state, detector = JobState(), rules.HangDetector()
+    state, detector = JobState(), HangDetector()
     state.ingest(stalled_rank2_report(age_s=11.0), T0)
     snap = state.snapshot(T0)
-    assert detector.update(rules.analyse(snap, TIMEOUT, SILENT), snap)[0]
+    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[0]
     for now, expect_new in ((T0 + 6, [0]), (T0 + 7, []), (T0 + 8, [])):
         snap = state.snapshot(now)
-        fire, rearmed, newly = detector.update(rules.analyse(snap, TIMEOUT, SILENT), snap)
+        fire, rearmed, newly = detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)
         assert (fire, rearmed, [a.node_rank for a in newly]) == (False, False, expect_new)
     state.ingest(stalled_rank2_report(age_s=20.0), T0 + 9)  # back, still stuck: no new event
     snap = state.snapshot(T0 + 9)
-    assert detector.update(rules.analyse(snap, TIMEOUT, SILENT), snap) == (False, False, [])
+    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap) == (False, False, [])
     snap = state.snapshot(T0 + 15)  # silent again: announced again
-    assert [a.node_rank for a in detector.update(rules.analyse(snap, TIMEOUT, SILENT), snap)[2]] == [0]
+    assert [a.node_rank for a in detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[2]] == [0]
 
 
 def test_ingest_refuses_out_of_range_ranks_and_mixed_world_sizes():
@@ -197,7 +200,7 @@ def test_disconnected_agent_keeps_its_ranks_until_they_turn_silent():
     state.agent_left(1, agent_pid=8)
     snap = state.snapshot(T0 + SILENT + 1)
     assert list(snap.ranks) == [1] and not snap.agents[1].connected
-    assert [a.node_rank for a in rules.analyse(snap, TIMEOUT, SILENT).silent_agents] == [1]
+    assert [a.node_rank for a in judge.analyse(snap, TIMEOUT, SILENT).silent_agents] == [1]
 
 
 def test_agent_whose_ranks_all_exited_may_go_quiet():
@@ -216,7 +219,7 @@ def test_exited_rank_while_others_wait_is_a_culprit():
     report.ranks[2].alive = False
     state.ingest(report, T0)
     findings = analyse(state, T0)
-    assert [(s.rank, s.reason) for s in findings.suspects] == [(2, rules.EXITED)]
+    assert [(s.rank, s.reason) for s in findings.suspects] == [(2, EXITED)]
     assert findings.culprits == [2] and findings.never_entered == ()
     assert "; rank 2 exited; " in verdict.hang_line(findings, "/x")
 

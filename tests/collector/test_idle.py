@@ -1,8 +1,10 @@
-"""The idle rule (diag/collector/idle.py): every live rank blocked outside any op."""
+"""The idle rule (diag/hang/idle.py) and its verdict (diag/collector/idle.py): every live rank blocked outside any op."""
 
 import json
 
 from diag.collector import idle
+from diag.hang.detector import IdleDetector
+from diag.hang.idle import find_idle
 from diag.collector.state import JobState
 from diag.pb import collector_pb2 as pb
 from tests.collector.fakes import node_report, rank_progress
@@ -23,7 +25,7 @@ def idle_job(idle_s, world=4, per_rank=None):
 
 
 def find(state, now, silent=()):
-    return idle.find_idle(state.snapshot(now), IDLE, set(silent))
+    return find_idle(state.snapshot(now), IDLE, set(silent))
 
 
 def test_idle_only_once_every_live_rank_passed_the_timeout_with_nothing_in_flight():
@@ -59,7 +61,7 @@ def test_silent_agents_rule_it_out_and_exited_ranks_are_listed_not_judged():
 
 
 def test_detector_fires_once_and_rearms_when_a_rank_is_active_again():
-    state, detector = JobState(), idle.IdleDetector()
+    state, detector = JobState(), IdleDetector()
     state.ingest(idle_job(61.0), T0)
     assert detector.update(find(state, T0), state.snapshot(T0))
     state.ingest(idle_job(62.0), T0 + 1.0)                     # same last activity, reported again

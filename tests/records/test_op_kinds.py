@@ -6,7 +6,7 @@ import os
 import re
 
 from diag.agent.comms import NCCL_TO_TORCH
-from diag.collector.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P
+from diag.hang.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P
 from diag.pb import collector_pb2 as pb
 from diag.records import format as fmt
 from diag.tracer.collectives import OPS
