@@ -110,7 +110,11 @@ def setup(tmp_path_factory):
         yield {"metrics": metrics, "shards": shard_ports, "global": global_port, "nodes": nodes}
         stop.write_text("")
         for node in nodes:
-            assert node.wait(60) == 0, node.output()
+            try:
+                code = node.wait(60)
+            except subprocess.TimeoutExpired:
+                code = None
+            assert code == 0, "\n".join(n.output()[-3000:] for n in nodes)
     finally:
         for node in nodes:
             node.kill()
