@@ -16,7 +16,7 @@ import threading
 import time
 
 from diag.gpu import sample as gpu_sample
-from diag.gpu.api import GpuError, GpuHealth, GpuIdentity
+from diag.gpu.api import NOT_SAMPLED, GpuError, GpuHealth, GpuIdentity
 from diag.gpu.nvml import NvmlQueryError, RealNvml, ReplayNvml, try_query
 from diag.gpu.window import GpuWindow
 from diag.records import format as fmt
@@ -94,7 +94,7 @@ class GpuMonitor:
         with self._lock:
             identity = self._resolved.get(_claim_key(rec))
             if identity is None or identity.index < 0:
-                return GpuHealth(identity or claimed_identity(rec), nvml=self.why or "not sampled yet")
+                return GpuHealth(identity or claimed_identity(rec), nvml=self.why or NOT_SAMPLED)
             return self.window.health(identity, self._clock(), self.why)
 
     def _say_no_nvml(self) -> None:

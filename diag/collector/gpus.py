@@ -24,11 +24,15 @@ from diag.collector.state import Snapshot
 from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 from diag.gpu import causes, wire
-from diag.gpu.api import GpuHealth
+from diag.gpu.api import NOT_SAMPLED, GpuHealth
 
 log = logging.getLogger("diag.collector")
 MAX_NAMED = 4               # ranks spelled out in one start-up line; the rest are counted
 CHECK_EVERY_S = 2.0
+# The lines are said once, so they wait for the identity the agent's NVML
+# match completes (the nvidia-smi index); a device NVML never matches is
+# named as it stands after this long.
+SETTLE_S = 10.0
 TOOL = "xpu-diag collector"
 
 
@@ -67,6 +71,7 @@ class GpuWatch:
     def __init__(self, say) -> None:
         self._say = say
         self._seen: set[int] = set()               # ranks whose GPU was looked at
+        self._first: dict[int, float] = {}         # rank -> when its GPU was first named, still unsettled
         self._said: set[tuple] = set()
         self._next = 0.0
 
@@ -79,9 +84,14 @@ class GpuWatch:
             if rank in self._seen or not entry.progress.HasField("gpu"):
                 continue
             identity = wire.identity_of(entry.progress.gpu.identity)
-            if identity.known:
-                self._seen.add(rank)
-                fresh.append(rank)
+            if not identity.known:
+                continue
+            first = self._first.setdefault(rank, snap.now)
+            if entry.progress.gpu.nvml == NOT_SAMPLED and snap.now - first < SETTLE_S:
+                continue
+            self._first.pop(rank, None)
+            self._seen.add(rank)
+            fresh.append(rank)
         if fresh:
             self._shared(snap)
             self._elsewhere(snap, fresh)

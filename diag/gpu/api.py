@@ -57,6 +57,11 @@ class GpuIdentity:
                 "name": self.name or None}
 
 
+# GpuHealth.nvml while the agent has NVML but has not matched the rank's
+# device yet: the identity lacks its nvidia-smi index for one sample interval.
+NOT_SAMPLED = "not sampled yet"
+
+
 def short_uuid(uuid: str) -> str:
     """``GPU-8c1f1234...``: enough to pick the card out of ``nvidia-smi -L``."""
     prefix, _, rest = uuid.partition("-")
