@@ -28,7 +28,7 @@ from typing import Sequence
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from diag.common.atomic import write_atomic
+from diag.common.atomic import output_file_problem, write_atomic
 from diag.common import collector_access as access
 from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
@@ -451,13 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_args(sys.argv[1:] if argv is None else argv)
         check_timeline_writable(config.timeline_path)
-        if config.address_file:
-            parent = os.path.dirname(os.path.abspath(config.address_file))
-            if os.path.isdir(config.address_file):
-                raise ConfigError(f"--address-file: {config.address_file!r} is a directory; "
-                                  f"give a file path such as {os.path.join(config.address_file, 'collector.addr')!r}")
-            if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-                raise ConfigError(f"--address-file: directory {parent!r} does not exist or is not writable")
+        problem = config.address_file and output_file_problem("--address-file", config.address_file,
+                                                              "collector.addr")
+        if problem:
+            raise ConfigError(problem)
         return serve(config)
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

@@ -13,12 +13,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = 0o644, fsync:
     directory, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory or ".")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+        write_fd(fd, data, mode, fsync)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -26,6 +21,32 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = 0o644, fsync:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_fd(fd: int, data: bytes, mode: int, fsync: bool) -> None:
+    """Write ``data`` to the new temp file ``fd``, give it ``mode`` and close
+    it (always); the caller renames it into place. Shared by write_atomic and
+    safe_dirs.write_in, which differ only in how they make and name the temp
+    file. Raises OSError."""
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+        os.fchmod(f.fileno(), mode)
+
+
+def output_file_problem(option: str, path: str, example: str, give: str = "a file path") -> str | None:
+    """Why the file ``path``, given as ``option``, could not be written: it is
+    a directory (then the line suggests ``example`` in it, as ``give``), or its
+    directory is missing or not writable; None when neither. Checked before a
+    run starts, so that a bad path is said at once, not after the work."""
+    if os.path.isdir(path):
+        return f"{option}: {path!r} is a directory; give {give} such as {os.path.join(path, example)!r}"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        return f"{option}: directory {parent!r} does not exist or is not writable"
+    return None
 
 
 def probe_writable_dir(path: str | os.PathLike) -> None:

@@ -33,6 +33,8 @@ import os
 import stat
 import threading
 
+from diag.common.atomic import write_fd
+
 MAX_LINKS = 40        # the kernel's own bound on links in one lookup
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -175,12 +177,7 @@ def write_in(dir_fd: int, directory: str, name: str, data: bytes, mode: int = 0o
     except OSError as exc:
         raise _failed(exc, directory, name, len(data)) from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-            os.fchmod(f.fileno(), mode)
+        write_fd(fd, data, mode, fsync)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:
         try:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from typing import Sequence
 
 from diag.common import options
 from diag.common.ranks import fold
-from diag.common.atomic import write_atomic
+from diag.common.atomic import output_file_problem, write_atomic
 from diag.timeline.api import DEFAULT_WAIT_S, TimelineError
 
 PROG = "xpu-diag timeline"
@@ -63,12 +62,9 @@ def _parse(argv: Sequence[str]) -> Options:
     if not ns.job and not ns.collector:
         raise TimelineError("no job given: pass --job <timeline-path>/<job> "
                             "(or --collector HOST:PORT with XPU_TIMER_JOB_TOKEN set)")
-    parent = os.path.dirname(os.path.abspath(ns.out))
-    if os.path.isdir(ns.out):
-        raise TimelineError(f"--out: {ns.out!r} is a directory; give a file such as "
-                            f"{os.path.join(ns.out, 'timeline.json')!r}")
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise TimelineError(f"--out: directory {parent!r} does not exist or is not writable")
+    problem = output_file_problem("--out", ns.out, "timeline.json", give="a file")
+    if problem:
+        raise TimelineError(problem)
     return Options(ns.out, last_s, wait_s, ns.collector, ns.job)
 
 
@@ -118,12 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         reply = fetch(opts)
     except SystemExit as exc:   # --help
         return int(exc.code or 0)
-    except TimelineError as exc:
+    except (TimelineError, ConnectionError) as exc:   # bad input 2, no collector's answer 1
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except ConnectionError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, TimelineError) else 1
     try:
         write_atomic(opts.out, reply.trace_json)
     except OSError as exc:
