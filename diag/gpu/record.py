@@ -97,6 +97,14 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def write_recording(path: str, doc: dict) -> str:
+    """Write the recording ``doc`` to ``path`` atomically, as sorted JSON;
+    returns "N answers from G GPU(s)", the start of the line that this
+    recorder and netcheck's (diag/netcheck/nvml_record.py) print."""
+    write_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    return f"{len(doc['answers'])} answers from {len(doc['gpus'])} GPU(s)"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m diag.gpu.record", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="where to write the recording (JSON)")
@@ -115,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     load = not args.idle and cuda_available()
     with gemm_load(load):
         doc = record(nvml, args.steps, args.interval, " (GEMMs on every GPU)" if load else " (idle)")
-    write_atomic(args.out, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-    print(f"diag.gpu.record: {len(doc['answers'])} answers from {len(doc['gpus'])} GPU(s), "
+    print(f"diag.gpu.record: {write_recording(args.out, doc)}, "
           f"{len(doc['timeline'])} timeline step(s) -> {args.out}")
     return 0
 

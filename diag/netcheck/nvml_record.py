@@ -11,7 +11,6 @@ The file is what ``--nvml-replay`` and tests/netcheck/ replay.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 import time
@@ -20,8 +19,7 @@ from diag.netcheck.api import NetcheckError
 from diag.netcheck.health import link_health
 from diag.netcheck.nvml import FORMAT_VERSION, RealNvml, RecordingNvml, try_query
 from diag.netcheck.switchbox import busy_links, plan_box
-from diag.common.atomic import write_atomic
-from diag.gpu.record import cuda_available
+from diag.gpu.record import cuda_available, write_recording
 
 
 def record(nvml: RecordingNvml, under_load: bool) -> dict:
@@ -51,10 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     except NetcheckError as exc:
         print(f"nvml_record: {exc}", file=sys.stderr)
         return 3
-    under_load = not args.idle and cuda_available()
-    doc = record(nvml, under_load)
-    write_atomic(args.out, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-    print(f"nvml_record: {len(doc['answers'])} answers from {len(doc['gpus'])} GPU(s) -> {args.out}; "
+    doc = record(nvml, under_load=not args.idle and cuda_available())
+    print(f"nvml_record: {write_recording(args.out, doc)} -> {args.out}; "
           f"pairs {' '.join(doc['discovered_pairs']) or 'none'}")
     return 0
 
