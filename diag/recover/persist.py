@@ -203,15 +203,23 @@ def _fsync_dir(path: str) -> None:
             os.close(fd)
 
 
+@contextlib.contextmanager
+def _refused_is_corrupt():
+    """safe_dirs' refusal (another user's link or file on the way) raised as
+    :class:`api.CorruptSnapshot`, with its one line: the copy is skipped."""
+    try:
+        yield
+    except safe_dirs.Unwritable as exc:
+        raise api.CorruptSnapshot(str(exc)) from None
+
+
 def read_manifest(path: str) -> api.SnapshotMeta:
     """The manifest of the persisted copy at ``path`` (a rank directory).
     Raises :class:`api.CorruptSnapshot` with one line naming the file and the fix.
     Read through safe_dirs: another user's link or file on the way is refused."""
     name = os.path.join(path, api.MANIFEST_FILE)
-    try:
+    with _refused_is_corrupt():
         raw = safe_dirs.read_file(name)
-    except safe_dirs.Unwritable as exc:
-        raise api.CorruptSnapshot(str(exc)) from None
     if raw is None:
         raise api.CorruptSnapshot(f"{name}: missing; remove {path} (an older step is used) "
                                   f"or restore the file") from None
@@ -256,36 +264,31 @@ def walk_copies(persist_dir: str, rank: int, say=None) -> list[tuple[int, str, s
     return sorted(out, reverse=True)
 
 
-@contextlib.contextmanager
 def _opened(path: str, say):
     """(fd, names in it) of a directory opened by safe_dirs to read in; (None, [])
     when it is missing or refused (said once through ``say``)."""
-    try:
-        fd = safe_dirs.open_dir(path, read=True)
-    except FileNotFoundError:
-        yield None, []
-        return
-    except safe_dirs.Unwritable as exc:
-        if say is not None:
-            safe_dirs.say_once(say, exc)
-        yield None, []
-        return
-    try:
-        yield fd, os.listdir(fd)
-    finally:
-        os.close(fd)
+    return _listed(lambda: safe_dirs.open_dir(path, read=True), say, (FileNotFoundError,))
+
+
+def _opened_in(dir_fd: int, directory: str, name: str, say):
+    """As :func:`_opened`, for ``name`` in the open ``dir_fd``; a file where a
+    directory was looked for is passed over without a word."""
+    return _listed(lambda: safe_dirs.open_dir_in(dir_fd, directory, name), say,
+                   (FileNotFoundError, NotADirectoryError), quiet=(errno.ENOTDIR,))
 
 
 @contextlib.contextmanager
-def _opened_in(dir_fd: int, directory: str, name: str, say):
-    """As :func:`_opened`, for ``name`` in the open ``dir_fd``."""
+def _listed(open_fd, say, missing: tuple, quiet: tuple = ()):
+    """(fd, names in it) of the directory ``open_fd()`` opens, closed on leaving;
+    (None, []) when that raises one of ``missing``, or safe_dirs refuses it
+    (said once through ``say`` unless its errno is in ``quiet``)."""
     try:
-        fd = safe_dirs.open_dir_in(dir_fd, directory, name)
-    except (FileNotFoundError, NotADirectoryError):
+        fd = open_fd()
+    except missing:
         yield None, []
         return
     except safe_dirs.Unwritable as exc:
-        if say is not None and exc.errno != errno.ENOTDIR:
+        if say is not None and exc.errno not in quiet:
             safe_dirs.say_once(say, exc)
         yield None, []
         return
@@ -308,9 +311,8 @@ def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
         # Through the checked directory's fd: what DCP opens in it is what was
         # checked, and nobody else can plant a name in a directory of ours
         # that others may not write in.
-        fd = safe_dirs.open_dir(path, read=True)
-    except safe_dirs.Unwritable as exc:
-        raise api.CorruptSnapshot(str(exc)) from None
+        with _refused_is_corrupt():
+            fd = safe_dirs.open_dir(path, read=True)
     except OSError as exc:
         raise api.CorruptSnapshot(f"{path}: cannot be read ({exc.strerror or exc}); remove it so that the "
                                   f"step before it is restored") from None
