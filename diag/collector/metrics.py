@@ -9,9 +9,9 @@ reads of references and ints): it never takes a lock the watchdog holds.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from diag.common.metrics_http import MetricsEndpoint
 from diag.slow.api import RULE_SLOW_GPU, RULE_SLOW_LINK, RULE_STRAGGLER
 
 RULES = (RULE_SLOW_GPU, RULE_STRAGGLER, RULE_SLOW_LINK)
@@ -63,29 +63,9 @@ def open_by_rank(open_keys) -> dict:
     return out
 
 
-class VerdictExporter:
-    """Owns the HTTP server of the collector's /metrics."""
+class VerdictExporter(MetricsEndpoint):
+    """The collector's /metrics: hang detection never waits on it."""
 
     def __init__(self, job_id: str, watchdog) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(VerdictCollector(job_id, watchdog))
-        self.server = None
-        self.port = None
-
-    def start(self, addr: str, port: int) -> str | None:
-        """Bind and serve; None, or one line saying why not (the collector
-        warns once and judges on: hang detection never waits on metrics)."""
-        try:
-            self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        except (OSError, ValueError) as exc:
-            why = getattr(exc, "strerror", None) or exc
-            return (f"collector metrics endpoint {addr}:{port} not served ({why}); hang detection goes on; "
-                    f"pick another --collector-metrics-port / --metrics-addr")
-        self.port = self.server.server_address[1]
-        return None
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        super().__init__(VerdictCollector(job_id, watchdog), "collector metrics endpoint",
+                         "hang detection goes on", "--collector-metrics-port")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from diag.common.metrics_http import MetricsEndpoint
 from diag.perf import derive
 from diag.records import format as fmt
 
@@ -153,35 +153,14 @@ def _summary(fam: Metric, labels: list, sum_s=None, count=None, quantiles=()) ->
         fam.add_sample(fam.name + "_count", named, count)
 
 
-class Exporter:
-    """Owns the HTTP server; ``publish`` swaps in a new snapshot."""
+class Exporter(MetricsEndpoint):
+    """The agent's /metrics; ``publish`` swaps in a new snapshot."""
 
     def __init__(self, job: str, node: str):
         self.collector = PerfCollector()
         self.collector.snapshot = Snapshot(job, node)
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self.collector)
-        self.server = None
-        self.port = None
-
-    def start(self, addr: str, port: int) -> str | None:
-        """Bind and serve; returns None, or one line saying why not (the caller
-        warns once and the job goes on)."""
-        try:
-            self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        except (OSError, ValueError) as exc:
-            why = getattr(exc, "strerror", None) or exc
-            return (f"metrics endpoint {addr}:{port} not served ({why}); "
-                    f"training goes on; pick another --metrics-port / --metrics-addr")
-        self.port = self.server.server_address[1]
-        return None
+        super().__init__(self.collector, "metrics endpoint", "training goes on", "--metrics-port")
 
     def publish(self, ranks, gpus=()) -> None:
         old = self.collector.snapshot
         self.collector.snapshot = Snapshot(old.job, old.node, tuple(ranks), tuple(gpus))
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
