@@ -289,57 +289,48 @@ class Connection:
 
     def upload(self, dump) -> bool:
         """UploadStacks with a timeout and a few retries; never raises."""
-        for attempt in range(3):
-            try:
-                ack = self._stub.UploadStacks(dump, metadata=self._metadata(), timeout=30)
-                if not ack.ok:
-                    self.agent.log(f"collector refused stacks of rank {dump.rank}: {ack.message}",
-                                   every=0)
-                return ack.ok
-            except handshake.ImpostorError as exc:
-                self.agent.log(f"stacks of rank {dump.rank} not uploaded: {exc}", every=0)
-                return False
-            except grpc.RpcError as exc:
-                self._refused(exc)
-                if attempt == 2 or self.agent.stopping.is_set():
-                    self.agent.log(f"uploading stacks of rank {dump.rank} failed: "
-                                   f"{exc.code().name}", every=0)
-                    return False
-                time.sleep(1.0 * (attempt + 1))
-        return False
+        what = f"stacks of rank {dump.rank}"
+        return self._unary("UploadStacks", dump, 30, 3, 1.0, f"{what} not uploaded", f"uploading {what} failed",
+                           refused=f"collector refused {what}")
 
     def upload_timeline(self, upload) -> bool:
         """UploadTimeline once, with a timeout; never raises. Not retried: the
         collector closes the request at its deadline anyway."""
-        try:
-            ack = self._stub.UploadTimeline(upload, metadata=self._metadata(), timeout=30)
-            if not ack.ok:
-                self.agent.log(f"collector refused the timeline: {ack.message}", every=0)
-            return ack.ok
-        except handshake.ImpostorError as exc:
-            self.agent.log(f"the timeline not uploaded: {exc}", every=0)
-            return False
-        except grpc.RpcError as exc:
-            self._refused(exc)
-            detail = exc.details() if hasattr(exc, "details") else ""
-            self.agent.log(f"uploading the timeline failed: {exc.code().name} {detail}", every=0)
-            return False
+        return self._unary("UploadTimeline", upload, 30, 1, 0.0, "the timeline not uploaded",
+                           "uploading the timeline failed", refused="collector refused the timeline", details=True)
 
     def report_last_words(self, done) -> bool:
         """ReportLastWords with a timeout and one retry; never raises (the
         collector kills at its deadline without it)."""
-        for attempt in range(2):
+        return self._unary("ReportLastWords", done, 10, 2, 0.5, f"last words of {done.event_id} not answered",
+                           f"answering last words of {done.event_id} failed")
+
+    def _unary(self, method: str, request, timeout_s: float, tries: int, pause_s: float, not_sent: str,
+               failed: str, refused: str | None = None, details: bool = False) -> bool:
+        """The ``ok`` of the collector's reply to one unary call, tried up to
+        ``tries`` times (``pause_s`` times the try's number apart) until the
+        agent stops; never raises. False when unanswered: logged as
+        "<not_sent>: <why>" for an impostor, "<failed>: <code>" (and the
+        details with ``details``) when the last try failed; with ``refused``,
+        a reply that is not ok is logged as "<refused>: <its message>"."""
+        for attempt in range(tries):
             try:
-                return self._stub.ReportLastWords(done, metadata=self._metadata(), timeout=10).ok
+                ack = getattr(self._stub, method)(request, metadata=self._metadata(), timeout=timeout_s)
+                if refused is not None and not ack.ok:
+                    self.agent.log(f"{refused}: {ack.message}", every=0)
+                return ack.ok
             except handshake.ImpostorError as exc:
-                self.agent.log(f"last words of {done.event_id} not answered: {exc}", every=0)
+                self.agent.log(f"{not_sent}: {exc}", every=0)
                 return False
             except grpc.RpcError as exc:
                 self._refused(exc)
-                if attempt == 1 or self.agent.stopping.is_set():
-                    self.agent.log(f"answering last words of {done.event_id} failed: {exc.code().name}", every=0)
+                if attempt == tries - 1 or self.agent.stopping.is_set():
+                    detail = ""
+                    if details:
+                        detail = " " + (exc.details() if hasattr(exc, "details") else "")
+                    self.agent.log(f"{failed}: {exc.code().name}{detail}", every=0)
                     return False
-                time.sleep(0.5)
+                time.sleep(pause_s * (attempt + 1))
         return False
 
     def close(self) -> None:
