@@ -20,17 +20,11 @@ from diag.link.api import LinkTableError
 MAX_ENTRIES_SENT = 512   # per rank and report: a ring over 64 channels has 256
 
 
-class LinkTables:
+class LinkTables(procs.WorkerFiles):
     def __init__(self, shm_dir: str, state, root_pid: int, log, is_alive=procs.is_alive,
                  is_descendant=procs.is_descendant):
-        self.shm_dir = shm_dir
-        self.state = state
-        self.root_pid = root_pid
-        self.log = log
-        self._is_alive = is_alive
-        self._is_descendant = is_descendant
+        super().__init__(shm_dir, state, root_pid, log, is_alive, is_descendant)
         self._tables: dict[str, link_table.LinkTable] = {}
-        self._refused: set[str] = set()
 
     def sample(self) -> None:
         """Adopt new tables, attach them to their rank, drop those of exited workers."""

@@ -38,3 +38,21 @@ def is_descendant(pid: int, ancestor: int) -> bool:
         current = parent
         seen += 1
     return False
+
+
+class WorkerFiles:
+    """What the shm dir's readers of workers' files (the progress regions,
+    diag.agent.sampler; the link tables, diag.agent.links) hold alike: a file
+    is adopted only when its pid is a live descendant of the launcher
+    ``root_pid``, and feeds ``state``. ``is_alive``/``is_descendant`` are the
+    pid checks (fakes in tests)."""
+
+    def __init__(self, shm_dir: str, state, root_pid: int, log, is_alive=is_alive,
+                 is_descendant=is_descendant):
+        self.shm_dir = shm_dir
+        self.state = state
+        self.root_pid = root_pid
+        self.log = log
+        self._is_alive = is_alive
+        self._is_descendant = is_descendant
+        self._refused: set[str] = set()   # not a worker's, or unreadable: never looked at again

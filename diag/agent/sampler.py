@@ -15,17 +15,12 @@ from diag.agent.state import NodeState
 from diag.records import reader
 
 
-class Sampler:
+class Sampler(procs.WorkerFiles):
     def __init__(self, shm_dir: str, state: NodeState, root_pid: int, log,
                  is_alive=procs.is_alive, is_descendant=procs.is_descendant):
-        self.shm_dir = shm_dir
-        self.state = state   # feeds the perf window and the timeline ring in turn
-        self.root_pid = root_pid
-        self.log = log
-        self._is_alive = is_alive
-        self._is_descendant = is_descendant
+        # ``state`` feeds the perf window and the timeline ring in turn.
+        super().__init__(shm_dir, state, root_pid, log, is_alive, is_descendant)
         self._readers: dict[str, reader.RegionReader] = {}
-        self._refused: set[str] = set()
         self._said: dict[str, set[str]] = {}   # region -> anomalies already said
         self._skipped: dict[str, int] = {}     # region skipped mid-run -> its live worker's pid
         self.busiest = 0.0   # fraction of a ring drained by the last pass
