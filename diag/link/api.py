@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from diag.pb.collector_pb2 import LinkChannel
+
 KIND_SEND, KIND_RECV, KIND_KERNEL = 0, 1, 2
 KIND_WORDS = {KIND_SEND: "send", KIND_RECV: "recv", KIND_KERNEL: "kernel"}
 
@@ -32,8 +34,7 @@ class LinkTableError(ValueError):
     """A link table that cannot be read; the message is one line naming the file."""
 
 
-@dataclasses.dataclass(frozen=True)
-class LinkEntry:
+class _LinkEntryReads:
     """One (communicator, channel, peer, direction), or one channel's kernel.
 
     Steps count within the entry's oldest proxy op in flight (NCCL starts
@@ -43,22 +44,6 @@ class LinkEntry:
     (kernel entries: the channel's kernels) started and stopped, so
     ``ops_done`` is the shown op's number on both ends of a connection.
     """
-
-    comm_hash: int
-    comm_rank: int
-    comm_size: int
-    channel: int
-    kind: int
-    peer: int
-    ops: int
-    ops_done: int
-    nsteps: int
-    posted: int
-    moved: int
-    done: int
-    steps_total: int
-    last_state: int
-    idle_ns: int
 
     @property
     def in_flight(self) -> bool:
@@ -72,6 +57,14 @@ class LinkEntry:
     @property
     def state_name(self) -> str:
         return STATE_NAMES.get(self.last_state, str(self.last_state) if self.last_state else "none")
+
+
+# The fields are the proto's LinkChannel's, in its order (every one an int),
+# named there once: the plugin's table (diag.link.table) fills them
+# positionally and diag.link.wire copies them to and from the message by name.
+LinkEntry = dataclasses.make_dataclass(
+    "LinkEntry", [(f.name, int) for f in LinkChannel.DESCRIPTOR.fields], bases=(_LinkEntryReads,),
+    frozen=True, namespace={"__module__": __name__, "__doc__": _LinkEntryReads.__doc__})
 
 
 @dataclasses.dataclass(frozen=True)
