@@ -343,6 +343,13 @@ class Rule(abc.ABC):
         bound = getattr(limits, self.timeout)
         return bound if self.min_wait_s is None else min(self.min_wait_s, bound)
 
+    def explained(self, found: Findings, what: str | None, **fields) -> Findings:
+        """``found`` with ``fields`` set and, unless ``what`` is None, this
+        rule's Finding saying ``what`` fired: the return of every rule that
+        explains a hang (``explains``)."""
+        fired = found.fired + ((Finding(self.name, what),) if what is not None else ())
+        return dataclasses.replace(found, fired=fired, **fields)
+
     @abc.abstractmethod
     def judge(self, case: Case) -> Findings:
         """``case.findings`` with what this rule found added (the same object

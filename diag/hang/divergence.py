@@ -43,7 +43,7 @@ import dataclasses
 
 from diag.common.ranks import fold
 from diag.common.units import format_size
-from diag.hang.api import (MAX_GROUPS_EXPLAINED, Ahead, Case, Finding, Findings, GroupLabel, HungGroup, Mismatch,
+from diag.hang.api import (MAX_GROUPS_EXPLAINED, Ahead, Case, Findings, GroupLabel, HungGroup, Mismatch,
                            Rule, Skip, StuckAt, Variant, View)
 from diag.hang.p2p import unpaired as _unpaired
 from diag.records.format import DTYPE_NAMES, KIND_COLLECTIVE, REDOP_NAMES, torch_name
@@ -64,12 +64,10 @@ class DivergenceRule(Rule):
     explains = True
 
     def judge(self, case: Case) -> Findings:
-        found = case.findings
-        mismatches, labels, stuck = analyse_groups(case.view, found.hung, MAX_GROUPS_EXPLAINED, case.members)
-        fired = found.fired
-        if mismatches:
-            fired += (Finding(self.name, "; ".join(m.summary for m in mismatches)),)
-        return dataclasses.replace(found, mismatches=mismatches, groups=labels, stuck=stuck, fired=fired)
+        mismatches, labels, stuck = analyse_groups(case.view, case.findings.hung, MAX_GROUPS_EXPLAINED,
+                                                   case.members)
+        return self.explained(case.findings, "; ".join(m.summary for m in mismatches) if mismatches else None,
+                              mismatches=mismatches, groups=labels, stuck=stuck)
 
 
 def analyse_groups(snap: View, hung: tuple[HungGroup, ...], limit: int = 8, members_out: dict | None = None

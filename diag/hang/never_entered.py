@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from diag.hang.api import (KIND_COLLECTIVE, MAX_GROUPS_EXPLAINED, Case, Finding, Findings, HungGroup, NeverEntered,
+from diag.hang.api import (KIND_COLLECTIVE, MAX_GROUPS_EXPLAINED, Case, Findings, HungGroup, NeverEntered,
                            Rule, View)
 from diag.hang.progress import comm_lane, in_flight_age
 
@@ -29,10 +29,8 @@ class NeverEnteredRule(Rule):
         silent = {r for a in found.silent_agents for r in a.ranks}
         stuck = {(s.comm_id, s.lane): s.seq for s in found.stuck}
         never = never_entered(case.view, found.hung, silent, stuck, case.members)
-        fired = found.fired
-        if never:
-            fired += (Finding(self.name, f"{len(never)} rank(s) never entered a hung collective"),)
-        return dataclasses.replace(found, never_entered=never, fired=fired)
+        return self.explained(found, f"{len(never)} rank(s) never entered a hung collective" if never else None,
+                              never_entered=never)
 
 
 def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],

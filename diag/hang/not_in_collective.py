@@ -8,10 +8,9 @@ after the hung ops.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 
-from diag.hang.api import Case, Finding, Findings, NeverEntered, OpKey, Rule, SilentAgent, Suspect, View
+from diag.hang.api import Case, Findings, NeverEntered, OpKey, Rule, SilentAgent, Suspect, View
 
 NOT_IN_ANY = "not in any collective"
 EXITED = "exited"
@@ -29,10 +28,9 @@ class NotInCollectiveRule(Rule):
         missing = tuple(r for r in range(view.world_size) if r not in view.ranks)
         names = {g.comm_id: g.short() for g in found.groups}
         suspects = _suspects(view, hung_ranks | silent_ranks, found.never_entered, found.silent_agents, names)
-        fired = found.fired
-        if suspects:   # counted, not sorted by reason: 100,000 of them before the HANG line at scale
-            fired += (Finding(self.name, f"{len(suspects)} rank(s) not waiting with the others"),)
-        return dataclasses.replace(found, suspects=suspects, missing_ranks=missing, fired=fired)
+        # Counted, not sorted by reason: 100,000 of them before the HANG line at scale.
+        return self.explained(found, f"{len(suspects)} rank(s) not waiting with the others" if suspects else None,
+                              suspects=suspects, missing_ranks=missing)
 
 
 def _suspects(snap: View, skip: set[int], never: tuple[NeverEntered, ...],
