@@ -53,18 +53,8 @@ def parse_args(argv):
     p.add_argument("--persist-dir", default=None, help="where --persist writes (default: a temp dir)")
     p.add_argument("--out", default=None, help="write the figures as JSON here")
     args = p.parse_args(argv)
-    try:
-        args.every = [int(x) for x in str(args.every).split(",") if x.strip()]
-    except ValueError:
-        p.error(f"--every {args.every!r}: give whole numbers, e.g. 1 or 1,2")
-    if not args.every or min(args.every) < 1:
-        p.error(f"--every {args.every!r}: give whole numbers of 1 or more, e.g. 1 or 1,2")
-    try:
-        args.host_sum_mib = [int(x) for x in str(args.host_sum_mib).split(",") if x.strip()]
-    except ValueError:
-        p.error(f"--host-sum-mib {args.host_sum_mib!r}: give whole numbers, e.g. 64 or 64,0")
-    if not args.host_sum_mib or min(args.host_sum_mib) < 0:
-        p.error(f"--host-sum-mib {args.host_sum_mib!r}: give whole numbers of 0 or more, e.g. 64 or 64,0")
+    args.every = _whole_numbers(p, "--every", args.every, 1, "1 or 1,2")
+    args.host_sum_mib = _whole_numbers(p, "--host-sum-mib", args.host_sum_mib, 0, "64 or 64,0")
     if args.cuda and not torch.cuda.is_available():
         p.error("--cuda: torch sees no CUDA device")
     big = not args.tiny
@@ -73,6 +63,18 @@ def parse_args(argv):
     args.block = args.block or (20 if big else 4)
     args.pairs = args.pairs or (8 if big else 3)
     return args
+
+
+def _whole_numbers(p, option: str, text, least: int, example: str) -> list[int]:
+    """The comma list ``text`` that ``option`` gave, as whole numbers of
+    ``least`` or more; else ``p.error`` (exits 2) with ``example``."""
+    try:
+        got = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        p.error(f"{option} {text!r}: give whole numbers, e.g. {example}")
+    if not got or min(got) < least:
+        p.error(f"{option} {got!r}: give whole numbers of {least} or more, e.g. {example}")
+    return got
 
 
 def build(args, device):
