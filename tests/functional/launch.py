@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from bench.launch_job import ROOT, Launch, launcher  # noqa: F401
 
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
+
+
+@pytest.fixture
+def launches():
+    """``launches(args, **kw)`` starts a ``Launch``; every one started is
+    killed at teardown, so a failing test leaves no job behind."""
+    started = []
+    yield lambda *a, **k: started.append(Launch(*a, **k)) or started[-1]
+    for launch in started:
+        launch.kill()
 
 
 def children_matching(pid: int, needle: str) -> list[int]:

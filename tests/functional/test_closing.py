@@ -9,19 +9,11 @@ import os
 import pytest
 
 from diag.common.net import free_port
-from tests.functional.launch import SCRIPTS, Launch
+from tests.functional.launch import SCRIPTS, launches  # noqa: F401 (fixture)
 
 STALL = os.path.join(SCRIPTS, "stall.py")   # rank 2 stalls at step 3
 FAST = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def launches():
-    started = []
-    yield lambda *a, **k: started.append(Launch(*a, **k)) or started[-1]
-    for launch in started:
-        launch.kill()
 
 
 def stderr_lines(job) -> list[str]:

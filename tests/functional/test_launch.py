@@ -13,18 +13,10 @@ import time
 
 import pytest
 
-from tests.functional.launch import SCRIPTS, Launch, children_matching
+from tests.functional.launch import SCRIPTS, children_matching, launches  # noqa: F401 (fixture)
 
 STALL = os.path.join(SCRIPTS, "stall.py")
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def launches():
-    started = []
-    yield lambda *a, **k: started.append(Launch(*a, **k)) or started[-1]
-    for launch in started:
-        launch.kill()
 
 
 def event_dirs(timeline) -> list[str]:

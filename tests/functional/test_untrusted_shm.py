@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from tests.functional.launch import ROOT, SCRIPTS, launcher
-from tests.functional.test_launch import launches  # noqa: F401 (fixture)
+from tests.functional.launch import launches  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.functional.launch import ROOT, Launch
+from tests.functional.launch import ROOT, Launch, launches  # noqa: F401 (fixture)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -71,14 +71,6 @@ def reference(tmp_path_factory):
     finally:
         job.kill()
     return job, code, tmp
-
-
-@pytest.fixture
-def launches():
-    started = []
-    yield lambda *a, **k: started.append(Launch(*a, **k)) or started[-1]
-    for launch in started:
-        launch.kill()
 
 
 def reference_sha(reference) -> str:
