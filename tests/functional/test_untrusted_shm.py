@@ -36,6 +36,36 @@ def test_a_worker_scribbling_its_region_leaves_the_stall_named_and_the_launcher_
     assert glob.glob(f"/dev/shm/xpu_diag-*{job_id}-*") == []
 
 
+def _unshared(setup: str, *argv: str, **kw) -> subprocess.CompletedProcess:
+    """``argv`` in a private mount namespace, after the shell ``setup`` there."""
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", setup, "sh", *argv],
+                          capture_output=True, text=True, **kw)
+
+
+def _probe_or_skip(setup: str, *argv: str) -> subprocess.CompletedProcess:
+    """``argv`` after ``setup``; skips where this machine cannot mount a private tmpfs."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a private mount namespace and tmpfs")
+    probe = _unshared(setup, *argv, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private tmpfs over /dev/shm here: {probe.stderr.strip()}")
+    return probe
+
+
+def _finished_job(setup: str, tmp_path, nproc: int, steps: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The launcher over ``setup``'s /dev/shm, running stall.py with no stall:
+    it must exit 0 with every rank's result. Returns it and its output lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
+    out = _unshared(setup, *launcher(), "--nproc-per-node", str(nproc), "--hang-timeout", "60s",
+                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "stall.py"), "0", str(steps),
+                    cwd=ROOT, env=dict(env, PYTHONWARNINGS="ignore"), timeout=180)
+    lines = (out.stdout + out.stderr).splitlines()
+    assert out.returncode == 0, "\n".join(lines)
+    assert sorted(line for line in lines if line.startswith("DONE ")) == [
+        f"DONE rank={r} restart=0 value=1" for r in range(nproc)]
+    return out, lines
+
+
 # In a private mount namespace: an 8 MiB tmpfs over /dev/shm with 64 KiB left
 # (the issue's set-up), then the launcher, which makes its directory there.
 NEARLY_FULL = ('mount -t tmpfs -o size=8m tmpfs /dev/shm || exit 97; '
@@ -43,23 +73,9 @@ NEARLY_FULL = ('mount -t tmpfs -o size=8m tmpfs /dev/shm || exit 97; '
 
 
 def test_a_nearly_full_dev_shm_switches_the_tracer_off_and_training_finishes(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for a private mount namespace and tmpfs")
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", NEARLY_FULL,
-                            "sh", "true"], capture_output=True, text=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs over /dev/shm here: {probe.stderr.strip()}")
-    env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
-    out = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", NEARLY_FULL, "sh", *launcher(),
-         "--nproc-per-node", "4", "--hang-timeout", "60s", "--timeline-path", str(tmp_path),
-         os.path.join(SCRIPTS, "stall.py"), "0", "100"],
-        cwd=ROOT, env=dict(env, PYTHONWARNINGS="ignore"), capture_output=True, text=True, timeout=180)
-    lines = (out.stdout + out.stderr).splitlines()
+    _probe_or_skip(NEARLY_FULL, "true")
     # Before the fix a rank died here with exitcode -7 (SIGBUS) and the job failed.
-    assert out.returncode == 0, "\n".join(lines)
-    assert sorted(line for line in lines if line.startswith("DONE ")) == [
-        f"DONE rank={r} restart=0 value=1" for r in range(4)]
+    out, lines = _finished_job(NEARLY_FULL, tmp_path, 4, 100)
     off = [line for line in lines if "switched off" in line]
     assert len(off) == 4, "\n".join(lines)      # one line per rank, naming the directory
     for rank in range(4):
@@ -75,26 +91,11 @@ FULL = ('mount -t tmpfs -o size=8m tmpfs /dev/shm || exit 97; '
 
 
 def test_a_full_dev_shm_runs_the_job_without_hang_detection_and_says_so_once(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root for a private mount namespace and tmpfs")
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", FULL,
-                            "sh", "sh", "-c", "df -B1 --output=avail /dev/shm | tail -1"],
-                           capture_output=True, text=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs over /dev/shm here: {probe.stderr.strip()}")
+    probe = _probe_or_skip(FULL, "sh", "-c", "df -B1 --output=avail /dev/shm | tail -1")
     assert probe.stdout.strip() == "0", probe.stdout
-    env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
-    out = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", FULL, "sh", *launcher(),
-         "--nproc-per-node", "2", "--hang-timeout", "60s", "--timeline-path", str(tmp_path),
-         os.path.join(SCRIPTS, "stall.py"), "0", "20"],
-        cwd=ROOT, env=dict(env, PYTHONWARNINGS="ignore"), capture_output=True, text=True, timeout=180)
-    lines = (out.stdout + out.stderr).splitlines()
     # Before the fix the collector could not write collector.addr there, exited
     # 2, and the launcher said "no worker was started": plain torchrun ran it.
-    assert out.returncode == 0, "\n".join(lines)
-    assert sorted(line for line in lines if line.startswith("DONE ")) == [
-        f"DONE rank={r} restart=0 value=1" for r in range(2)]
+    out, lines = _finished_job(FULL, tmp_path, 2, 20)
     full = [line for line in lines if line.startswith("xpu_timer_launch: ") and "/dev/shm is full" in line]
     assert len(full) == 1, "\n".join(lines)
     assert "HANG DETECTION IS OFF" in full[0] and "free space in /dev/shm" in full[0], full[0]
