@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
-
-import pytest
 
 from diag.launcher.closing import EXIT_HANG_KILLED, Closing
 from diag.launcher.config import parse_args
 from diag.pb import collector_pb2 as pb
+from tests.otheruser import as_nobody, as_root, shared_timeline
 
 
 def closing(tmp_path, *extra):
@@ -76,25 +71,15 @@ def test_nothing_is_said_when_no_worker_started(tmp_path):
     assert c.finish(2) == 2 and lines == []
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second local user")
-def test_another_users_link_at_the_jobs_name_lends_the_summary_no_event(tmp_path):
+@as_root
+def test_another_users_link_at_the_jobs_name_lends_the_summary_no_event():
     """Issue 33: under a 1777 timeline, nobody's link ``<timeline>/j`` to a
     directory with a hang.json of its own is refused with one line; the
     summary lists no event from it."""
-    base = tempfile.mkdtemp(prefix="closing-links-test-")
-    try:
-        os.chmod(base, 0o755)
-        timeline, fake = os.path.join(base, "timeline"), os.path.join(base, "fake")
-        os.mkdir(timeline)
-        os.chmod(timeline, 0o1777)
+    with shared_timeline("closing-links-test-") as (timeline, fake):
         write_event(Path(fake), "planted", time.time())
-        plant = "import os, sys; os.setgid(65534); os.setuid(65534); os.symlink(sys.argv[1], sys.argv[2])"
-        out = subprocess.run([sys.executable, "-c", plant, os.path.join(fake, "j"), os.path.join(timeline, "j")],
-                             capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0, out.stderr
+        as_nobody("os.symlink(sys.argv[1], sys.argv[2])", os.path.join(fake, "j"), os.path.join(timeline, "j"))
         c, lines = closing(timeline)
         assert c.finish(0) == 0
         assert lines == [f"refusing to read under {timeline}/j: it is a link owned by uid 65534; nothing there is "
                          f"read", "no hang or slow rank seen", "exit 0 (the job succeeded)"]
-    finally:
-        shutil.rmtree(base)
