@@ -88,13 +88,8 @@ def test_persist_killed_mid_write_leaves_the_previous_copy(tmp_path):
 
 @pytest.fixture
 def tiny_tmpfs(tmp_path):
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6M", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    yield str(mnt)
-    subprocess.run(["umount", "-l", str(mnt)])
+    with helpers.small_tmpfs(tmp_path / "disk", "6M", "mounting a small tmpfs needs root") as mnt:
+        yield mnt
 
 
 @pytest.mark.parametrize("full", ["ulimit", "tmpfs"])

@@ -128,13 +128,8 @@ def test_corrupt_slot_is_named_and_the_older_one_restored(tmp_path):
 
 @pytest.fixture
 def tiny_tmpfs(tmp_path):
-    mnt = tmp_path / "shm"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a 1 MiB tmpfs needs root")
-    yield str(mnt)
-    subprocess.run(["umount", "-l", str(mnt)])
+    with helpers.small_tmpfs(tmp_path / "shm", "1M", "mounting a 1 MiB tmpfs needs root") as mnt:
+        yield mnt
 
 
 def test_store_full_switches_snapshots_off_with_one_line(tiny_tmpfs):
