@@ -13,6 +13,16 @@ def lanes(rank):
     return {(c.comm_id, c.lane): (c.last_started_seq, c.last_completed_seq) for c in rank.comms}
 
 
+def report_after(py_records, hook_records):
+    """The one rank's report after its tracer's records, then its hook's, were read."""
+    state = make()
+    state.add_region("hook-r0", header(producer=HOOK))
+    state.apply("py-r0", py_records)
+    state.apply("hook-r0", hook_records)
+    [rank] = state.report()
+    return rank
+
+
 def test_a_p2p_end_never_drops_an_in_flight_collective_of_the_same_comm():
     # Pipeline stage: all_reduce seq 1 hangs while sends (p2p seq 1..100) complete.
     state = make()
@@ -91,12 +101,9 @@ def test_hook_comm_is_reported_under_the_tracer_group_that_issued_it():
 
 
 def test_no_tie_without_an_enclosing_tracer_op_of_the_same_name():
-    state = make()
-    state.add_region("hook-r0", header(producer=HOOK))
-    state.apply("py-r0", [rec(1, 1, 90 * S, seq=3, comm_id=77), rec(2, 1, 92 * S, seq=3, comm_id=77)])
-    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclAllGather", seq=1, comm_id=0xABC),
-                            rec(1, 2, 93 * S, name="ncclAllReduce", seq=2, comm_id=0xABC)])
-    [rank] = state.report()
+    rank = report_after([rec(1, 1, 90 * S, seq=3, comm_id=77), rec(2, 1, 92 * S, seq=3, comm_id=77)],
+                        [rec(1, 1, 91 * S, name="ncclAllGather", seq=1, comm_id=0xABC),
+                         rec(1, 2, 93 * S, name="ncclAllReduce", seq=2, comm_id=0xABC)])
     assert set(lanes(rank)) == {(77, fmt.KIND_COLLECTIVE), (0xABC, fmt.KIND_COLLECTIVE)}
 
 
@@ -111,12 +118,9 @@ def test_a_lost_start_cuts_the_window_to_its_consecutive_tail():
 
 
 def test_two_hook_comms_of_one_group_report_one_lane_each():
-    state = make()
-    state.add_region("hook-r0", header(producer=HOOK))
-    state.apply("py-r0", [rec(1, 1, 90 * S, seq=1, comm_id=77), rec(1, 2, 95 * S, seq=2, comm_id=77)])
-    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclAllReduce", seq=3, comm_id=0xA),
-                            rec(1, 2, 96 * S, name="ncclAllReduce", seq=9, comm_id=0xB)])
-    [rank] = state.report()
+    rank = report_after([rec(1, 1, 90 * S, seq=1, comm_id=77), rec(1, 2, 95 * S, seq=2, comm_id=77)],
+                        [rec(1, 1, 91 * S, name="ncclAllReduce", seq=3, comm_id=0xA),
+                         rec(1, 2, 96 * S, name="ncclAllReduce", seq=9, comm_id=0xB)])
     assert lanes(rank) == {(77, fmt.KIND_COLLECTIVE): (9, 0)}
 
 
@@ -154,12 +158,8 @@ def test_an_unnumbered_tracer_p2p_op_reports_its_groups_p2p_lane_by_name():
 
 def test_a_hook_p2p_pair_communicator_is_reported_under_the_group_of_the_python_send():
     # torch gives each pair of peers its own 2-rank NCCL communicator.
-    state = make()
-    state.add_region("hook-r0", header(producer=HOOK))
-    state.apply("py-r0", [group_rec(77, "pp"),
-                          rec(1, 1, 90 * S, name="isend", seq=0, comm_id=77, kind=fmt.KIND_P2P)])
-    state.apply("hook-r0", [rec(1, 1, 91 * S, name="ncclSend", seq=5, comm_id=0xABC, kind=fmt.KIND_P2P, size=2)])
-    [rank] = state.report()
+    rank = report_after([group_rec(77, "pp"), rec(1, 1, 90 * S, name="isend", seq=0, comm_id=77, kind=fmt.KIND_P2P)],
+                        [rec(1, 1, 91 * S, name="ncclSend", seq=5, comm_id=0xABC, kind=fmt.KIND_P2P, size=2)])
     assert lanes(rank) == {(77, fmt.KIND_P2P): (5, 0)}
     assert rank.comms[0].group_name == "pp"
     assert (rank.oldest_in_flight.comm_id, rank.oldest_in_flight.seq) == (77, 5)
