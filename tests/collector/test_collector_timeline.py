@@ -2,6 +2,7 @@
 on a hang and on demand, uploads and their validation, agents that do not answer."""
 
 import concurrent.futures
+import contextlib
 import json
 
 import grpc
@@ -43,13 +44,25 @@ def reports(agent, node, ranks, world=4):
     return agent.report_every(0.2, lambda: node_report(node, [rank_progress(r, world) for r in ranks]))
 
 
-def test_on_demand_merges_every_agents_answer(start_collector, agents):
+@contextlib.contextmanager
+def two_nodes(start_collector, agents):
+    """A collector, agent ``a`` reporting node 0 (ranks 0-1) and agent ``b``
+    node 1 (ranks 2-3), both registered; yields them, a Collector stub on its
+    own channel and a one-thread pool to call it from. The reports stop after."""
     server, address = start_collector()
     a, b = agents(address), agents(address)
     stops = [reports(a, 0, (0, 1)), reports(b, 1, (2, 3))]
     wait_for(lambda: len(server.registry) == 2, "two agents connected", 10)
-    with grpc.insecure_channel(address) as channel, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        stub = pb_grpc.CollectorStub(channel)
+    try:
+        with grpc.insecure_channel(address) as channel, concurrent.futures.ThreadPoolExecutor(1) as pool:
+            yield a, b, pb_grpc.CollectorStub(channel), pool
+    finally:
+        for stop in stops:
+            stop.set()
+
+
+def test_on_demand_merges_every_agents_answer(start_collector, agents):
+    with two_nodes(start_collector, agents) as (a, b, stub, pool):
         future = pool.submit(stub.GetTimeline, pb.TimelineRequest(last_ns=60 * S, wait_ms=8000),
                              metadata=META, timeout=30)
         for agent, node, ranks in ((a, 0, (0, 1)), (b, 1, (2, 3))):
@@ -58,20 +71,13 @@ def test_on_demand_merges_every_agents_answer(start_collector, agents):
             ack = agent.stub.UploadTimeline(answer(request.request_id, node, ranks), metadata=META)
             assert ack.ok and ack.message == "2 spans"
         reply = future.result()
-    for stop in stops:
-        stop.set()
     assert (reply.ranks, list(reply.nodes_missing)) == (4, [])
     tracks = check(json.loads(reply.trace_json))
     assert sorted(pid for pid, _ in tracks) == [1, 2, 3, 4]
 
 
 def test_an_agent_that_does_not_answer_is_listed_and_the_rest_still_comes(start_collector, agents):
-    server, address = start_collector()
-    a, b = agents(address), agents(address)
-    stops = [reports(a, 0, (0, 1)), reports(b, 1, (2, 3))]
-    wait_for(lambda: len(server.registry) == 2, "two agents connected", 10)
-    with grpc.insecure_channel(address) as channel, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        stub = pb_grpc.CollectorStub(channel)
+    with two_nodes(start_collector, agents) as (a, b, stub, pool):
         future = pool.submit(stub.GetTimeline, pb.TimelineRequest(wait_ms=1500), metadata=META,
                              timeout=30)
         request = a.next_command("collect_timeline").collect_timeline
@@ -80,8 +86,6 @@ def test_an_agent_that_does_not_answer_is_listed_and_the_rest_still_comes(start_
         # Too late: the request is closed.
         with pytest.raises(grpc.RpcError) as late:
             b.stub.UploadTimeline(answer(request.request_id, 1, (2, 3)), metadata=META)
-    for stop in stops:
-        stop.set()
     assert late.value.code() == grpc.StatusCode.NOT_FOUND
     assert (reply.ranks, list(reply.nodes_missing)) == (2, [1])
     assert json.loads(reply.trace_json)["otherData"]["nodes_missing"] == [1]
