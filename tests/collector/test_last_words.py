@@ -59,12 +59,21 @@ def test_last_words_with_no_snapshot_anywhere_are_said_only_when_recovery_was_as
     assert ("LAST WORDS" in capsys.readouterr().err) is said
 
 
-def test_kill_waits_for_the_last_words_after_the_stacks_are_in(start_collector, agents):
-    server, address = start_collector(hang_action="kill", dump_timeout_s=120.0, last_words_timeout_s=120.0)
+def stacks_in_before_a_kill(start_collector, agents, last_words_timeout_s):
+    """A collector with --hang-action kill and one agent reporting a stall,
+    whose stacks are all uploaded: returns the server, the agent, what stops
+    its reports, and the hang's event id."""
+    server, address = start_collector(hang_action="kill", dump_timeout_s=120.0,
+                                      last_words_timeout_s=last_words_timeout_s)
     agent = agents(address)
     stop = agent.report_every(0.2, stalled)
     event_id = agent.next_command("dump_stacks").dump_stacks.event_id
     upload_all(agent, event_id)
+    return server, agent, stop, event_id
+
+
+def test_kill_waits_for_the_last_words_after_the_stacks_are_in(start_collector, agents):
+    server, agent, stop, event_id = stacks_in_before_a_kill(start_collector, agents, 120.0)
     event = server.watchdog.declared[0]
     wait_for(lambda: event.stacks_said, "the STACKS line")   # every dump came with last=True: no quiet wait
     wait_ticks(server.watchdog, 2)   # the kill rule looked again with the stacks in
@@ -76,11 +85,7 @@ def test_kill_waits_for_the_last_words_after_the_stacks_are_in(start_collector, 
 
 
 def test_kill_goes_ahead_at_the_last_words_deadline(start_collector, agents):
-    _, address = start_collector(hang_action="kill", dump_timeout_s=120.0, last_words_timeout_s=1.0)
-    agent = agents(address)
-    stop = agent.report_every(0.2, stalled)
-    event_id = agent.next_command("dump_stacks").dump_stacks.event_id
-    upload_all(agent, event_id)
+    _, agent, stop, event_id = stacks_in_before_a_kill(start_collector, agents, 1.0)
     kill = agent.next_command("kill_workers", timeout=WAIT)     # no answer ever came
     stop.set()
     assert event_id in kill.kill_workers.reason
