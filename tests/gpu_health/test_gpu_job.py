@@ -58,13 +58,20 @@ def slow_jobs(tmp_path_factory):
             job.kill()
 
 
-@pytest.mark.alone    # wait shares of real ranks: no other test's load beside them
-def test_a_throttled_gpu_is_named_as_the_cause_of_slowness(slow_jobs):
+def straggler_line(slow_jobs, name):
+    """Job ``name`` of slow_jobs ended well and said one SLOW line, naming rank 1
+    (on its GPU) the straggler: returns the jobs' directory, the job and the line."""
     tmp, jobs, codes = slow_jobs
-    job = jobs["throttle"]
-    assert codes["throttle"] == 0, job.output()
+    job = jobs[name]
+    assert codes[name] == 0, job.output()
     [line] = job.matching(r"SLOW: ")
     assert line.startswith(f"SLOW: rank 1 (node 0, {gpu_phrase(1)}) is the straggler"), line
+    return tmp, job, line
+
+
+@pytest.mark.alone    # wait shares of real ranks: no other test's load beside them
+def test_a_throttled_gpu_is_named_as_the_cause_of_slowness(slow_jobs):
+    tmp, job, line = straggler_line(slow_jobs, "throttle")
     cause = re.search(r"; (throttled: [^;]*); details in", line)
     assert cause and re.fullmatch(r"throttled: HW thermal slowdown since \d\d:\d\d:\d\d, "
                                   r"SM 1,215 MHz vs 1,980 on its peers", cause.group(1)), line
@@ -83,11 +90,7 @@ def test_a_throttled_gpu_is_named_as_the_cause_of_slowness(slow_jobs):
 
 @pytest.mark.alone
 def test_a_healthy_replay_invents_no_cause(slow_jobs):
-    tmp, jobs, codes = slow_jobs
-    job = jobs["healthy"]
-    assert codes["healthy"] == 0, job.output()
-    [line] = job.matching(r"SLOW: ")
-    assert line.startswith(f"SLOW: rank 1 (node 0, {gpu_phrase(1)}) is the straggler"), line
+    _, _, line = straggler_line(slow_jobs, "healthy")
     assert "; no throttle reported; details in" in line and "throttled" not in line, line
 
 
