@@ -140,11 +140,22 @@ def test_the_recorder_records_this_gpu(tmp_path):
     assert "GEMMs on every GPU" in doc["source"], doc["source"]
 
 
-def _launch_no_set_device(tmp_path, rdzv, env, extra):
-    return subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--rdzv-id", rdzv,
+def _no_set_device_verdict(tmp_path, rdzv, env, extra, verdict, wait_s, log):
+    """no_set_device.py on 2 ranks under the launcher (``extra`` options, ``env``
+    added), until a line says ``verdict`` or ``wait_s`` passed; its output is
+    kept in ``log`` under _out(). Returns that line (None if none) and every line."""
+    from tests.kernel_hook.output import stop_session, wait_for_line
+    proc = subprocess.Popen([sys.executable, "-m", "diag.launcher.main", "--nproc-per-node", "2", "--rdzv-id", rdzv,
                              "--timeline-path", str(tmp_path / "tl"), *extra, os.path.join(SCRIPTS, "no_set_device.py")],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": _pythonpath(), **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        line, seen = wait_for_line(proc, lambda ln: verdict in ln, time.time() + wait_s, echo=True)
+    finally:
+        stop_session(proc)
+    with open(os.path.join(_out(tmp_path), log), "w") as f:
+        f.write("\n".join(seen))
+    return line, seen
 
 
 def _gpu0_phrase() -> str:
@@ -155,16 +166,11 @@ def _gpu0_phrase() -> str:
 def test_no_set_device_the_slow_rank_is_named_by_its_gpu_and_the_sharing(tmp_path, hook_built):
     # Issue 34 item 6: two ranks on cuda:0, no set_device, no CUDA collective:
     # only the hook's launches name the GPU. Rank 1's GEMMs are fp32 (planted slow).
-    from tests.kernel_hook.output import stop_session, wait_for_line
-    phrase, out = _gpu0_phrase(), _out(tmp_path)
-    proc = _launch_no_set_device(tmp_path, "nosetdev", {"SLOW_RANK": "1", "RUN_S": "60"},
-                                 ["--perf-window", "15s", "--hook-time-every", "1", "--gpu-sample-interval", "2s"])
-    try:
-        line, seen = wait_for_line(proc, lambda ln: "SLOW: " in ln, time.time() + 150, echo=True)
-    finally:
-        stop_session(proc)
-    with open(os.path.join(out, "no_set_device_slow.log"), "w") as f:
-        f.write("\n".join(seen))
+    phrase = _gpu0_phrase()
+    line, seen = _no_set_device_verdict(
+        tmp_path, "nosetdev", {"SLOW_RANK": "1", "RUN_S": "60"},
+        ["--perf-window", "15s", "--hook-time-every", "1", "--gpu-sample-interval", "2s"],
+        "SLOW: ", 150, "no_set_device_slow.log")
     assert line, "no SLOW verdict"
     assert f"SLOW: rank 1 (node 0, {phrase} shared with rank 0)" in line, line
     assert any(ln.startswith("GPU: ranks 0-1 share one GPU on node 0: " + phrase) for ln in seen), seen[-40:]
@@ -172,15 +178,9 @@ def test_no_set_device_the_slow_rank_is_named_by_its_gpu_and_the_sharing(tmp_pat
 
 def test_no_set_device_a_gpu_kernel_hang_names_the_gpu_and_the_sharing(tmp_path, hook_built):
     # The same set-up; rank 1 launches a kernel that never ends, a GEMM behind it.
-    from tests.kernel_hook.output import stop_session, wait_for_line
-    phrase, out = _gpu0_phrase(), _out(tmp_path)
-    proc = _launch_no_set_device(tmp_path, "nosethang", {"HANG_RANK": "1", "HANG_AFTER_S": "15", "RUN_S": "600"},
-                                 ["--hang-timeout", "30s", "--gpu-sample-interval", "2s"])
-    try:
-        line, seen = wait_for_line(proc, lambda ln: "HANG: " in ln, time.time() + 180, echo=True)
-    finally:
-        stop_session(proc)
-    with open(os.path.join(out, "no_set_device_hang.log"), "w") as f:
-        f.write("\n".join(seen))
+    phrase = _gpu0_phrase()
+    line, _ = _no_set_device_verdict(
+        tmp_path, "nosethang", {"HANG_RANK": "1", "HANG_AFTER_S": "15", "RUN_S": "600"},
+        ["--hang-timeout", "30s", "--gpu-sample-interval", "2s"], "HANG: ", 180, "no_set_device_hang.log")
     assert line, "no HANG verdict"
     assert f"rank 1 on {phrase} shared with rank 0" in line, line
