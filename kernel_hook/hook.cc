@@ -169,23 +169,20 @@ XT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cu
   return begin_capture(real, stream, graph, deps, edges, n, mode);
 }
 
-XT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
-  auto real = XT_GET(cudaStreamEndCapture);
-  if (!real) return kCudaSymbolMissing;
-  bool was = stream_was_capturing(stream);
-  cudaError_t r = real(stream, graph);
-  if (was) xt_capture_end();
-  return r;
-}
+// Both forms: the count of captures under way (xt_capture_begin) drops only
+// when the call ends one: an EndCapture on a stream not capturing began none.
+#define XT_END_CAPTURE(fn)                                                  \
+  XT_EXPORT cudaError_t fn(cudaStream_t stream, cudaGraph_t* graph) {       \
+    auto real = XT_GET(fn);                                                 \
+    if (!real) return kCudaSymbolMissing;                                   \
+    bool was = stream_was_capturing(stream);                                \
+    cudaError_t r = real(stream, graph);                                    \
+    if (was) xt_capture_end();                                              \
+    return r;                                                               \
+  }
 
-XT_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* graph) {
-  auto real = XT_GET(cudaStreamEndCapture_ptsz);
-  if (!real) return kCudaSymbolMissing;
-  bool was = stream_was_capturing(stream);
-  cudaError_t r = real(stream, graph);
-  if (was) xt_capture_end();
-  return r;
-}
+XT_END_CAPTURE(cudaStreamEndCapture)
+XT_END_CAPTURE(cudaStreamEndCapture_ptsz)
 
 // ---- stream and device teardown: no fence may land on a freed stream --------
 

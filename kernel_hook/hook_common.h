@@ -13,29 +13,29 @@
 namespace xt {
 
 extern __thread int tl_depth __attribute__((tls_model("initial-exec")));
-
-// Depth of hooked calls on this thread: only the outermost one records.
-struct Guard {
-  bool outer;
-  Guard() : outer(tl_depth++ == 0) {}
-  ~Guard() { --tl_depth; }
-  Guard(const Guard&) = delete;
-  Guard& operator=(const Guard&) = delete;
-};
-
 extern __thread int tl_launch_depth __attribute__((tls_model("initial-exec")));
+inline int& call_depth() { return tl_depth; }
+inline int& launch_depth() { return tl_launch_depth; }
 
-// Depth of hooked kernel launches on this thread, apart from Guard's: a
-// launch made inside a hooked GEMM or collective (cuBLAS's and NCCL's own
-// kernels) is counted, while the runtime's cudaLaunchKernel calling the
-// driver's cuLaunchKernel is one launch, counted once, by the outer hook.
-struct LaunchGuard {
+// One nesting depth of hooked calls on this thread: only the outermost call
+// of a nest records (outer).
+template <int& (*Depth)()>
+struct DepthGuard {
   bool outer;
-  LaunchGuard() : outer(tl_launch_depth++ == 0) {}
-  ~LaunchGuard() { --tl_launch_depth; }
-  LaunchGuard(const LaunchGuard&) = delete;
-  LaunchGuard& operator=(const LaunchGuard&) = delete;
+  DepthGuard() : outer(Depth()++ == 0) {}
+  ~DepthGuard() { --Depth(); }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
 };
+
+// Any hooked call: a GEMM's or collective's own nested calls pass through.
+using Guard = DepthGuard<call_depth>;
+
+// Kernel launches, apart from Guard's depth: a launch made inside a hooked
+// GEMM or collective (cuBLAS's and NCCL's own kernels) is counted, while the
+// runtime's cudaLaunchKernel calling the driver's cuLaunchKernel is one
+// launch, counted once, by the outer hook.
+using LaunchGuard = DepthGuard<launch_depth>;
 
 // Hot path: counts one launch of func (an XT_KERNEL_* kind); starts the core
 // on the process's first hooked call.

@@ -246,18 +246,16 @@ XT_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
   return r;
 }
 
-XT_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  auto real = XT_GET(ncclCommDestroy);
-  if (!real) return ncclSystemError;
-  Guard g;
-  if (g.outer) xt_comm_forget(comm);
-  return real(comm);
-}
+// Destroy and abort alike: the core forgets the communicator before NCCL frees
+// it, as one created later may get its address.
+#define XT_COMM_END(fn)                         \
+  XT_EXPORT ncclResult_t fn(ncclComm_t comm) {  \
+    auto real = XT_GET(fn);                     \
+    if (!real) return ncclSystemError;          \
+    Guard g;                                    \
+    if (g.outer) xt_comm_forget(comm);          \
+    return real(comm);                          \
+  }
 
-XT_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  auto real = XT_GET(ncclCommAbort);
-  if (!real) return ncclSystemError;
-  Guard g;
-  if (g.outer) xt_comm_forget(comm);
-  return real(comm);
-}
+XT_COMM_END(ncclCommDestroy)
+XT_COMM_END(ncclCommAbort)
