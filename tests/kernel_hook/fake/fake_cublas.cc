@@ -23,16 +23,10 @@ extern "C" {
 // runtime linked in statically: static_driver.h), named for its api.
 static void gemm_kernel(const char* api, cudaStream_t stream) {
   static CUfunc_st kernels[] = {
-      {nullptr, "fake_cublasGemmEx_kernel", "cublasGemmEx"},
-      {nullptr, "fake_cublasGemmStridedBatchedEx_kernel", "cublasGemmStridedBatchedEx"},
-      {nullptr, "fake_cublasSgemm_v2_kernel", "cublasSgemm_v2"},
-      {nullptr, "fake_cublasSgemmStridedBatched_kernel", "cublasSgemmStridedBatched"},
-      {nullptr, "fake_cublasHgemm_kernel", "cublasHgemm"},
-      {nullptr, "fake_cublasLtMatmul_kernel", "cublasLtMatmul"},
-  };
-  for (auto& k : kernels)
-    if (strcmp(k.api, api) == 0 && fake_static::launch(&k, stream) == CUDA_SUCCESS) return;
-  fake_enqueue(stream, api, nullptr, nullptr);  // a variant built without the fake driver beside it
+      FAKE_API_KERNEL(cublasGemmEx), FAKE_API_KERNEL(cublasGemmStridedBatchedEx),
+      FAKE_API_KERNEL(cublasSgemm_v2), FAKE_API_KERNEL(cublasSgemmStridedBatched),
+      FAKE_API_KERNEL(cublasHgemm), FAKE_API_KERNEL(cublasLtMatmul)};
+  fake_static::api_kernel(kernels, api, stream, fake_static::launch);
 }
 
 #ifndef FAKE_LT

@@ -444,24 +444,25 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode_t mode)
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, cudaStreamCaptureMode_t mode) {
   return begin_capture("cudaStreamBeginCapture_ptsz", s, mode);
 }
-cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d,
-                                          const cudaGraphEdgeData* e, size_t n,
-                                          cudaStreamCaptureMode_t mode) {
-  NOTE("cudaStreamBeginCaptureToGraph", FAKE_U(s), FAKE_U(g), FAKE_U(d), FAKE_U(e), n,
-       FAKE_U(mode));
+// Into an existing graph: only whether the stream captures matters here.
+static cudaError_t begin_capture_to_graph(const char* api, cudaStream_t s, cudaGraph_t g,
+                                          const cudaGraphNode_t* d, const cudaGraphEdgeData* e,
+                                          size_t n, cudaStreamCaptureMode_t mode) {
+  NOTE(api, FAKE_U(s), FAKE_U(g), FAKE_U(d), FAKE_U(e), n, FAKE_U(mode));
   if (note_result) return note_result;
   as_stream(s)->capturing = true;
   return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d,
+                                          const cudaGraphEdgeData* e, size_t n,
+                                          cudaStreamCaptureMode_t mode) {
+  return begin_capture_to_graph("cudaStreamBeginCaptureToGraph", s, g, d, e, n, mode);
 }
 cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g,
                                                const cudaGraphNode_t* d,
                                                const cudaGraphEdgeData* e, size_t n,
                                                cudaStreamCaptureMode_t mode) {
-  NOTE("cudaStreamBeginCaptureToGraph_ptsz", FAKE_U(s), FAKE_U(g), FAKE_U(d), FAKE_U(e), n,
-       FAKE_U(mode));
-  if (note_result) return note_result;
-  as_stream(s)->capturing = true;
-  return cudaSuccess;
+  return begin_capture_to_graph("cudaStreamBeginCaptureToGraph_ptsz", s, g, d, e, n, mode);
 }
 static cudaError_t end_capture(const char* api, cudaStream_t s, cudaGraph_t* graph) {
   NOTE(api, FAKE_U(s), FAKE_U(graph));

@@ -27,17 +27,10 @@ thread_local int tl_ndeferred = 0;
 // as NCCL does (its runtime linked in statically: static_driver.h).
 void kernel(cudaStream_t stream, const char* api) {
   static CUfunc_st kernels[] = {
-      {nullptr, "fake_ncclAllReduce_kernel", "ncclAllReduce"},
-      {nullptr, "fake_ncclAllGather_kernel", "ncclAllGather"},
-      {nullptr, "fake_ncclReduceScatter_kernel", "ncclReduceScatter"},
-      {nullptr, "fake_ncclBroadcast_kernel", "ncclBroadcast"},
-      {nullptr, "fake_ncclReduce_kernel", "ncclReduce"},
-      {nullptr, "fake_ncclSend_kernel", "ncclSend"},
-      {nullptr, "fake_ncclRecv_kernel", "ncclRecv"},
-  };
-  for (auto& k : kernels)
-    if (strcmp(k.api, api) == 0 && fake_static::launch_ex(&k, stream) == CUDA_SUCCESS) return;
-  fake_enqueue(stream, api, nullptr, nullptr);  // a variant built without the fake driver beside it
+      FAKE_API_KERNEL(ncclAllReduce), FAKE_API_KERNEL(ncclAllGather),
+      FAKE_API_KERNEL(ncclReduceScatter), FAKE_API_KERNEL(ncclBroadcast),
+      FAKE_API_KERNEL(ncclReduce), FAKE_API_KERNEL(ncclSend), FAKE_API_KERNEL(ncclRecv)};
+  fake_static::api_kernel(kernels, api, stream, fake_static::launch_ex);
 }
 
 void launch(cudaStream_t stream, const char* api) {

@@ -7,6 +7,9 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
+#include <cstring>
+
 #include "fake_api.h"
 
 namespace fake_static {
@@ -42,6 +45,21 @@ inline int launch_ex(CUfunction f, cudaStream_t stream) {
   int r = fn(&cfg, f, nullptr, nullptr);
   fake_quiet(-1);
   return r;
+}
+
+// The kernel a library launches for one of its calls: named for the call, so
+// a test can count each call's kernels (fake_cublasGemmEx_kernel, say).
+#define FAKE_API_KERNEL(api) CUfunc_st{nullptr, "fake_" #api "_kernel", #api}
+
+// One kernel of api on stream, the one kernels holds for it, launched the way
+// the library does (launch or launch_ex); a variant built without the fake
+// driver beside it queues the call on the stream directly.
+template <size_t N>
+inline void api_kernel(CUfunc_st (&kernels)[N], const char* api, cudaStream_t stream,
+                       int (*launch_fn)(CUfunction, cudaStream_t)) {
+  for (auto& k : kernels)
+    if (strcmp(k.api, api) == 0 && launch_fn(&k, stream) == CUDA_SUCCESS) return;
+  fake_enqueue(stream, api, nullptr, nullptr);
 }
 
 }  // namespace fake_static
