@@ -74,13 +74,8 @@ int scenario_driver(int, char**) {
     reinterpret_cast<decltype(&::cuLaunchKernelEx)>(p)(&cfg, &k_self, nullptr, nullptr);
   for (int i = 0; i < 6; ++i)
     cudaLaunchKernel((const void*)count_kernel, dim3{1, 1, 1}, dim3{1, 1, 1}, nullptr, 0, s);
-  cublasHandle_t h;
-  cublasCreate_v2(&h);
-  cublasSetStream_v2(h, s);
-  ncclUniqueId id;
-  ncclGetUniqueId(&id);
-  ncclComm_t comm;
-  ncclCommInitRank(&comm, 1, id, 0);
+  cublasHandle_t h = blas_on(s);
+  ncclComm_t comm = comm_as_rank0(1);
   for (int i = 0; i < 2; ++i) {
     cublasGemmEx(h, 0, 0, 16, 16, 16, nullptr, nullptr, 0, 16, nullptr, 0, 16, nullptr, nullptr, 0,
                  16, 68, -1);

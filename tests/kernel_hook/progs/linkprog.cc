@@ -13,19 +13,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "../fake/fake_api.h"
+#include "progs.h"
 
 extern "C" void fake_prof_bench(void* comm, int ops, int steps);
 
 namespace {
 
 ncclComm_t comm_from(const char* hex, int nranks, int rank) {
-  ncclUniqueId id;
-  memset(&id, 0, sizeof(id));
-  for (size_t i = 0; hex && i < sizeof(id.internal) && hex[2 * i] && hex[2 * i + 1]; ++i)
-    sscanf(hex + 2 * i, "%2hhx", reinterpret_cast<unsigned char*>(&id.internal[i]));
   ncclComm_t c = nullptr;
-  ncclCommInitRank(&c, nranks, id, rank);
+  ncclCommInitRank(&c, nranks, id_from_hex(hex), rank);
   return c;
 }
 

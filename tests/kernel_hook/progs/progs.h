@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "../fake/fake_api.h"
 
@@ -39,3 +40,30 @@ int scenario_train(int argc, char** argv);
 
 // An "empty kernel" for the fake device, exported so its name resolves.
 extern "C" void xt_test_empty_kernel(void** args);
+
+// The unique id spelled by hex (two digits a byte, the rest zero): ranks of
+// separate processes given the same hex join one communicator.
+inline ncclUniqueId id_from_hex(const char* hex) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  for (size_t i = 0; hex && i < sizeof(id.internal) && hex[2 * i] && hex[2 * i + 1]; ++i)
+    sscanf(hex + 2 * i, "%2hhx", reinterpret_cast<unsigned char*>(&id.internal[i]));
+  return id;
+}
+
+// A cuBLAS handle whose GEMMs go to stream s.
+inline cublasHandle_t blas_on(cudaStream_t s) {
+  cublasHandle_t h;
+  cublasCreate_v2(&h);
+  cublasSetStream_v2(h, s);
+  return h;
+}
+
+// A communicator of nranks on a fresh id, with this process as rank 0.
+inline ncclComm_t comm_as_rank0(int nranks) {
+  ncclUniqueId id;
+  ncclGetUniqueId(&id);
+  ncclComm_t comm;
+  ncclCommInitRank(&comm, nranks, id, 0);
+  return comm;
+}

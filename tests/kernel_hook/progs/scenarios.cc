@@ -28,8 +28,7 @@ struct Ctx {
   cublasHandle_t h;
   Ctx() {
     cudaStreamCreate(&s);
-    cublasCreate_v2(&h);
-    cublasSetStream_v2(h, s);
+    h = blas_on(s);
   }
   int gemm(int m, int n, int k) {
     return cublasGemmEx(h, 0, 0, m, n, k, nullptr, nullptr, 0, m, nullptr, 0, k, nullptr,
@@ -44,12 +43,8 @@ struct Ctx {
 namespace {
 
 ncclComm_t comm_from(const char* hex, int nranks, int rank) {
-  ncclUniqueId id;
-  memset(&id, 0, sizeof(id));
-  for (size_t i = 0; hex && i < sizeof(id.internal) && hex[2 * i] && hex[2 * i + 1]; ++i)
-    sscanf(hex + 2 * i, "%2hhx", reinterpret_cast<unsigned char*>(&id.internal[i]));
   ncclComm_t c = nullptr;
-  ncclCommInitRankConfig(&c, nranks, id, rank, nullptr);
+  ncclCommInitRankConfig(&c, nranks, id_from_hex(hex), rank, nullptr);
   return c;
 }
 

@@ -198,13 +198,8 @@ void nccl_comm_snippets(ncclComm_t c) {
 int run_snippets(void) {
   cudaStream_t s;
   cudaStreamCreate(&s);
-  cublasHandle_t h;
-  cublasCreate_v2(&h);
-  cublasSetStream_v2(h, s);
-  ncclUniqueId id;
-  ncclGetUniqueId(&id);
-  ncclComm_t comm;
-  ncclCommInitRank(&comm, 2, id, 0);
+  cublasHandle_t h = blas_on(s);
+  ncclComm_t comm = comm_as_rank0(2);
   cuda_snippets(s);
   driver_snippets(s);
   capture_snippets(s);
