@@ -8,6 +8,19 @@ import pytest
 
 from diag.records import format as fmt
 from tests.kernel_hook.conftest import BUILD, HOOK, HOOKPROG, read_regions, run_prog
+from tests.tmpfs import small_tmpfs
+
+
+def _unchanged_by_the_hook(mode, want, shm_dir, env):
+    """Runs hookprog MODE without the hook, which must print want, then with
+    it: the same output, exit 0 and nothing on stderr. Returns the hooked
+    run's one region in shm_dir."""
+    plain = run_prog(mode, shm_dir=None, preload=False, env=env)
+    assert plain.stdout == want
+    out = run_prog(mode, shm_dir=str(shm_dir), env=env)
+    assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
+    [region] = read_regions(str(shm_dir))
+    return region
 
 
 def test_inert_in_a_process_that_never_touches_cuda(built, tmp_path):
@@ -113,23 +126,13 @@ def test_callers_errno_survives_the_hook(built, tmp_path):
 def test_full_shm_dir_switches_off_instead_of_sigbus(built, tmp_path):
     # A region on a tmpfs without room for it: a sparse file would map fine and
     # then kill the process with SIGBUS at the first record past the free space.
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
-                           capture_output=True, text=True, timeout=30)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "64k") as small:
         out = run_prog("threads", "4", "100", shm_dir=str(small),
                        env={"XPU_TIMER_HOOK_TIME_EVERY": "1"})
         assert (out.returncode, out.stdout) == (0, "done 400\n"), out.stderr
         [line] = out.stderr.splitlines()
         assert "cannot reserve or map" in line and "switched off" in line
         assert os.listdir(small) == []
-    finally:
-        subprocess.run(["umount", str(small)], timeout=30)
 
 
 def test_drainer_never_invalidates_a_graph_capture(built, tmp_path):
@@ -137,12 +140,8 @@ def test_drainer_never_invalidates_a_graph_capture(built, tmp_path):
     # captures in global mode: in that mode the fake (like the real runtime)
     # invalidates the capture on any thread's cudaEventQuery, unless that
     # thread is in thread-local capture mode.
-    env = {"FAKE_DELAY_US": "ncclAllReduce=300000"}
-    plain = run_prog("capture_inflight", shm_dir=None, preload=False, env=env)
-    assert plain.stdout == "capture 0 0\n"
-    out = run_prog("capture_inflight", shm_dir=str(tmp_path), env=env)
-    assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
-    [region] = read_regions(str(tmp_path))
+    region = _unchanged_by_the_hook("capture_inflight", "capture 0 0\n", tmp_path,
+                                    {"FAKE_DELAY_US": "ncclAllReduce=300000"})
     [end] = region.of(fmt.EVENT_END, "ncclAllReduce")  # tracked to completion
     assert not end.flags & fmt.FLAG_FAILED
 
@@ -175,11 +174,7 @@ def test_drainer_makes_no_context_on_device_0(built, tmp_path):
     # A process on device 1 only: a runtime call from a thread with no current
     # device makes device 0's primary context (the fake, like the real runtime).
     env = {"XPU_TIMER_HOOK_COUNT_MS": "20", "XPU_TIMER_HOOK_TIME_EVERY": "2"}
-    plain = run_prog("device1", shm_dir=None, preload=False, env=env)
-    assert plain.stdout == "contexts 2\n"  # device 1 only
-    out = run_prog("device1", shm_dir=str(tmp_path), env=env)
-    assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
-    [region] = read_regions(str(tmp_path))
+    region = _unchanged_by_the_hook("device1", "contexts 2\n", tmp_path, env)  # device 1 only
     assert len(region.of(fmt.EVENT_END, "ncclAllReduce")) == 4
     assert any(r.flags & fmt.FLAG_DEVICE_TIMED for r in region.of(fmt.EVENT_END))
     # 4 rounds of a launch, a GEMM's kernel and an all-reduce's, named by the drainer.
@@ -202,12 +197,8 @@ def test_failed_event_record_leaves_no_last_error(built, tmp_path):
     # The ops' stream is on device 0, device 1 is current: the hook's event
     # records fail (as cudaEventRecord does across devices); the caller's
     # cudaGetLastError must not report the hook's error as its own.
-    env = {"XPU_TIMER_HOOK_TIME_EVERY": "1"}
-    plain = run_prog("two_devices", shm_dir=None, preload=False, env=env)
-    assert plain.stdout == "allreduce 0 gemm 0 last 0\n"
-    out = run_prog("two_devices", shm_dir=str(tmp_path), env=env)
-    assert (out.returncode, out.stdout, out.stderr) == (0, plain.stdout, "")
-    [region] = read_regions(str(tmp_path))
+    region = _unchanged_by_the_hook("two_devices", "allreduce 0 gemm 0 last 0\n", tmp_path,
+                                    {"XPU_TIMER_HOOK_TIME_EVERY": "1"})
     ends = region.of(fmt.EVENT_END)
     assert sorted(r.name for r in ends) == ["cublasGemmEx", "ncclAllReduce"]
     assert not any(r.flags & fmt.FLAG_DEVICE_TIMED for r in ends)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from diag.records import format as fmt
+from tests import tmpfs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,16 +31,8 @@ print("WROTE")
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A 256 KiB tmpfs: room for a header, not for a default ring (516 KiB)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                         capture_output=True, text=True, timeout=30)
-    if out.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], timeout=30)
+    with tmpfs.small_tmpfs(tmp_path / "small", "256k") as mnt:
+        yield mnt
 
 
 def test_no_room_for_the_ring_is_refused_at_creation_not_sigbus(small_tmpfs):
