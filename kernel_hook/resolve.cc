@@ -253,13 +253,7 @@ void start_core() {
   cfg.capacity = uint32_t(cap);
   cfg.poll_us = uint32_t(positive_env("XPU_TIMER_HOOK_POLL_US", 1000));
   cfg.count_every_ms = uint32_t(positive_env("XPU_TIMER_HOOK_COUNT_MS", 500));
-  int every = env_int("XPU_TIMER_HOOK_TIME_EVERY", kDefaultTimeEvery);
-  if (every <= 0) {
-    say("XPU_TIMER_HOOK_TIME_EVERY=%s is not a positive number; using %d",
-        getenv("XPU_TIMER_HOOK_TIME_EVERY"), kDefaultTimeEvery);
-    every = kDefaultTimeEvery;
-  }
-  cfg.time_every = uint32_t(every);
+  cfg.time_every = uint32_t(positive_env("XPU_TIMER_HOOK_TIME_EVERY", kDefaultTimeEvery));
   const char* completion = getenv("XPU_TIMER_HOOK_COMPLETION");
   cfg.completion_events = completion && strcmp(completion, "event") == 0;
   if (completion && *completion && !cfg.completion_events && strcmp(completion, "fence") != 0)

@@ -68,9 +68,13 @@ def test_time_every_1_times_every_call(built, tmp_path):
     assert len(ends) == 2 * N and all(r.flags & fmt.FLAG_DEVICE_TIMED for r in ends)
 
 
-def test_bad_time_every_says_so_once_and_uses_the_default(built, tmp_path):
-    region, err = _run(tmp_path, XPU_TIMER_HOOK_TIME_EVERY="zero")
-    assert err.count("\n") == 1 and "XPU_TIMER_HOOK_TIME_EVERY=zero" in err
+@pytest.mark.parametrize("value, why", [("zero", "not a whole number"),
+                                        ("0", "not a positive number"),
+                                        ("-3", "not a positive number")])
+def test_bad_time_every_says_so_once_and_uses_the_default(built, tmp_path, value, why):
+    region, err = _run(tmp_path, XPU_TIMER_HOOK_TIME_EVERY=value)
+    assert err.count("\n") == 1
+    assert err.endswith(f"): XPU_TIMER_HOOK_TIME_EVERY={value} is {why}; using 8\n"), err
     timed = [r for r in region.of(fmt.EVENT_END) if r.flags & fmt.FLAG_DEVICE_TIMED]
     assert len(region.of(fmt.EVENT_END)) == 2 * N and 0 < len(timed) < N
 
