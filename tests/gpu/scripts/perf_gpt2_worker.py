@@ -15,35 +15,21 @@ import time
 
 import torch
 import torch.distributed as dist
-from transformers import GPT2Config, GPT2LMHeadModel
+
+from gpt2_ddp import Gpt2Ddp
 
 out = sys.argv[1]
-local = int(os.environ["LOCAL_RANK"])
-torch.cuda.set_device(local)
-dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024)).cuda()
-ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
-opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
-tokens = torch.randint(0, 50257, (16, 1024), device="cuda")
+job = Gpt2Ddp(batch=16, positions=1024)
+rank = job.rank
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 grad = torch.ones(128 << 20, device="cuda", dtype=torch.bfloat16)   # 256 MiB
-
-
-def gpt2_step():
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = ddp(tokens, labels=tokens).loss
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
 
 
 def matmul_step():
     for _ in range(10):
         a @ a
     dist.all_reduce(grad)
-    opt.step()   # an (empty-grad) optimizer step marks the step time here too
+    job.opt.step()   # an (empty-grad) optimizer step marks the step time here too
 
 
 def phase(name, fn, min_s=15.0, max_s=150.0):
@@ -63,7 +49,7 @@ def phase(name, fn, min_s=15.0, max_s=150.0):
             return
 
 
-phase("gpt2", gpt2_step)
+phase("gpt2", job.step)
 phase("matmul", matmul_step)
 torch.cuda.synchronize()
 print(f"rank {rank} done", flush=True)

@@ -16,29 +16,15 @@ import time
 
 import torch
 import torch.distributed as dist
-from transformers import GPT2Config, GPT2LMHeadModel
+
+from gpt2_ddp import Gpt2Ddp
 
 env = os.environ.get
-local = int(env("LOCAL_RANK"))
-torch.cuda.set_device(local)
-dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024)).cuda()
-ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
-opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
-tokens = torch.randint(0, 50257, (8, 1024), device="cuda")
+job = Gpt2Ddp(batch=8, positions=1024)
+local, rank = job.local, job.rank
 mode, slow_rank = env("SLOW_MODE", ""), int(env("SLOW_RANK", "-1"))
 run_s, warm_s, pause_at = float(env("RUN_S", "60")), float(env("WARM_S", "20")), float(env("PAUSE_AT", "-1"))
 side = torch.cuda.Stream()
-
-
-def step():
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = ddp(tokens, labels=tokens).loss
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
 
 
 def make_burn():
@@ -88,12 +74,12 @@ while done.item() == 0:
         with torch.cuda.stream(side):
             burn(load)
     time.sleep(sleep_s)
-    step()
+    job.step()
     steps += 1
     if 0 <= pause_at <= t:
         pause_at = -1
         if rank == 0:
-            torch.save(model.state_dict(), f"/tmp/slow_gpt2_ckpt_{os.getpid()}.pt")
+            torch.save(job.model.state_dict(), f"/tmp/slow_gpt2_ckpt_{os.getpid()}.pt")
             time.sleep(float(env("PAUSE_S", "10")))
         dist.barrier()
     if steps % 10 == 0:
