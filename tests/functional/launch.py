@@ -15,14 +15,26 @@ from bench.launch_job import ROOT, Launch, launcher  # noqa: F401
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
 
 
-@pytest.fixture
-def launches():
-    """``launches(args, **kw)`` starts a ``Launch``; every one started is
-    killed at teardown, so a failing test leaves no job behind."""
+def _started_and_killed():
     started = []
     yield lambda *a, **k: started.append(Launch(*a, **k)) or started[-1]
     for launch in started:
         launch.kill()
+
+
+@pytest.fixture
+def launches():
+    """``launches(args, **kw)`` starts a ``Launch``; every one started is
+    killed at teardown, so a failing test leaves no job behind."""
+    yield from _started_and_killed()
+
+
+@pytest.fixture(scope="module")
+def module_launches():
+    """As ``launches``, for a module fixture that starts jobs once (several
+    tests read one job, or independent jobs wait side by side); they are
+    killed when the module is done."""
+    yield from _started_and_killed()
 
 
 def children_matching(pid: int, needle: str) -> list[int]:
