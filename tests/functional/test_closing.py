@@ -1,6 +1,10 @@
 """The launcher's last word (issue 34, items 4-5): one closing summary after
 torchrun's block, with the events, culprits and stacks, and an exit status
-that tells a hang xpu-diag stopped from the job's own failure."""
+that tells a hang xpu-diag stopped from the job's own failure.
+
+The three jobs are independent and mostly wait (a hang timeout, the dumps),
+so one module fixture starts them together; each test judges its own.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import os
 import pytest
 
 from diag.common.net import free_port
-from tests.functional.launch import SCRIPTS, launches  # noqa: F401 (fixture)
+from tests.functional.launch import SCRIPTS, module_launches  # noqa: F401 (fixture)
 
 STALL = os.path.join(SCRIPTS, "stall.py")   # rank 2 stalls at step 3
 FAST = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}
@@ -20,10 +24,32 @@ def stderr_lines(job) -> list[str]:
     return [line for _, stream, line in job.lines if stream == "err"]
 
 
-def test_hang_action_kill_exits_3_and_names_the_culprit_after_torchruns_block(launches, tmp_path):
-    job = launches(["--nproc-per-node", "3", "--master-port", str(free_port()), "--hang-timeout", "2s",
-                    "--hang-action", "kill", "--timeline-path", str(tmp_path), "--rdzv-id", "killed",
-                    STALL, "600", "8"], env=FAST)
+@pytest.fixture(scope="module")
+def jobs(module_launches, tmp_path_factory):
+    """name -> (job, its timeline directory, its release file), all started at once."""
+    started = {}
+    tmp_path = tmp_path_factory.mktemp("killed")
+    started["killed"] = (module_launches(
+        ["--nproc-per-node", "3", "--master-port", str(free_port()), "--hang-timeout", "2s",
+         "--hang-action", "kill", "--timeline-path", str(tmp_path), "--rdzv-id", "killed",
+         STALL, "600", "8"], env=FAST), tmp_path, None)
+    # Rank 2's stall ends once its stacks are in (was: a fixed 6 s for a 2 s
+    # --hang-timeout and the dumps, tight on a loaded machine).
+    tmp_path = tmp_path_factory.mktemp("reported")
+    release = tmp_path / "release"
+    started["reported"] = (module_launches(
+        ["--nproc-per-node", "3", "--master-port", str(free_port()), "--hang-timeout", "2s",
+         "--timeline-path", str(tmp_path), "--rdzv-id", "reported", STALL, "60", "6"],
+        env=dict(FAST, STALL_RELEASE=str(release))), tmp_path, release)
+    tmp_path = tmp_path_factory.mktemp("healthy")
+    started["healthy"] = (module_launches(
+        ["--nproc-per-node", "2", "--master-port", str(free_port()), "--hang-timeout", "20s",
+         "--timeline-path", str(tmp_path), STALL, "0", "2"]), tmp_path, None)
+    return started
+
+
+def test_hang_action_kill_exits_3_and_names_the_culprit_after_torchruns_block(jobs):
+    job, tmp_path, _ = jobs["killed"]
     assert job.wait(90) == 3, job.output()
     err = stderr_lines(job)
     torchruns = max(i for i, line in enumerate(err) if line.strip().startswith("exitcode  : -9"))
@@ -37,13 +63,8 @@ def test_hang_action_kill_exits_3_and_names_the_culprit_after_torchruns_block(la
     assert "culprit rank(s) 2" in stopped and "'exitcode -9' above is that kill" in stopped, stopped
 
 
-def test_a_reported_hang_is_listed_at_the_end_and_the_job_keeps_its_own_status(launches, tmp_path):
-    # Rank 2's stall ends once its stacks are in (was: a fixed 6 s for a 2 s
-    # --hang-timeout and the dumps, tight on a loaded machine).
-    release = tmp_path / "release"
-    job = launches(["--nproc-per-node", "3", "--master-port", str(free_port()), "--hang-timeout", "2s",
-                    "--timeline-path", str(tmp_path), "--rdzv-id", "reported", STALL, "60", "6"],
-                   env=dict(FAST, STALL_RELEASE=str(release)))
+def test_a_reported_hang_is_listed_at_the_end_and_the_job_keeps_its_own_status(jobs):
+    job, _, release = jobs["reported"]
     assert job.wait_line(r"^STACKS: ", 60), job.output()
     release.touch()
     assert job.wait(90) == 0, job.output()
@@ -57,9 +78,8 @@ def test_a_reported_hang_is_listed_at_the_end_and_the_job_keeps_its_own_status(l
     assert not job.matching(r"LAST WORDS|no node held a snapshot|no rank has a snapshot"), job.output()
 
 
-def test_a_healthy_job_says_so_last(launches, tmp_path):
-    job = launches(["--nproc-per-node", "2", "--master-port", str(free_port()), "--hang-timeout", "20s",
-                    "--timeline-path", str(tmp_path), STALL, "0", "2"])
+def test_a_healthy_job_says_so_last(jobs):
+    job, _, _ = jobs["healthy"]
     assert job.wait(90) == 0, job.output()
     assert stderr_lines(job)[-2:] == ["xpu-diag: no hang or slow rank seen", "xpu-diag: exit 0 (the job succeeded)"], \
         job.output()
