@@ -1,6 +1,10 @@
 """Process groups by the names users gave them, on gloo (the tracer alone):
 through the real xpu_timer_launch, two named subgroups, one hang; a p2p hang
-names its group as a collective hang does."""
+names its group as a collective hang does.
+
+The three hung jobs are independent and mostly wait (the hang timeout, the
+dumps), so one module fixture starts them together; each test judges its own.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,34 @@ import sys
 
 import pytest
 
-from tests.functional.launch import SCRIPTS, Launch
+from tests.functional.launch import SCRIPTS, module_launches  # noqa: F401 (fixture)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def test_hang_on_a_named_subgroup_names_it_and_its_ranks(tmp_path):
-    job = Launch(["--nproc-per-node", "2", "--hang-timeout", "4s", "--timeline-path", str(tmp_path),
-                  os.path.join(SCRIPTS, "subgroups.py")])
+P2P_OPS = ["send", "batch_isend_irecv"]
+
+
+@pytest.fixture(scope="module")
+def jobs(module_launches, tmp_path_factory):
+    """name -> (job, its timeline directory), all started at once."""
+    started = {}
+    tmp_path = tmp_path_factory.mktemp("subgroups")
+    started["subgroups"] = (module_launches(
+        ["--nproc-per-node", "2", "--hang-timeout", "4s", "--timeline-path", str(tmp_path),
+         os.path.join(SCRIPTS, "subgroups.py")]), tmp_path)
+    for op in P2P_OPS:
+        # Rank 1 never posts its recv, so rank 0 hangs in its send.
+        tmp_path = tmp_path_factory.mktemp(op)
+        started[op] = (module_launches(
+            ["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path),
+             os.path.join(SCRIPTS, "p2p_hang.py"), op], env={"XPU_TIMER_DUMP_TOOLS": "py-spy"}), tmp_path)
+    return started
+
+
+def test_hang_on_a_named_subgroup_names_it_and_its_ranks(jobs):
+    job, tmp_path = jobs["subgroups"]
     try:
         hit = job.wait_line(r"HANG: ", 150)
         assert hit, job.output()
@@ -55,11 +78,9 @@ def test_hang_on_a_named_subgroup_names_it_and_its_ranks(tmp_path):
         job.kill()
 
 
-@pytest.mark.parametrize("op", ["send", "batch_isend_irecv"])
-def test_a_p2p_hang_names_its_group_as_a_collective_hang_does(tmp_path, op):
-    # Rank 1 never posts its recv, so rank 0 hangs in its send.
-    job = Launch(["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path),
-                  os.path.join(SCRIPTS, "p2p_hang.py"), op], env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+@pytest.mark.parametrize("op", P2P_OPS)
+def test_a_p2p_hang_names_its_group_as_a_collective_hang_does(jobs, op):
+    job, tmp_path = jobs[op]
     try:
         hit = job.wait_line(r"HANG: ", 90)
         assert hit, job.output()
