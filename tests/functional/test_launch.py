@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.functional.launch import SCRIPTS, children_matching, launches  # noqa: F401 (fixture)
+from tests.functional.launch import SCRIPTS, children_matching, launches, module_launches  # noqa: F401 (fixtures)
 
 STALL = os.path.join(SCRIPTS, "stall.py")
 pytestmark = pytest.mark.timeout(240)
@@ -29,11 +29,12 @@ def frame_names(path: str) -> set[str]:
 
 
 def test_healthy_job_exits_zero_with_no_hang(launches, tmp_path):
+    # 2 ranks (was 4): every rank's result and the clean-up are judged the same
     job_id = f"healthy-{os.getpid()}"
-    job = launches(["--nproc-per-node", "4", "--hang-timeout", "20s", "--rdzv-id", job_id,
+    job = launches(["--nproc-per-node", "2", "--hang-timeout", "20s", "--rdzv-id", job_id,
                     "--timeline-path", str(tmp_path), STALL, "0", "20"])
     assert job.wait(180) == 0, job.output()
-    assert len(job.matching(r"^DONE rank=\d restart=0 value=")) == 4, job.output()
+    assert len(job.matching(r"^DONE rank=\d restart=0 value=")) == 2, job.output()
     assert job.matching(r"agent connected"), job.output()
     assert not job.matching(r"HANG"), job.output()
     assert event_dirs(tmp_path) == []
@@ -92,50 +93,61 @@ def _wait_for_stacks(timeline, world, timeout) -> str:
 
 
 def test_training_completes_when_the_collector_is_killed(launches, tmp_path):
-    job = launches(["--nproc-per-node", "4", "--hang-timeout", "20s",
+    # 2 ranks (was 4): training goes on without the collector on each of them
+    job = launches(["--nproc-per-node", "2", "--hang-timeout", "20s",
                     "--timeline-path", str(tmp_path), STALL, "0", "80"])
     assert job.wait_line(r"agent connected", 120), job.output()
     collectors = children_matching(job.proc.pid, "diag.collector")
     assert len(collectors) == 1, job.output()
     os.kill(collectors[0], signal.SIGKILL)
     assert job.wait(180) == 0, job.output()
-    assert len(job.matching(r"^DONE rank=\d restart=0 value=1$")) == 4, job.output()
+    assert len(job.matching(r"^DONE rank=\d restart=0 value=1$")) == 2, job.output()
     assert job.matching(r"xpu-diag agent .*unreachable"), job.output()
 
 
 def test_hang_action_kill_lets_torchrun_restart_the_workers(launches, tmp_path):
-    job = launches(["--nproc-per-node", "4", "--hang-timeout", "4s", "--hang-action", "kill",
+    # 3 ranks (was 4): rank 2 stalls, the others hang waiting for it, all are restarted
+    job = launches(["--nproc-per-node", "3", "--hang-timeout", "4s", "--hang-action", "kill",
                     "--max-restarts", "1", "--timeline-path", str(tmp_path), STALL, "600", "8"],
                    env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})  # gdb: seconds per rank
     assert job.wait(200) == 0, job.output()
     assert job.matching(r"^HANG: "), job.output()
     done = job.matching(r"^DONE rank=")
-    assert sorted(done) == [f"DONE rank={r} restart=1 value=1" for r in range(4)], job.output()
-    assert len(_wait_for_stacks(tmp_path, 4, 5)) > 0
+    assert sorted(done) == [f"DONE rank={r} restart=1 value=1" for r in range(3)], job.output()
+    assert len(_wait_for_stacks(tmp_path, 3, 5)) > 0
 
 
 # The rest of the bad-option cases are unit tests of parse_args (tests/launcher).
-@pytest.mark.parametrize("args, option", [
+BAD_OPTIONS = [
     (["--hang-timeout", "soon", STALL], "--hang-timeout"),
     (["--timeline-path", "{file}/timeline", STALL], "--timeline-path"),
     (["--timeline-path", "/proc/nope", STALL], "--timeline-path"),   # was: exit 0, no hang detection
     (["--nproc-per-node", "2"], "training script"),
-])
-def test_bad_options_give_one_line_errors(launches, tmp_path, args, option):
-    (tmp_path / "file").write_text("not a directory")
-    job = launches([a.replace("{file}", str(tmp_path / "file")) for a in args])
+]
+
+
+@pytest.fixture(scope="module")
+def bad_option_jobs(module_launches, tmp_path_factory):
+    """One launcher per case of BAD_OPTIONS, started together (each is a
+    launcher's start-up and nothing else), in BAD_OPTIONS' order."""
+    file = tmp_path_factory.mktemp("bad") / "file"
+    file.write_text("not a directory")
+    return [module_launches([a.replace("{file}", str(file)) for a in args]) for args, _ in BAD_OPTIONS]
+
+
+@pytest.mark.parametrize("args, option", BAD_OPTIONS)
+def test_bad_options_give_one_line_errors(bad_option_jobs, args, option):
+    job = bad_option_jobs[BAD_OPTIONS.index((args, option))]
     assert job.wait(120) == 2
     err = [line for _, stream, line in job.lines if stream == "err" and line.strip()]
     assert len(err) == 1 and option in err[0] and err[0].startswith("xpu_timer_launch: "), err
 
 
-@pytest.mark.parametrize("relay", [False, True], ids=["direct", "through-a-relay"])
-def test_two_nodes_share_node_zeros_collector(launches, tmp_path, relay):
+def _two_nodes(launches, tmp_path, relay):
     """Two launchers on this host play nodes 0 and 1 (static rendezvous); node
     1's agent dials the collector that node 0 started at master port + 1.
-    Through a relay (--nodes-per-relay 2): one of the two agents serves the
-    group's report relay and both report through it; the HANG and the
-    stacks come as without it."""
+    Returns (node0, node1, port, release): rank 2 (node 1) stalls until the
+    file ``release`` exists."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -149,6 +161,28 @@ def test_two_nodes_share_node_zeros_collector(launches, tmp_path, relay):
               "--timeline-path", str(tmp_path)] + (["--nodes-per-relay", "2"] if relay else []) + [STALL, "120", "8"]
     node1 = launches(["--node-rank", "1"] + common, env=env)
     node0 = launches(["--node-rank", "0"] + common, env=env)
+    return node0, node1, port, release
+
+
+@pytest.fixture(scope="module")
+def two_node_jobs(module_launches, tmp_path_factory):
+    """Both two-node jobs, direct and through a relay, started together: most
+    of each is the wait for the HANG and the dumps. relay -> (node0, node1,
+    master port, release file, timeline)."""
+    jobs = {}
+    for relay in (False, True):
+        timeline = tmp_path_factory.mktemp("relay" if relay else "direct")
+        jobs[relay] = _two_nodes(module_launches, timeline, relay) + (timeline,)
+    return jobs
+
+
+@pytest.mark.parametrize("relay", [False, True], ids=["direct", "through-a-relay"])
+def test_two_nodes_share_node_zeros_collector(two_node_jobs, relay):
+    """Node 1 reports to node 0's collector (see _two_nodes). Through a relay
+    (--nodes-per-relay 2): one of the two agents serves the group's report
+    relay and both report through it; the HANG and the stacks come as
+    without it."""
+    node0, node1, port, release, tmp_path = two_node_jobs[relay]
     assert node0.wait_line(r"^HANG: ", 150), node0.output() + node1.output()
     event = _wait_for_stacks(tmp_path, 4, 60)
     release.touch()
