@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.functional.launch import SCRIPTS
+from tests.functional.launch import SCRIPTS, module_launches  # noqa: F401 (fixture)
 from tests.waiting import wait_for
 from tests.functional.test_launch import _wait_for_stacks, event_dirs, frame_names, launches  # noqa: F401
 
@@ -18,6 +18,21 @@ FAST_DUMPS = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}   # gdb takes seconds per rank
 # Start-up (torch's import, the process group) runs in a named host function: it
 # is an op, so a slow start on a busy machine is not idle time (tests/scripts/ckptlib.py).
 STARTUP = "ckptlib@@start_job"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def checkpoint_job(module_launches, tmp_path_factory):
+    """The healthy checkpoint job, started with the module: it mostly sleeps
+    (its checkpoint takes twice the idle timeout) while the other tests run
+    theirs; its own test only judges it. -> (job, its timeline directory).
+    The two hung jobs stay one after the other: each judges how soon its
+    HANG came."""
+    tmp_path = tmp_path_factory.mktemp("checkpoint")
+    idle = 5.0
+    return module_launches(["--nproc-per-node", "2", "--hang-timeout", "60s", "--idle-timeout", f"{idle}s",
+                            "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "idle.py"), "checkpoint",
+                            str(2 * idle)],
+                           env={"XPU_TIMER_HOST_TRACING_FUNC": f"{STARTUP},ckptlib@@save_checkpoint"}), tmp_path
 
 
 def test_ddp_stall_on_gloo_is_flagged_with_the_peer_in_ddps_buffer_broadcast(launches, tmp_path):
@@ -62,11 +77,8 @@ def test_all_ranks_blocked_outside_collectives_are_flagged_after_the_idle_timeou
         assert json.load(f)["reason"] == "idle"
 
 
-def test_a_long_checkpoint_in_a_named_host_function_is_not_flagged(launches, tmp_path):
-    idle = 5.0
-    job = launches(["--nproc-per-node", "2", "--hang-timeout", "60s", "--idle-timeout", f"{idle}s",
-                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "idle.py"), "checkpoint", str(2 * idle)],
-                   env={"XPU_TIMER_HOST_TRACING_FUNC": f"{STARTUP},ckptlib@@save_checkpoint"})
+def test_a_long_checkpoint_in_a_named_host_function_is_not_flagged(checkpoint_job):
+    job, tmp_path = checkpoint_job
     assert job.wait(180) == 0, job.output()
     assert len(job.matching(r"^DONE rank=")) == 2, job.output()
     assert not job.matching(r"HANG"), job.output()
