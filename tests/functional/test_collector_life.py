@@ -1,5 +1,9 @@
 """Issue 33 items 4, 6 and 7 end to end through the real xpu_timer_launch:
-the node-0 collector paused, killed, or left behind by a killed launcher."""
+the node-0 collector paused, killed, or left behind by a killed launcher.
+
+The three jobs the tests that are not `alone` act on are started together by
+one module fixture: each idles until its test kills something in it (was:
+each started in its test, one start-up after another)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import time
 import pytest
 
 from diag.common.options import DEFAULT_SILENT_AFTER_S
-from tests.functional.launch import SCRIPTS, children_matching
+from tests.functional.launch import SCRIPTS, children_matching, module_launches  # noqa: F401 (fixture)
 from tests.functional.test_launch import launches  # noqa: F401
 from tests.waiting import poll_until
 
@@ -45,6 +49,28 @@ def test_a_stopped_collector_blames_no_agent_for_its_own_pause(launches, tmp_pat
     assert paused is not None, job.output()
 
 
+@pytest.fixture(scope="module")
+def jobs(module_launches, tmp_path_factory):
+    """name -> (job, its tmp directory, its job id): the jobs of the three tests
+    below, started at once; each waits on a file that never comes (or comes
+    when its test says)."""
+    started = {}
+    tmp_path, job_id = tmp_path_factory.mktemp("killed"), f"killed-{os.getpid()}"
+    started["launcher-killed"] = (module_launches(
+        ["--nproc-per-node", "2", "--rdzv-id", job_id, "--hang-timeout", "60s",
+         "--timeline-path", str(tmp_path), STALL_ON_FILE, str(tmp_path / "never"), "-1"]), tmp_path, job_id)
+    tmp_path, job_id = tmp_path_factory.mktemp("restarted"), f"restarted-{os.getpid()}"
+    started["collector-restarted"] = (module_launches(
+        ["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path / "tl"),
+         "--rdzv-id", job_id, STALL_ON_FILE, str(tmp_path / "stall-now"), "1"],
+        env={"XPU_TIMER_DUMP_TOOLS": "py-spy"}), tmp_path, job_id)
+    tmp_path = tmp_path_factory.mktemp("cannot-start")
+    started["cannot-start"] = (module_launches(
+        ["--nproc-per-node", "1", "--hang-timeout", "60s", "--timeline-path", str(tmp_path / "tl"),
+         STALL_ON_FILE, str(tmp_path / "never"), "-1"]), tmp_path, None)
+    return started
+
+
 def alive(pid: int) -> bool:
     """Running, not a zombie waiting for a reaper (a container's PID 1 may never reap)."""
     try:
@@ -55,13 +81,11 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
-def test_a_launcher_killed_by_sigkill_takes_its_workers_and_collector_along(launches, tmp_path):
+def test_a_launcher_killed_by_sigkill_takes_its_workers_and_collector_along(jobs, launches):
     """Before: the workers and the collector ran on under PID 1 for minutes,
     and the node's two /dev/shm directories (progress regions, snapshot
     store) stayed. Now they die with it, and the next launcher sweeps them."""
-    job_id = f"killed-{os.getpid()}"
-    job = launches(["--nproc-per-node", "2", "--rdzv-id", job_id, "--hang-timeout", "60s",
-                    "--timeline-path", str(tmp_path), STALL_ON_FILE, str(tmp_path / "never"), "-1"])
+    job, tmp_path, job_id = jobs["launcher-killed"]
     assert job.wait_line(r"^STARTED rank=1", 120) and job.wait_line(r"^STARTED rank=0", 30), job.output()
     collectors = children_matching(job.proc.pid, "diag.collector")
     workers = children_matching(job.proc.pid, "stall_on_file.py")
@@ -87,12 +111,11 @@ def test_a_launcher_killed_by_sigkill_takes_its_workers_and_collector_along(laun
     assert os.listdir(tmpdir) == []
 
 
-def test_a_collector_killed_by_sigkill_is_started_again_and_names_a_later_stall(launches, tmp_path):
+def test_a_collector_killed_by_sigkill_is_started_again_and_names_a_later_stall(jobs):
     """Before: training went on, but nothing started the collector again, and
     a stall later in the job got no HANG line, only "collector ... unreachable"."""
-    flag, job_id = tmp_path / "stall-now", f"restarted-{os.getpid()}"
-    job = launches(["--nproc-per-node", "2", "--hang-timeout", "3s", "--timeline-path", str(tmp_path / "tl"),
-                    "--rdzv-id", job_id, STALL_ON_FILE, str(flag), "1"], env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+    job, tmp_path, job_id = jobs["collector-restarted"]
+    flag = tmp_path / "stall-now"
     assert job.wait_line(r"^STARTED rank=1", 120) and job.wait_line(r"^STARTED rank=0", 30), job.output()
     [first] = children_matching(job.proc.pid, "diag.collector")
     killed_at = time.time()
@@ -115,10 +138,9 @@ def test_a_collector_killed_by_sigkill_is_started_again_and_names_a_later_stall(
         shutil.rmtree(path)
 
 
-def test_a_collector_that_cannot_start_again_leaves_one_loud_line(launches, tmp_path):
+def test_a_collector_that_cannot_start_again_leaves_one_loud_line(jobs):
+    job, tmp_path, _ = jobs["cannot-start"]
     timeline = tmp_path / "tl"
-    job = launches(["--nproc-per-node", "1", "--hang-timeout", "60s", "--timeline-path", str(timeline),
-                    STALL_ON_FILE, str(tmp_path / "never"), "-1"])
     assert job.wait_line(r"^STARTED rank=0", 120), job.output()
     os.rename(timeline, tmp_path / "moved")
     timeline.write_text("not a directory")   # a restarted collector refuses it: exit 2
