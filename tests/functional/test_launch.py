@@ -28,11 +28,29 @@ def frame_names(path: str) -> set[str]:
         return {frame["name"] for thread in json.load(f) for frame in thread["frames"]}
 
 
-def test_healthy_job_exits_zero_with_no_hang(launches, tmp_path):
+@pytest.fixture(scope="module")
+def side_by_side(module_launches, tmp_path_factory):
+    """The healthy job and the hang-action-kill job, started together: no
+    time bound is judged on either, and most of the second is its hang
+    timeout, its dumps and its restart. Their two tests come first, so the
+    stalled job, which judges how soon its HANG came, runs on its own.
+    name -> (job, its timeline directory, its job id)."""
+    started = {}
     # 2 ranks (was 4): every rank's result and the clean-up are judged the same
-    job_id = f"healthy-{os.getpid()}"
-    job = launches(["--nproc-per-node", "2", "--hang-timeout", "20s", "--rdzv-id", job_id,
-                    "--timeline-path", str(tmp_path), STALL, "0", "20"])
+    tmp_path, job_id = tmp_path_factory.mktemp("healthy"), f"healthy-{os.getpid()}"
+    started["healthy"] = (module_launches(["--nproc-per-node", "2", "--hang-timeout", "20s", "--rdzv-id", job_id,
+                                           "--timeline-path", str(tmp_path), STALL, "0", "20"]), tmp_path, job_id)
+    # 3 ranks (was 4): rank 2 stalls, the others hang waiting for it, all are restarted
+    tmp_path = tmp_path_factory.mktemp("restarted")
+    started["restarted"] = (module_launches(
+        ["--nproc-per-node", "3", "--hang-timeout", "4s", "--hang-action", "kill",
+         "--max-restarts", "1", "--timeline-path", str(tmp_path), STALL, "600", "8"],
+        env={"XPU_TIMER_DUMP_TOOLS": "py-spy"}), tmp_path, None)  # gdb: seconds per rank
+    return started
+
+
+def test_healthy_job_exits_zero_with_no_hang(side_by_side):
+    job, tmp_path, job_id = side_by_side["healthy"]
     assert job.wait(180) == 0, job.output()
     assert len(job.matching(r"^DONE rank=\d restart=0 value=")) == 2, job.output()
     assert job.matching(r"agent connected"), job.output()
@@ -40,6 +58,15 @@ def test_healthy_job_exits_zero_with_no_hang(launches, tmp_path):
     assert event_dirs(tmp_path) == []
     assert not job.matching(r"Traceback|switched off"), job.output()
     assert glob.glob(f"/dev/shm/xpu_diag-{job_id}-*") == []   # the launcher cleaned up
+
+
+def test_hang_action_kill_lets_torchrun_restart_the_workers(side_by_side):
+    job, tmp_path, _ = side_by_side["restarted"]
+    assert job.wait(200) == 0, job.output()
+    assert job.matching(r"^HANG: "), job.output()
+    done = job.matching(r"^DONE rank=")
+    assert sorted(done) == [f"DONE rank={r} restart=1 value=1" for r in range(3)], job.output()
+    assert len(_wait_for_stacks(tmp_path, 3, 5)) > 0
 
 
 def test_stalled_rank_is_flagged_with_stacks_of_all_ranks(launches, tmp_path):
@@ -103,18 +130,6 @@ def test_training_completes_when_the_collector_is_killed(launches, tmp_path):
     assert job.wait(180) == 0, job.output()
     assert len(job.matching(r"^DONE rank=\d restart=0 value=1$")) == 2, job.output()
     assert job.matching(r"xpu-diag agent .*unreachable"), job.output()
-
-
-def test_hang_action_kill_lets_torchrun_restart_the_workers(launches, tmp_path):
-    # 3 ranks (was 4): rank 2 stalls, the others hang waiting for it, all are restarted
-    job = launches(["--nproc-per-node", "3", "--hang-timeout", "4s", "--hang-action", "kill",
-                    "--max-restarts", "1", "--timeline-path", str(tmp_path), STALL, "600", "8"],
-                   env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})  # gdb: seconds per rank
-    assert job.wait(200) == 0, job.output()
-    assert job.matching(r"^HANG: "), job.output()
-    done = job.matching(r"^DONE rank=")
-    assert sorted(done) == [f"DONE rank={r} restart=1 value=1" for r in range(3)], job.output()
-    assert len(_wait_for_stacks(tmp_path, 3, 5)) > 0
 
 
 # The rest of the bad-option cases are unit tests of parse_args (tests/launcher).
