@@ -1,18 +1,24 @@
-"""Runs tests/recover/scripts/train.py under plain torchrun (2 gloo ranks),
-with the store and persist directories in the environment as
-xpu_timer_launch sets them."""
+"""Runs tests/recover/scripts/train.py as a 2-rank gloo job, with the store
+and persist directories in the environment as xpu_timer_launch sets them.
+
+The ranks are forked from the preloaded-torch server (tests/recover/preloaded.py)
+with the environment torchrun gives its workers (RANK, WORLD_SIZE, MASTER_ADDR,
+...): torchrun's own process (another torch import) only spawned them, and each
+rank of these jobs ends itself (train.py kills every rank at DIE_AT), so what
+it added was start-up time."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
+import time
 from pathlib import Path
 
 import torch
 
 from diag.common import envnames
 from diag.common.net import free_port
+from tests.recover import preloaded
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")
@@ -28,18 +34,36 @@ def env(store: str | None, persist: str | None) -> dict:
     return out
 
 
+def forked(argv: list[str], store=None, persist=None, fsize: int | None = None,
+           **extra: str) -> preloaded.Forked:
+    """``python *argv`` with this module's environment (plus ``extra``), forked
+    from the preloaded-torch server; ``fsize``: its RLIMIT_FSIZE."""
+    return preloaded.Forked(argv, dict(env(store, persist), **extra), str(ROOT), env(None, None), fsize)
+
+
 def run(out: Path, mode: str, steps: int, store=None, persist=None, die=None, world: int = 2,
         timeout: float = 120) -> subprocess.CompletedProcess:
-    """One torchrun of the job (world ranks), or one plain process for mode "single"."""
+    """One run of the job (world ranks), or one plain process for mode "single".
+    Its returncode is the first rank's that failed (0 if none did), its
+    stdout and stderr the ranks' in rank order."""
     out.mkdir(parents=True, exist_ok=True)
     args = [TRAIN, str(out), mode, str(steps), *(map(str, die) if die else ())]
     if mode == "single":
-        cmd = [sys.executable, *args]
+        ranks = [forked(args, store, persist)]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
-               "--master-port", str(free_port()), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env(store, persist), capture_output=True, text=True,
-                          timeout=timeout)
+        rendezvous = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
+                          LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0", GROUP_WORLD_SIZE="1")
+        ranks = [forked(args, store, persist, RANK=str(r), LOCAL_RANK=str(r), **rendezvous) for r in range(world)]
+    deadline = time.monotonic() + timeout
+    try:
+        codes = [p.wait(max(0.0, deadline - time.monotonic())) for p in ranks]
+    finally:
+        for p in ranks:                  # a timeout: the rest go too, as torchrun's would
+            p.kill()
+            p.wait()
+    outputs = [p.output() for p in ranks]
+    return subprocess.CompletedProcess(args, next((c for c in codes if c), 0), "".join(o for o, _ in outputs),
+                                       "".join(e for _, e in outputs))
 
 
 def params(out: Path, world: int = 2) -> list[list[torch.Tensor]]:

@@ -1,0 +1,195 @@
+"""Worker processes forked from one server that has imported torch already.
+
+Each Python process that imports torch spends about 1.5 CPU-seconds on it
+before it does anything, and the recover tests start dozens of short ones
+(the ranks of each job, each snapshot writer and restorer). The server
+imports torch once; every process asked of it is a fork of it that then
+runs its script as ``python SCRIPT ARGS`` would: its own environment,
+working directory, argv and files for stdout and stderr, and a normal
+interpreter exit (atexit handlers, threads joined), so a crash, a SIGKILL or
+an ``exit(2)`` reads as it does from a process started by ``subprocess``.
+Only torch (and what it imports) is loaded before the fork; the project's
+code is imported fresh in every child, so no state of ours crosses a fork.
+
+The server is started on first use, one per test process, and stopped (and
+waited for, so its children's CPU time is counted) at that process's exit.
+Protocol: one JSON request a line on its stdin, one JSON reply a line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _child(req: dict) -> None:
+    """In the forked child: become ``python argv...`` and never return to the server loop."""
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    if req.get("fsize") is not None:
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize"], req["fsize"]))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for fd, path in ((1, req["out"]), (2, req["err"])):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    argv = req["argv"]
+    if argv[0] == "-c":
+        sys.argv = ["-c", *argv[2:]]
+        sys.path[0] = ""
+        code = compile(argv[1], "<string>", "exec")
+        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+    else:
+        import runpy
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+    sys.exit(0)   # unwinds the server's frames: the interpreter exits as a script's would
+
+
+def _status(raw: int) -> int:
+    """A waitpid status as subprocess's returncode (-N for signal N)."""
+    return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+
+
+def serve() -> None:
+    """The server loop: spawn, poll and wait requests until stdin ends."""
+    import torch  # noqa: F401  (the point of the server: imported once, before every fork)
+    import torch.distributed  # noqa: F401
+    reply = sys.stdout
+    children = set()
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        req = json.loads(line)
+        if req["op"] == "spawn":
+            reply.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(req)
+            children.add(pid)
+            out = {"pid": pid}
+        else:
+            pid, raw = os.waitpid(req["pid"], os.WNOHANG if req["op"] == "poll" else 0)
+            out = {"status": _status(raw) if pid else None}
+            if pid:
+                children.discard(pid)
+        reply.write(json.dumps(out) + "\n")
+        reply.flush()
+    for pid in children:            # the client is gone: reap what it left
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
+class _Server:
+    def __init__(self, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.recover.preloaded import serve; serve()"],
+                                     cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+        self.dir = tempfile.mkdtemp(prefix="preloaded-")    # the children's stdout and stderr files
+        self.names = itertools.count()
+        atexit.register(self.stop)
+
+    def ask(self, **req) -> dict:
+        with self.lock:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the preloaded-torch server exited ({self.proc.poll()})")
+        return json.loads(line)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_server: _Server | None = None
+
+
+def _get(env: dict) -> _Server:
+    """The server, started with ``env`` (the base environment every child starts from:
+    read once by the interpreter and by torch's libraries as they load)."""
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = _Server(env)
+    return _server
+
+
+class Forked:
+    """A ``subprocess.Popen``'s few calls the tests use, for a child of the server."""
+
+    def __init__(self, argv: list[str], env: dict, cwd: str, base_env: dict, fsize: int | None = None):
+        self._server = _get(base_env)
+        name = os.path.join(self._server.dir, str(next(self._server.names)))
+        self._out, self._err = name + ".out", name + ".err"
+        self.args = argv
+        self.pid = self._server.ask(op="spawn", argv=argv, env=env, cwd=cwd, out=self._out, err=self._err,
+                                    fsize=fsize)["pid"]
+        self.returncode: int | None = None
+        self._done: tuple[str, str] | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.ask(op="poll", pid=self.pid)["status"]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Waits (a timeout kills it, as ``subprocess.run`` does) and returns its stdout and stderr."""
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.wait()
+            raise
+        return self.output()
+
+    def output(self) -> tuple[str, str]:
+        """What it wrote to stdout and stderr so far; its files are removed once it has ended."""
+        if self._done is None:
+            with open(self._out, errors="replace") as o, open(self._err, errors="replace") as e:
+                out, err = o.read(), e.read()
+            if self.returncode is None:
+                return out, err
+            self._done = (out, err)
+            os.unlink(self._out), os.unlink(self._err)
+        return self._done
