@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,10 @@ from tests.recover import jobs
 BIG = str(Path(__file__).parent / "scripts" / "bigstate.py")
 
 
-def big(mb: int, steps: int, store=None, persist=None, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, BIG, str(mb), str(steps)], cwd=jobs.ROOT,
-                            env=jobs.env(store, persist), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+def big(mb: int, steps: int, store=None, persist=None, **extra: str):
+    """scripts/bigstate.py in a process of its own, forked with torch already
+    imported (tests/recover/preloaded.py); ``extra``: more environment."""
+    return jobs.forked([BIG, str(mb), str(steps)], store, persist, **extra)
 
 
 def big_run(mb: int, steps: int, store=None, persist=None, timeout: float = 60):

@@ -5,10 +5,11 @@ before it does anything, and the recover tests start dozens of short ones
 (the ranks of each job, each snapshot writer and restorer). The server
 imports torch once; every process asked of it is a fork of it that then
 runs its script as ``python SCRIPT ARGS`` would: its own environment,
-working directory, argv and files for stdout and stderr, and a normal
-interpreter exit (atexit handlers, threads joined), so a crash, a SIGKILL or
-an ``exit(2)`` reads as it does from a process started by ``subprocess``.
-Only torch (and what it imports) is loaded before the fork; the project's
+working directory, argv and files for stdout and stderr, and the exit
+status, threads joined and atexit handlers run as on a normal interpreter
+exit (see ``_child`` for the one step left out), so a crash, a SIGKILL or an
+``exit(2)`` reads as it does from a process started by ``subprocess``.
+Only torch's modules are loaded before the fork; the project's
 code is imported fresh in every child, so no state of ours crosses a fork.
 
 The server is started on first use, one per test process, and stopped (and
@@ -29,15 +30,21 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 
+_STARTUP_FILTERS = list(warnings.filters)   # the server runs without PYTHONWARNINGS (_Server)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _child(req: dict) -> None:
-    """In the forked child: become ``python argv...`` and never return to the server loop."""
+    """In the forked child: become ``python argv...`` and exit as it would; never returns."""
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
+    # The warning filters a fresh interpreter would start with under this environment.
+    warnings.filters[:] = _STARTUP_FILTERS
+    sys.warnoptions[:] = [opt for opt in req["env"].get("PYTHONWARNINGS", "").split(",") if opt]
+    warnings._processoptions(sys.warnoptions)
     if req.get("fsize") is not None:
         import resource
         resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize"], req["fsize"]))
@@ -48,18 +55,42 @@ def _child(req: dict) -> None:
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(f, fd)
         os.close(f)
-    argv = req["argv"]
+    try:
+        _run(req["argv"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    # What the interpreter does on its way out before it tears its modules
+    # down: join the threads, run the atexit handlers, flush. The teardown
+    # itself is skipped: in a fork of a process holding torch it costs about
+    # 0.8 CPU-seconds (copy-on-write faults over every module), and a process
+    # these tests kill with SIGKILL never runs it either.
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _run(argv: list[str]) -> None:
+    """``python argv...``: ``-c CODE ARGS`` or ``SCRIPT ARGS``, as __main__."""
     if argv[0] == "-c":
         sys.argv = ["-c", *argv[2:]]
         sys.path[0] = ""
-        code = compile(argv[1], "<string>", "exec")
-        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
     else:
         import runpy
         sys.argv = list(argv)
         sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
         runpy.run_path(argv[0], run_name="__main__")
-    sys.exit(0)   # unwinds the server's frames: the interpreter exits as a script's would
 
 
 def _status(raw: int) -> int:
@@ -69,8 +100,10 @@ def _status(raw: int) -> int:
 
 def serve() -> None:
     """The server loop: spawn, poll and wait requests until stdin ends."""
-    import torch  # noqa: F401  (the point of the server: imported once, before every fork)
-    import torch.distributed  # noqa: F401
+    # The point of the server: torch's modules the children use, imported once, before every fork.
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
     reply = sys.stdout
     children = set()
     while True:
@@ -102,6 +135,7 @@ def serve() -> None:
 
 class _Server:
     def __init__(self, env: dict):
+        env = {k: v for k, v in env.items() if k != "PYTHONWARNINGS"}    # each child applies its own
         self.proc = subprocess.Popen([sys.executable, "-c", "from tests.recover.preloaded import serve; serve()"],
                                      cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.lock = threading.Lock()

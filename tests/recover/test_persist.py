@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -49,13 +46,9 @@ def test_persist_writes_stock_dcp_once_and_keeps_two(tmp_path):
 _PERSIST = "import sys; from diag.recover.persist import persist_newest as p; print(p(*sys.argv[1:]).summary())"
 
 
-def _persist_proc(node, disk, limit=None) -> subprocess.Popen:
+def _persist_proc(node, disk, limit=None):
     """The agent's persist in a process of its own (to kill it, or cap its file size)."""
-    def cap():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return subprocess.Popen([sys.executable, "-c", _PERSIST, node, disk], cwd=jobs.ROOT, env=jobs.env(None, None),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=cap if limit else None)
+    return jobs.forked(["-c", _PERSIST, node, disk], fsize=limit)
 
 
 def _restore_from_disk(tmp_path, disk, mb):
@@ -125,10 +118,9 @@ def test_restore_into_a_larger_world_is_one_line(tmp_path):
     assert code == 0, err
     disk = str(tmp_path / "disk")
     persist_newest(node, disk)
-    env = dict(jobs.env(str(tmp_path / "empty"), disk), WORLD_SIZE="2", RANK="0")
-    done = subprocess.run([sys.executable, helpers.BIG, "1", "1"], cwd=jobs.ROOT, env=env, capture_output=True,
-                          text=True)
-    line = _one_line(done.stderr)
+    done = helpers.big(1, 1, str(tmp_path / "empty"), disk, WORLD_SIZE="2", RANK="0")
+    _, err = done.communicate(60)
+    line = _one_line(err)
     manifest = os.path.join(persist.copy_dir(disk, 2, 0), api.MANIFEST_FILE)
     assert done.returncode == 2 and line.startswith(
         f"xpu-diag recover: rank 0: {manifest}: written by a job of world size 1, this one has 2"), line

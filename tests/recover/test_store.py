@@ -7,6 +7,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -100,7 +101,7 @@ def test_writer_killed_with_half_a_slot_leaves_the_previous_snapshot(tmp_path):
     assert code == 0, err
     rdir = store.rank_dir(str(tmp_path), 0)
     before = store.committed(rdir)
-    proc = subprocess.Popen([helpers.sys.executable, "-c", _HALF, str(tmp_path)], cwd=helpers.jobs.ROOT,
+    proc = subprocess.Popen([sys.executable, "-c", _HALF, str(tmp_path)], cwd=helpers.jobs.ROOT,
                             stdout=subprocess.PIPE, text=True)
     slot = int(proc.stdout.readline())
     proc.kill()
