@@ -4,7 +4,6 @@ so keys the killed attempt left are never read; the first attempt, or a worker
 the launcher did not ask, is left exactly as torch makes it."""
 
 import os
-import subprocess
 import sys
 from datetime import timedelta
 
@@ -13,6 +12,7 @@ import torch.distributed as dist
 
 from diag.common.net import free_port
 from diag.recover import attempt_store
+from tests.recover import preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = """
@@ -37,11 +37,13 @@ def test_a_restarted_worker_reads_only_its_attempts_keys(restart, asked, reads, 
     agent.set("xpu-diag/attempt1/rank_0", "fresh")         # what this attempt's rank 0 published
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
                TORCHELASTIC_RESTART_COUNT=restart, XPU_TIMER_ATTEMPT_STORE=asked, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert f"READ {reads}" in out.stdout.splitlines(), out.stdout
+    # forked with torch imported (tests/recover/preloaded.py): torch's rendezvous handlers as a fresh interpreter has them
+    worker = preloaded.Forked(["-c", WORKER], env, ROOT, env)
+    stdout, stderr = worker.communicate(60)
+    assert worker.returncode == 0, stderr
+    assert f"READ {reads}" in stdout.splitlines(), stdout
     assert agent.get(writes) == b"new"
-    assert out.stderr == ""
+    assert stderr == ""
 
 
 def test_nothing_is_wrapped_outside_a_restarted_agent_store_worker():

@@ -11,8 +11,6 @@ step. When the copy fits in a step, nothing is skipped or waited for."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -152,10 +150,9 @@ def test_a_copy_that_fits_in_the_step_is_never_waited_for_nor_skipped(tmp_path):
         assert after_prehook >= step - 1, (step, lags)
 
 
-def _slow(store_dir: str, steps: int, mb: int = 24) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, SLOW, str(mb), str(steps)], cwd=jobs.ROOT,
-                            env=jobs.env(store_dir, None), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def _slow(store_dir: str, steps: int, mb: int = 24):
+    """scripts/slowcopy.py in a process of its own, forked with torch imported (tests/recover/preloaded.py)."""
+    return jobs.forked([SLOW, str(mb), str(steps)], store_dir)
 
 
 def _kill_mid_write(proc, rdir: str) -> tuple[int, int]:
