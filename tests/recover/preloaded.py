@@ -98,8 +98,10 @@ def _status(raw: int) -> int:
     return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
 
 
-def serve() -> None:
-    """The server loop: spawn, poll and wait requests until stdin ends."""
+def serve(files: str) -> None:
+    """The server loop: spawn, poll and wait requests until stdin ends;
+    then removes ``files``, its children's output folder (a client that
+    ends with ``os._exit``, as a pytest-xdist worker may, never does)."""
     # The point of the server: torch's modules the children use, imported once, before every fork.
     import torch.distributed.checkpoint  # noqa: F401
     import torch.distributed.fsdp  # noqa: F401
@@ -131,15 +133,17 @@ def serve() -> None:
             os.waitpid(pid, 0)
         except OSError:
             pass
+    shutil.rmtree(files, ignore_errors=True)
 
 
 class _Server:
     def __init__(self, env: dict):
         env = {k: v for k, v in env.items() if k != "PYTHONWARNINGS"}    # each child applies its own
-        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.recover.preloaded import serve; serve()"],
+        self.dir = tempfile.mkdtemp(prefix="preloaded-")    # the children's stdout and stderr files
+        self.proc = subprocess.Popen([sys.executable, "-c", "import sys; from tests.recover.preloaded import serve; "
+                                      "serve(sys.argv[1])", self.dir],
                                      cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.lock = threading.Lock()
-        self.dir = tempfile.mkdtemp(prefix="preloaded-")    # the children's stdout and stderr files
         self.names = itertools.count()
         atexit.register(self.stop)
 
