@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from diag.common.net import free_port
+from tests.recover import preloaded
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "framework_state.py")
 SAYS = {
@@ -27,10 +26,11 @@ pytestmark = pytest.mark.timeout(180)
 def test_state_a_snapshot_would_hold_in_part_is_refused_with_one_line(tmp_path):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
                LOCAL_RANK="0", PYTHONWARNINGS="ignore")
-    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "store")], env=env, capture_output=True,
-                         text=True, timeout=150)
-    assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads(out.stdout.split("RESULT ", 1)[1])
+    # forked with torch imported (tests/recover/preloaded.py); DeepSpeed and Megatron are imported by the child
+    proc = preloaded.Forked([SCRIPT, str(tmp_path / "store")], env, preloaded.ROOT, env)
+    stdout, stderr = proc.communicate(150)
+    assert proc.returncode == 0, stderr[-3000:]
+    results = json.loads(stdout.split("RESULT ", 1)[1])
     assert sorted(results) == sorted(SAYS)
     for which, says in SAYS.items():
         r = results[which]
