@@ -38,7 +38,7 @@ def forked(argv: list[str], store=None, persist=None, fsize: int | None = None,
            **extra: str) -> preloaded.Forked:
     """``python *argv`` with this module's environment (plus ``extra``), forked
     from the preloaded-torch server; ``fsize``: its RLIMIT_FSIZE."""
-    return preloaded.Forked(argv, dict(env(store, persist), **extra), str(ROOT), env(None, None), fsize)
+    return preloaded.Forked(argv, dict(env(store, persist), **extra), str(ROOT), fsize)
 
 
 def run(out: Path, mode: str, steps: int, store=None, persist=None, die=None, world: int = 2,

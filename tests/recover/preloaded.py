@@ -45,6 +45,9 @@ def _child(req: dict) -> None:
     warnings.filters[:] = _STARTUP_FILTERS
     sys.warnoptions[:] = [opt for opt in req["env"].get("PYTHONWARNINGS", "").split(",") if opt]
     warnings._processoptions(sys.warnoptions)
+    if req["env"].get("OMP_NUM_THREADS", "").isdigit():
+        import torch
+        torch.set_num_threads(max(1, int(req["env"]["OMP_NUM_THREADS"])))
     if req.get("fsize") is not None:
         import resource
         resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize"], req["fsize"]))
@@ -136,9 +139,18 @@ def serve(files: str) -> None:
     shutil.rmtree(files, ignore_errors=True)
 
 
+def _server_env() -> dict:
+    """The server's environment, the same whoever starts it: what is read once,
+    as the interpreter and torch's libraries load, is decided here for every
+    child (one OpenMP thread, as tests/recover/jobs.py asks; torch.set_num_threads
+    follows a child's own OMP_NUM_THREADS). PYTHONWARNINGS: each child applies its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XPU_TIMER_") and k != "PYTHONWARNINGS"}
+    return dict(env, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+
+
 class _Server:
-    def __init__(self, env: dict):
-        env = {k: v for k, v in env.items() if k != "PYTHONWARNINGS"}    # each child applies its own
+    def __init__(self):
+        env = _server_env()
         self.dir = tempfile.mkdtemp(prefix="preloaded-")    # the children's stdout and stderr files
         self.proc = subprocess.Popen([sys.executable, "-c", "import sys; from tests.recover.preloaded import serve; "
                                       "serve(sys.argv[1])", self.dir],
@@ -166,20 +178,19 @@ class _Server:
 _server: _Server | None = None
 
 
-def _get(env: dict) -> _Server:
-    """The server, started with ``env`` (the base environment every child starts from:
-    read once by the interpreter and by torch's libraries as they load)."""
+def _get() -> _Server:
     global _server
     if _server is None or _server.proc.poll() is not None:
-        _server = _Server(env)
+        _server = _Server()
     return _server
 
 
 class Forked:
     """A ``subprocess.Popen``'s few calls the tests use, for a child of the server."""
 
-    def __init__(self, argv: list[str], env: dict, cwd: str, base_env: dict, fsize: int | None = None):
-        self._server = _get(base_env)
+    def __init__(self, argv: list[str], env: dict, cwd: str, fsize: int | None = None):
+        """``python *argv`` in ``cwd`` with exactly ``env``; ``fsize``: its RLIMIT_FSIZE."""
+        self._server = _get()
         name = os.path.join(self._server.dir, str(next(self._server.names)))
         self._out, self._err = name + ".out", name + ".err"
         self.args = argv

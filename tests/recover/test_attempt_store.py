@@ -38,7 +38,7 @@ def test_a_restarted_worker_reads_only_its_attempts_keys(restart, asked, reads, 
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
                TORCHELASTIC_RESTART_COUNT=restart, XPU_TIMER_ATTEMPT_STORE=asked, PYTHONPATH=ROOT)
     # forked with torch imported (tests/recover/preloaded.py): torch's rendezvous handlers as a fresh interpreter has them
-    worker = preloaded.Forked(["-c", WORKER], env, ROOT, env)
+    worker = preloaded.Forked(["-c", WORKER], env, ROOT)
     stdout, stderr = worker.communicate(60)
     assert worker.returncode == 0, stderr
     assert f"READ {reads}" in stdout.splitlines(), stdout
