@@ -14,6 +14,7 @@ import torch.distributed.checkpoint as dcp
 from diag.recover import api, persist, store
 from diag.recover.persist import persist_newest
 from tests.recover import helpers, jobs
+from tests.tmpfs import small_tmpfs
 from tests.waiting import poll_until
 
 
@@ -81,8 +82,8 @@ def test_persist_killed_mid_write_leaves_the_previous_copy(tmp_path):
 
 @pytest.fixture
 def tiny_tmpfs(tmp_path):
-    with helpers.small_tmpfs(tmp_path / "disk", "6M", "mounting a small tmpfs needs root") as mnt:
-        yield mnt
+    with small_tmpfs(tmp_path / "disk", "6M") as mnt:
+        yield str(mnt)
 
 
 @pytest.mark.parametrize("full", ["ulimit", "tmpfs"])

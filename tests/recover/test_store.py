@@ -15,6 +15,7 @@ import torch
 
 from diag.recover import Checkpointer, api, store
 from tests.recover import helpers
+from tests.tmpfs import small_tmpfs
 from tests.waiting import poll_until, wait_for
 
 
@@ -129,8 +130,8 @@ def test_corrupt_slot_is_named_and_the_older_one_restored(tmp_path):
 
 @pytest.fixture
 def tiny_tmpfs(tmp_path):
-    with helpers.small_tmpfs(tmp_path / "shm", "1M", "mounting a 1 MiB tmpfs needs root") as mnt:
-        yield mnt
+    with small_tmpfs(tmp_path / "shm", "1M") as mnt:
+        yield str(mnt)
 
 
 def test_store_full_switches_snapshots_off_with_one_line(tiny_tmpfs):
