@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -39,19 +40,17 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def job(tmp_path):
-    """start(hang_timeout_s, stalled) -> (server, agents, writers); one rank a node.
-    ``start.stalled_at()``: a time before any op started (the agents start
-    after their records, and a loaded machine takes seconds for that)."""
+    """start(hang_timeout_s) -> (server, agents, writers); one rank a node,
+    each with an all_reduce (seq 7) started and ended."""
     made = {"children": [], "agents": [], "servers": []}
 
-    def start(hang_timeout_s: float, stalled: bool):
+    def start(hang_timeout_s: float):
         server, port = create_server("127.0.0.1:0", Config(
             job_id="relayjob", token=TOKEN, timeline_path=str(tmp_path / "timeline"),
             hang_timeout_s=hang_timeout_s, eval_interval_s=0.1, nodes_per_relay=2))
         server.start()
         made["servers"].append(server)
         writers = []
-        made["stalled_at"] = time.monotonic()   # before the first op starts: no op is older than this
         for node in range(NODES):
             child = subprocess.Popen([sys.executable, SLEEPER, "300"], stdout=subprocess.PIPE, text=True)
             made["children"].append(child)
@@ -61,8 +60,7 @@ def job(tmp_path):
             writer = RecordWriter(str(shm), producer=fmt.PRODUCER_PYTHON, rank=node, local_rank=0,
                                   world_size=WORLD, pid=child.pid)
             op = writer.start(fmt.KIND_COLLECTIVE, "all_reduce", seq=7)
-            if not stalled:
-                writer.end(op, fmt.KIND_COLLECTIVE, "all_reduce", duration_ns=1000, seq=7)
+            writer.end(op, fmt.KIND_COLLECTIVE, "all_reduce", duration_ns=1000, seq=7)
             writers.append(writer)
             agent = Agent(AgentConfig(shm_dir=str(shm), collector=f"127.0.0.1:{port}", token=TOKEN,
                                       job_id="relayjob", node_rank=node, local_world_size=1,
@@ -72,10 +70,14 @@ def job(tmp_path):
             agent.start()
         return server, made["agents"], writers
 
-    start.stalled_at = lambda: made["stalled_at"]
     yield start
-    for agent in made["agents"]:
-        agent.stop()
+    # Side by side: each serving agent's stop waits for its relay to send
+    # what it holds and exit, a second or so each.
+    stopping = [threading.Thread(target=agent.stop) for agent in made["agents"]]
+    for thread in stopping:
+        thread.start()
+    for thread in stopping:
+        thread.join()
     for server in made["servers"]:
         server.stop(grace=0).wait(5)
     for child in made["children"]:
@@ -89,7 +91,7 @@ def _all_relayed(server, agents) -> bool:
 
 
 def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
-    server, agents, _ = job(hang_timeout_s=30.0, stalled=False)
+    server, agents, _ = job(hang_timeout_s=30.0)
     wait_for(lambda: _all_relayed(server, agents), "two relays linked, every agent reporting through one", 60)
     served = [a for a in agents if a.connection.relay.pid is not None]
     assert len(served) == 2 and {a.config.node_rank // 2 for a in served} == {0, 1}   # one per group
@@ -117,11 +119,18 @@ def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
 
 
 def test_a_hang_through_the_relays_is_declared_on_time_with_every_ranks_stacks(job, tmp_path):
-    timeout = 10.0   # the relays form first, in a few seconds even on a loaded machine
-    server, agents, _ = job(hang_timeout_s=timeout, stalled=True)
-    stalled_at = job.stalled_at()
+    # The ranks stall once every agent reports through a relay, so the whole
+    # wait runs through the relays (was: stalled from the start, with a 10 s
+    # timeout to cover the relays forming on a loaded machine); 4 s: four
+    # times the relays' urgent age (a report with an op in flight that long
+    # goes up at once).
+    timeout = 4.0
+    server, agents, writers = job(hang_timeout_s=timeout)
     wait_for(lambda: _all_relayed(server, agents), "every agent reporting through a relay", 60)
     assert not server.watchdog.declared
+    stalled_at = time.monotonic()   # before the op starts: it is no older than this
+    for writer in writers:
+        writer.start(fmt.KIND_COLLECTIVE, "all_reduce", seq=8)
     wait_for(lambda: server.watchdog.declared, "the HANG", 30)
     late = server.watchdog.declared[0].declared - (stalled_at + timeout)
     assert -0.3 <= late <= 2.0, f"HANG {late:+.2f} s after the op crossed the timeout"
