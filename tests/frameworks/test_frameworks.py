@@ -5,6 +5,7 @@ made once and judged three ways; its stall is planted in the user's own code."""
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -48,17 +49,64 @@ def test_metrics_match_what_the_script_timed(healthy):
     jobs.assert_metrics(healthy)
 
 
+# Stalled jobs run this many at a time: each mostly waits (the stall for the
+# 8 s hang timeout, then the dumps); three keep 2 loaded cores busy.
+AT_ONCE = 3
+
+
+def _plant(plant: str, name: str, tmp):
+    """One planted job (jobs.stalled), or the exception it raised."""
+    try:
+        if plant == "--stall":
+            return jobs.stalled(name, tmp)
+        # the launcher's defaults (--hang-timeout 300 s): the divergence proves
+        # the hang, and it is named within 10 s of the skip (issue 36)
+        return jobs.stalled(name, tmp, plant="--skip", hang_timeout_s=None, within_s=10.0)
+    except BaseException as e:   # handed to the test that judges this job
+        return e
+
+
+@pytest.fixture(scope="module")
+def planted(request, tmp_path_factory):
+    """``planted(plant, name)`` -> the Stalled run of framework ``name`` with
+    ``plant`` (--stall or --skip). Every job the selected tests of this module
+    judge is run here, several at a time, rather than one after another
+    inside each test; each test still judges its own job, and a job's
+    failure fails only its test."""
+    plants = {test_stall_in_user_code_names_the_rank_and_the_function.__name__: "--stall",
+              test_a_collective_skipped_on_one_rank_names_the_rank_that_skipped.__name__: "--skip"}
+    wanted = sorted({(plants[item.originalname], item.callspec.params["name"]) for item in request.session.items
+                     if item.module is request.module and item.originalname in plants})
+    tmps = {key: tmp_path_factory.mktemp(key[1] + key[0].replace("-", "_")) for key in wanted}
+    runs = {}
+    # The skips first, side by side and with nothing else: their HANG must
+    # come within 10 s of the skip, which a third job's start-up (its imports
+    # are seconds of CPU) could crowd out on a loaded machine.
+    for plant, width in (("--skip", len(SKIPS)), ("--stall", AT_ONCE)):
+        keys = [key for key in wanted if key[0] == plant]
+        with ThreadPoolExecutor(width) as pool:
+            runs.update(zip(keys, pool.map(lambda key: _plant(*key, tmps[key]), keys)))
+
+    def get(plant: str, name: str):
+        run = runs[(plant, name)]
+        if isinstance(run, BaseException):
+            raise run
+        return run
+    return get
+
+
+# The first of these tests to run waits for every planted job (the fixture).
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(STALLS))
-def test_stall_in_user_code_names_the_rank_and_the_function(name, tmp_path):
-    jobs.assert_stall_named(jobs.stalled(name, tmp_path), STALLS[name])
+def test_stall_in_user_code_names_the_rank_and_the_function(name, planted):
+    jobs.assert_stall_named(planted("--stall", name), STALLS[name])
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", list(SKIPS))
-def test_a_collective_skipped_on_one_rank_names_the_rank_that_skipped(name, tmp_path):
-    # the launcher's defaults (--hang-timeout 300 s): the divergence proves the
-    # hang, and it is named within 10 s of the skip (issue 36)
+def test_a_collective_skipped_on_one_rank_names_the_rank_that_skipped(name, planted):
     skipped, place = SKIPS[name]
-    run = jobs.stalled(name, tmp_path, plant="--skip", hang_timeout_s=None, within_s=10.0)
+    run = planted("--skip", name)
     assert f"rank 1 skipped {skipped}" in run.hang, run.output[-4000:]
     assert "; rule diverged: " in run.hang, run.hang
     assert "ahead" not in run.hang and "cannot tell" not in run.hang, run.hang
