@@ -7,9 +7,8 @@ import pytest
 from tests.netcheck.netns_cluster import Cluster, namespaces_unavailable
 
 
-@pytest.fixture
-def netns_cluster():
-    """Factory: ``netns_cluster(n)`` -> a Cluster that is torn down after the test."""
+def _clusters():
+    """Yields ``make(n, split=False)`` -> a Cluster that is up; downs them all after."""
     reason = namespaces_unavailable()
     if reason:
         pytest.skip(reason)
@@ -21,6 +20,20 @@ def netns_cluster():
         cluster.up()
         return cluster
 
-    yield make
-    for cluster in made:
-        cluster.down()
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.down()
+
+
+@pytest.fixture
+def netns_cluster():
+    """Factory: ``netns_cluster(n)`` -> a Cluster that is torn down after the test."""
+    yield from _clusters()
+
+
+@pytest.fixture(scope="module")
+def module_netns_clusters():
+    """As netns_cluster, for a module fixture: torn down after the module."""
+    yield from _clusters()
