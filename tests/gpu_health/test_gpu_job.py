@@ -12,12 +12,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import urllib.request
 
 import pytest
 
 from tests.functional.launch import ROOT, SCRIPTS, Launch
-from tests.waiting import wait_for
+from tests.waiting import poll_until
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")
 ON_GPU = os.path.join(SCRIPTS, "on_gpu.py")
@@ -94,11 +95,59 @@ def test_a_healthy_replay_invents_no_cause(slow_jobs):
     assert "; no throttle reported; details in" in line and "throttled" not in line, line
 
 
-@pytest.mark.parametrize("name", ["xid", "healthy"])
-def test_an_xid_on_the_culprits_gpu_is_named_and_its_node_listed(tmp_path, name):
-    env = {"GPU_OF_LOCAL_RANK": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    job = _launch(tmp_path, name, 4, name, "stall.py", ["12", "6"], env, ["--hang-timeout", "4s"])
+# The stalled rank sleeps until the evidence is in (STACKS), then the job ends
+# well: long enough for the HANG at 4 s and the dumps on a loaded machine
+# (was: a fixed 12 s stall, waited out in full).
+STALL_S = "90"
+
+
+@pytest.fixture(scope="module")
+def gpu_jobs(tmp_path_factory):
+    """The non-alone tests' four jobs, started at once (each mostly waits: a
+    stall for the hang timeout, or a fixed run time) rather than one after
+    another inside each test; each test waits for and judges its own job.
+    ``jobs[name]`` -> (its timeline dir, the Launch). The shared GPU's
+    /metrics are scraped here, while that job runs: ``sampled`` holds the first
+    scrape with both ranks."""
+    from diag.common.net import free_port
+    tmp = tmp_path_factory.mktemp("gpujobs")
+    stall_env = {"GPU_OF_LOCAL_RANK": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    port = free_port()
+    made, sampled = {}, []
+
+    def apart() -> list[str]:   # side by side: each job its own store (and collector, at port + 1)
+        return ["--master-port", str(free_port())]
+
     try:
+        for name in ("xid", "healthy"):
+            # py-spy only: gdb takes CPU-seconds per rank, and no test here reads native stacks
+            env = dict(stall_env, STALL_RELEASE=str(tmp / f"{name}.release"), XPU_TIMER_DUMP_TOOLS="py-spy")
+            made[name] = (tmp, _launch(tmp, name, 4, name, "stall.py", [STALL_S, "6"], env,
+                                       ["--hang-timeout", "4s", *apart()]))
+        made["share"] = (tmp, _launch(
+            tmp, "share", 2, "throttle", "slow_train.py", [],
+            # 5 s of steps (was 8): the samples come each --gpu-sample-interval (1 s)
+            {"GPU_OF_LOCAL_RANK": "0,0", "CUDA_VISIBLE_DEVICES": "3", "RUN_S": "5"},
+            ["--metrics-port", str(port), *apart()]))
+        if not _nvml_here():
+            made["nonvml"] = (tmp, _launch(tmp, "nonvml", 2, None, "slow_train.py", [],
+                                           # 3 s of steps (was 5): the NVML line comes with the first GPU sample (1 s)
+                                           {"GPU_OF_LOCAL_RANK": "0,1", "RUN_S": "3"}, apart()))
+        scraping = threading.Thread(target=lambda: sampled.append(poll_until(lambda: _sampled(port), 60)),
+                                    daemon=True)
+        scraping.start()
+        yield made, scraping, sampled
+    finally:
+        for _, job in made.values():
+            job.kill()
+
+
+@pytest.mark.parametrize("name", ["xid", "healthy"])
+def test_an_xid_on_the_culprits_gpu_is_named_and_its_node_listed(gpu_jobs, name):
+    tmp_path, job = gpu_jobs[0][name]
+    try:
+        assert job.wait_line(r"^STACKS: ", 150), job.output()
+        (tmp_path / f"{name}.release").touch()
         assert job.wait(180) == 0, job.output()
     finally:
         job.kill()
@@ -133,21 +182,23 @@ def _metrics(port: int) -> str:
         return r.read().decode()
 
 
-def test_two_ranks_on_one_gpu_are_said_once_and_sampled_on_metrics(tmp_path):
-    from diag.common.net import free_port
-    port = free_port()
-    env = {"GPU_OF_LOCAL_RANK": "0,0", "CUDA_VISIBLE_DEVICES": "3", "RUN_S": "8"}
-    job = _launch(tmp_path, "share", 2, "throttle", "slow_train.py", [], env, ["--metrics-port", str(port)])
+def _sampled(port: int) -> str | None:
     try:
-        def sampled():
-            try:
-                text = _metrics(port)
-            except OSError:
-                return None
-            # both ranks: each names its device through its tracer, one may come a sample later
-            ranks = set(re.findall(r'^xpu_diag_gpu_sm_clock_hertz\{[^}]*rank="(\d+)"', text, re.M))
-            return text if len(ranks) == 2 else None
-        text = wait_for(sampled, "an NVML sample of both ranks on /metrics", timeout=60)
+        text = _metrics(port)
+    except OSError:
+        return None
+    # both ranks: each names its device through its tracer, one may come a sample later
+    ranks = set(re.findall(r'^xpu_diag_gpu_sm_clock_hertz\{[^}]*rank="(\d+)"', text, re.M))
+    return text if len(ranks) == 2 else None
+
+
+def test_two_ranks_on_one_gpu_are_said_once_and_sampled_on_metrics(gpu_jobs):
+    made, scraping, sampled = gpu_jobs
+    _, job = made["share"]
+    try:
+        scraping.join(90)
+        text = sampled[0] if sampled else None
+        assert text, "timed out waiting for an NVML sample of both ranks on /metrics"
         assert job.wait(120) == 0, job.output()
     finally:
         job.kill()
@@ -177,9 +228,8 @@ def _nvml_here() -> bool:
 
 
 @pytest.mark.skipif(_nvml_here(), reason="NVML works on this machine")
-def test_without_nvml_one_line_and_everything_else_works(tmp_path):
-    env = {"GPU_OF_LOCAL_RANK": "0,1", "RUN_S": "5"}
-    job = _launch(tmp_path, "nonvml", 2, None, "slow_train.py", [], env)
+def test_without_nvml_one_line_and_everything_else_works(gpu_jobs):
+    _, job = gpu_jobs[0]["nonvml"]
     try:
         assert job.wait(120) == 0, job.output()
     finally:
