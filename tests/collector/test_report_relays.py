@@ -23,6 +23,7 @@ import pytest
 
 from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
+from diag.collector import servicer
 from diag.collector.config import Config
 from diag.collector.relays import PERF_EVERY
 from diag.collector.server import create_server
@@ -39,9 +40,13 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
-def job(tmp_path):
+def job(tmp_path, monkeypatch):
     """start(hang_timeout_s) -> (server, agents, writers); one rank a node,
     each with an all_reduce (seq 7) started and ended."""
+    # A directly reporting agent is advised every 0.5 s (2 s in the product):
+    # the relays form, and re-form after the kill, in a quarter of the wait;
+    # what the advice says is the same.
+    monkeypatch.setattr(servicer, "ADVISE_EVERY_S", 0.5)
     made = {"children": [], "agents": [], "servers": []}
 
     def start(hang_timeout_s: float):
@@ -226,7 +231,7 @@ def test_an_agent_that_ignores_the_relay_commands_goes_on_reporting_directly(tmp
         eval_interval_s=0.1, nodes_per_relay=2))
     server.start()
     agent = FakeAgent(f"127.0.0.1:{port}", TOKEN)
-    stop = agent.report_every(0.2, lambda: node_report(1, [rank_progress(1, 2, started=5, completed=5)]))
+    stop = agent.report_every(0.1, lambda: node_report(1, [rank_progress(1, 2, started=5, completed=5)]))
     try:
         assert agent.next_command("serve_relay", timeout=10).serve_relay.group == 0
         reports = server.state.reports
