@@ -106,9 +106,10 @@ def gpu_jobs(tmp_path_factory):
     """The non-alone tests' four jobs, started at once (each mostly waits: a
     stall for the hang timeout, or a fixed run time) rather than one after
     another inside each test; each test waits for and judges its own job.
-    ``jobs[name]`` -> (its timeline dir, the Launch). The shared GPU's
-    /metrics are scraped here, while that job runs: ``sampled`` holds the first
-    scrape with both ranks."""
+    Yields (jobs, scraping, sampled): ``jobs[name]`` -> (the timeline dir,
+    the Launch); the shared GPU's /metrics are scraped while that job runs,
+    by the thread ``scraping``, which leaves in ``sampled`` the first scrape
+    with both ranks (None if none came)."""
     from diag.common.net import free_port
     tmp = tmp_path_factory.mktemp("gpujobs")
     stall_env = {"GPU_OF_LOCAL_RANK": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
