@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2race|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -41,6 +41,7 @@
 # x2slow: SLOW verdicts on GPT-2 DDP: a GPU slowed by a side-stream load, a host-side straggler, a healthy run.
 # x2diverge: GPT-2 DDP with a skipped loss all_reduce (divergence named), the
 # hook's 2-GPU tests, and the per-call bench (the fingerprint args' cost).
+# x2gpt2: only x2diverge's GPT-2 DDP divergence test (ddp_skip_loss.py through gpt2_ddp.py).
 # x2timeline: the merged timeline of 5 GPT-2-small DDP steps (timeline_gpt2.json, docs/timeline.md).
 # x1drv: issue 20 item 4: driver launches (cuBLAS, NCCL, Triton) counted and a
 # 1-rank all-reduce one series without busbw, then the per-call bench (its driver mode).
@@ -188,6 +189,7 @@ case $label in
   x2diverge) run divergence_2gpu 330 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_divergence_2gpu.py
       run hook_nccl_2gpu 120 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_nccl_2gpu.py
       run hook_launch_bench 140 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json ;;
+  x2gpt2) run divergence_2gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_divergence_2gpu.py ;;
   x2timeline) run timeline_gpt2 500 env TIMELINE_OUT=$R/timeline_gpt2.json python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_timeline_gpt2.py ;;
   x2slow) run slow 560 bash tests/gpu/scripts/slow_session.sh $R/slow ;;
   x2perf) run perf_gpt2 400 python3 tests/gpu/scripts/perf_gpt2_session.py $R/perf ;;   # the per-call bench: x2diverge
