@@ -126,10 +126,10 @@ def test_relays_form_and_a_killed_one_is_replaced_with_no_verdict(job, capfd):
 def test_a_hang_through_the_relays_is_declared_on_time_with_every_ranks_stacks(job, tmp_path):
     # The ranks stall once every agent reports through a relay, so the whole
     # wait runs through the relays (was: stalled from the start, with a 10 s
-    # timeout to cover the relays forming on a loaded machine); 4 s: four
+    # timeout to cover the relays forming on a loaded machine); 3 s: three
     # times the relays' urgent age (a report with an op in flight that long
     # goes up at once).
-    timeout = 4.0
+    timeout = 3.0
     server, agents, writers = job(hang_timeout_s=timeout)
     wait_for(lambda: _all_relayed(server, agents), "every agent reporting through a relay", 60)
     assert not server.watchdog.declared
@@ -167,10 +167,11 @@ def _relay_by_hand(tmp_path, batch_s: float, stderr=None):
 
 
 def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
-    """A relay started by hand with a 4 s batch window: a healthy report
-    waits for the window, one with an op in flight for 2 s goes up at once."""
+    """A relay started by hand with a 3 s batch window: a healthy report
+    waits for the window, one with an op in flight for 2 s goes up at once
+    (under half the window: one that waited for it would take 3 s)."""
     from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
-    server, relay, port_file = _relay_by_hand(tmp_path, batch_s=4)
+    server, relay, port_file = _relay_by_hand(tmp_path, batch_s=3)
     agent = None
     try:
         wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
@@ -178,7 +179,7 @@ def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
         sent = time.monotonic()
         agent.send(node_report(0, [rank_progress(0, 2, started=5, completed=5)]))
         wait_for(lambda: server.state.reports == 1, "the healthy report", 15)
-        assert time.monotonic() - sent >= 3.0, "a healthy report went up before the batch window ended"
+        assert time.monotonic() - sent >= 2.0, "a healthy report went up before the batch window ended"
         sent = time.monotonic()
         agent.send(node_report(0, [rank_progress(0, 2, op=ALL_REDUCE, age_s=2.0, seq=6, started=6, completed=5)]))
         wait_for(lambda: server.state.reports == 2, "the stalled report", 15)
