@@ -7,8 +7,9 @@ import pytest
 from tests.netcheck.netns_cluster import Cluster, namespaces_unavailable
 
 
-def _clusters():
-    """Yields ``make(n, split=False)`` -> a Cluster that is up; downs them all after."""
+@pytest.fixture
+def netns_cluster():
+    """Factory: ``netns_cluster(n)`` -> a Cluster that is torn down after the test."""
     reason = namespaces_unavailable()
     if reason:
         pytest.skip(reason)
@@ -20,20 +21,6 @@ def _clusters():
         cluster.up()
         return cluster
 
-    try:
-        yield make
-    finally:
-        for cluster in made:
-            cluster.down()
-
-
-@pytest.fixture
-def netns_cluster():
-    """Factory: ``netns_cluster(n)`` -> a Cluster that is torn down after the test."""
-    yield from _clusters()
-
-
-@pytest.fixture(scope="module")
-def module_netns_clusters():
-    """As netns_cluster, for a module fixture: torn down after the module."""
-    yield from _clusters()
+    yield make
+    for cluster in made:
+        cluster.down()

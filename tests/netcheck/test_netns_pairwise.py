@@ -6,9 +6,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -46,13 +43,9 @@ def test_two_faulty_nodes_are_both_found(netns_cluster, tmp_path):
     assert rules == {"node1": "pairing+absolute", "node4": "pairing+absolute"}
 
 
-# About the dropout, not bandwidth: tolerate a loaded host.
-DROPOUT = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s",
-           "--rel-ratio", "0.2"]
-
-
-def _dropout(c, tmp_path):
-    """node2 dies (SIGKILL) inside its round-1 pair: (results, killed)."""
+def test_node_dropping_out_mid_test_times_out_and_is_named(netns_cluster, tmp_path):
+    c = netns_cluster(4)
+    out = tmp_path / "faults.json"
     killed = []
 
     def on_line(line, procs):
@@ -60,78 +53,9 @@ def _dropout(c, tmp_path):
             procs[2].send_signal(signal.SIGKILL)   # node2 dies inside its round-1 pair
             killed.append(2)
 
-    out = tmp_path / "faults.json"
-    return c.run_all(lambda k: DROPOUT + (["--output", str(out)] if k == 0 else []), port=29623,
-                     on_line=on_line), killed
-
-
-def _hung(c, tmp_path):
-    """node1 stopped (SIGSTOP) in round 1: (results, stopped)."""
-    stopped = []
-
-    def on_line(line, procs):
-        if "round 1" in line and not stopped:
-            procs[1].send_signal(signal.SIGSTOP)
-            stopped.append(1)
-
-    out = tmp_path / "faults.json"
-    return c.run_all(lambda k: DROPOUT + (["--output", str(out)] if k == 0 else []), port=29624, on_line=on_line,
-                     hung=frozenset({1})), stopped
-
-
-def _unconnected(c, tmp_path, talking: threading.Event):
-    """node2 reaches the store but no pair (c.isolate), --deadline 12s: (results, seconds taken).
-    ``talking`` is set once node 0 says its first line (every node has started)."""
-    c.isolate(2)
-    out = tmp_path / "faults.json"
-    args = ["--size", "256K", "--warmup", "0", "--iters", "2", "--timeout", "40s", "--deadline", "12s",
-            "--join-timeout", "10s"]
-    start = time.monotonic()
-    try:
-        results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else [])
-                            + (["preflight", "--node-name", "node2"] if k == 2 else []), port=29626, timeout=60,
-                            on_line=lambda line, procs: talking.set())
-    finally:
-        talking.set()
-    return results, time.monotonic() - start
-
-
-def _or_error(run, *args):
-    try:
-        return run(*args)
-    except BaseException as e:   # handed to the test that judges this run
-        return e
-
-
-@pytest.fixture(scope="module")
-def sleepers(module_netns_clusters, tmp_path_factory):
-    """The runs that mostly wait (a 6 s collective timeout, a 12 s deadline),
-    each on a 4-node cluster of its own, started side by side rather than one
-    after another inside each test: ``sleepers(name)`` -> (its output
-    directory, what its run returned); each test judges its own run."""
-    made = {name: (module_netns_clusters(4), tmp_path_factory.mktemp(name))
-            for name in ("unconnected", "dropout", "hung")}
-    talking = threading.Event()
-    with ThreadPoolExecutor(len(made)) as pool:
-        done = {"unconnected": pool.submit(_or_error, _unconnected, *made["unconnected"], talking)}
-        # The deadline run's bound counts its start-up: the others start once
-        # its nodes are up, and their start-up overlaps its 12 s wait instead.
-        talking.wait(60)
-        done.update((name, pool.submit(_or_error, run, *made[name])) for name, run in (("dropout", _dropout),
-                                                                                       ("hung", _hung)))
-    results = {name: (made[name][1], future.result()) for name, future in done.items()}
-
-    def get(name: str):
-        tmp_path, got = results[name]
-        if isinstance(got, BaseException):
-            raise got
-        return tmp_path, got
-    return get
-
-
-def test_node_dropping_out_mid_test_times_out_and_is_named(sleepers):
-    tmp_path, (results, killed) = sleepers("dropout")
-    out = tmp_path / "faults.json"
+    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s",
+            "--rel-ratio", "0.2"]   # about the dropout, not bandwidth: tolerate a loaded host
+    results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=29623, on_line=on_line)
     rc0, _, err0 = results[0]
     assert killed and results[2][0] == -signal.SIGKILL
     assert rc0 == 1, err0
@@ -141,11 +65,22 @@ def test_node_dropping_out_mid_test_times_out_and_is_named(sleepers):
     assert results[1][0] == 1 and results[3][0] == 1   # survivors finish too, with the verdict
 
 
-def test_hung_node_is_aborted_and_named(sleepers):
+def test_hung_node_is_aborted_and_named(netns_cluster, tmp_path):
     """SIGSTOP: the node's sockets stay open but nothing moves; its partner's collective
     must time out (not get a reset), and the run must end without it."""
-    tmp_path, (results, stopped) = sleepers("hung")
+    c = netns_cluster(4)
     out = tmp_path / "faults.json"
+    stopped = []
+
+    def on_line(line, procs):
+        if "round 1" in line and not stopped:
+            procs[1].send_signal(signal.SIGSTOP)
+            stopped.append(1)
+
+    args = ["--size", "16M", "--warmup", "1", "--iters", "5", "--timeout", "6s", "--join-timeout", "60s",
+            "--rel-ratio", "0.2"]   # about the dropout, not bandwidth: tolerate a loaded host
+    results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else []), port=29624, on_line=on_line,
+                        hung=frozenset({1}))
     assert stopped and results[0][0] == 1, results[0][2]
     fl = faultlist.load(out)
     doc = json.loads(out.read_text())
@@ -201,15 +136,24 @@ def test_new_user_run_picks_the_routed_interface_and_names_nodes_apart(netns_clu
     assert started.returncode == 0 and "TRAINED" in started.stdout, started.stderr[-2000:]
 
 
-def test_node_that_cannot_connect_ends_at_the_deadline_unknown_and_no_one_blamed(sleepers):
+def test_node_that_cannot_connect_ends_at_the_deadline_unknown_and_no_one_blamed(netns_cluster, tmp_path):
     """Node 2 reaches the store but none of its pairs can connect (its TCP is dropped).
     --timeout is longer than --deadline, so its round-1 pair cannot finish: the run ends
     at the deadline, node 2 and its partner are unknown (not measured, so neither
     healthy nor faulty), nodes 0 and 1 pass, and the exit status is 4. Node 2 runs as
     `netcheck preflight` (no NVML here: the switchbox part is skipped): it says it is
     unknown and exits 4 too (it used to pass as healthy)."""
-    tmp_path, (results, took) = sleepers("unconnected")
+    import time
+    c = netns_cluster(4)
+    port = 29626
+    c.isolate(2)
     out = tmp_path / "faults.json"
+    args = ["--size", "256K", "--warmup", "0", "--iters", "2", "--timeout", "40s", "--deadline", "12s",
+            "--join-timeout", "10s"]
+    start = time.monotonic()
+    results = c.run_all(lambda k: args + (["--output", str(out)] if k == 0 else [])
+                        + (["preflight", "--node-name", "node2"] if k == 2 else []), port=port, timeout=60)
+    took = time.monotonic() - start
     assert [rc for rc, _, _ in results] == [4, 4, 4, 4], [err[-1500:] for _, _, err in results]
     assert took < 12 + 25, took          # the deadline, plus start-up and exit on a loaded host
     doc = json.loads(out.read_text())
