@@ -11,26 +11,26 @@ Longest first instead: the short files fill in around them at the end.
 from __future__ import annotations
 
 # Files whose tests start real jobs, by the seconds their non-`alone` tests
-# took in all (`pytest --durations=0`, 2 shared cores), longest first. The
+# took in all (build/test-parallel.xml of a CI-path run), longest first. The
 # figures only order the queue: a stale one costs some idle time at the end of
 # the phase, never a test. Files not named here keep their collection order.
 LONGEST_FIRST = (
-    "tests/frameworks/test_frameworks.py",          # ~230 s: 8 stalled jobs, DeepSpeed's start-up
-    "tests/netcheck/test_netns_pairwise.py",        # ~165 s
-    "tests/recover/test_dist.py",                   # ~145 s
-    "tests/functional/test_verdicts.py",            # ~135 s: the healthy-pause matrix and 6 hung jobs
-    "tests/recover/test_recover_e2e.py",            # ~115 s
-    "tests/recover/test_persist.py",                # ~100 s
-    "tests/functional/test_launch.py",              # ~100 s
-    "tests/gpu_health/test_gpu_job.py",             # ~70 s
-    "tests/collector/test_report_relays.py",        # ~70 s
-    "tests/frameworks/test_lightning_teardown.py",  # ~55 s
-    "tests/tracer/test_framework_ops.py",           # ~45 s
-    "tests/functional/test_stalls.py",              # ~40 s
-    "tests/functional/test_exit.py",                # ~35 s
-    "tests/functional/test_closing.py",             # ~35 s
-    "tests/functional/test_groups.py",              # ~35 s
-    "tests/recover/test_store.py",                  # ~30 s
+    "tests/recover/test_recover_e2e.py",            # ~120 s: its launches are the suite's longest
+    "tests/netcheck/test_netns_pairwise.py",        # ~115 s
+    "tests/frameworks/test_lightning_teardown.py",  # ~90 s: 8 Lightning runs, three at a time
+    "tests/functional/test_launch.py",              # ~90 s
+    "tests/frameworks/test_frameworks.py",          # ~85 s: 8 planted jobs, several at a time
+    "tests/functional/test_verdicts.py",            # ~80 s: seven jobs at once
+    "tests/tracer/test_tracer.py",                  # ~55 s
+    "tests/functional/test_untrusted_shm.py",       # ~50 s
+    "tests/functional/test_exit.py",                # ~45 s
+    "tests/gpu_health/test_gpu_job.py",             # ~45 s
+    "tests/gpu_health/test_hook_device.py",         # ~35 s
+    "tests/functional/test_collector_life.py",      # ~35 s
+    "tests/functional/test_stalls.py",              # ~35 s
+    "tests/collector/test_report_relays.py",        # ~25 s
+    "tests/tracer/test_framework_ops.py",           # ~25 s
+    "tests/collector/test_collector_service.py",    # ~25 s
 )
 _RANK = {path: i for i, path in enumerate(LONGEST_FIRST)}
 
