@@ -217,7 +217,6 @@ def test_single_variants_and_works_without_completion_end_and_do_not_freeze_the_
         assert lane == sorted(lane)                          # a group's ops end in start order
 
 
-@pytest.mark.alone   # judges durations
 @pytest.mark.alone   # it judges a duration: beside another test it reads that test's load
 def test_cpp_issued_collective_is_timed_from_its_real_end(tmp_path):
     # Issued past the Python wrappers (as DDP's reducer does) and waited 50 ms
@@ -228,4 +227,7 @@ def test_cpp_issued_collective_is_timed_from_its_real_end(tmp_path):
         late = [r.duration_ns for r in records if r.event == fmt.EVENT_END and r.name == "all_reduce"][20:40]
         assert len(late) == 20
         median = sorted(late)[10]
-        assert median < 1.5 * truth + 1_000_000, (median, truth)
+        # docs/tracer.md's limit: stamped at most 5 ms (the watcher's look)
+        # after the real end; the failure this guards is the 50 ms-late wait.
+        # Twice in CI-path runs (never alone) the median was truth + 3 ms.
+        assert median < 1.5 * truth + 5_000_000, (median, truth)
