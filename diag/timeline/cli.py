@@ -114,9 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         reply = fetch(opts)
     except SystemExit as exc:   # --help
         return int(exc.code or 0)
-    except (TimelineError, ConnectionError) as exc:   # bad input 2, no collector's answer 1
+    except TimelineError as exc:        # bad input
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, TimelineError) else 1
+        return 2
+    except ConnectionError as exc:      # no answer from the collector
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
     try:
         write_atomic(opts.out, reply.trace_json)
     except OSError as exc:
