@@ -1,5 +1,6 @@
 """A deterministic 2-layer job with snapshots: argv OUT MODE(ddp|fsdp|single) STEPS [DIE_AT [wait|nowait]].
-Every rank SIGKILLs itself after save(DIE_AT) (wait: once it is committed)."""
+Every rank SIGKILLs itself after save(DIE_AT): wait, once it is committed;
+nowait, with it still in flight (every older one committed)."""
 import os, signal, sys
 import torch
 import torch.distributed as dist
@@ -35,6 +36,11 @@ for step in range(start, steps):
     torch.nn.functional.mse_loss(model(x), y).backward()
     opt.step(), opt.zero_grad(), sched.step()
     progress["step"] = step + 1
+    if step + 1 == die_at and how == "nowait":
+        # Only the last snapshot may be in flight when the rank dies: on a
+        # loaded machine the previous one's commit (background thread) can
+        # lag too, and the crash would then test an older step by chance.
+        ck.wait()
     ck.save(step + 1)
     if step + 1 == die_at:
         if how == "wait":
