@@ -83,7 +83,8 @@ demo: demo-deps setup hook
 # one at a time: beside another test they read its load, not ours.
 # Files go out longest first (tests/conftest.py says why), not xdist's
 # most-tests-first. The alone phase runs even when the parallel one failed (its
-# verdicts are as much news); the 20 slowest tests of both phases come last.
+# verdicts are as much news); the 20 slowest tests of both phases come last,
+# each with its CPU-seconds (tests/conftest.py records them).
 # lint-imports first (a fraction of a second): the layers of
 # docs/architecture.md, as pyproject.toml's [tool.importlinter] writes them.
 test: system-deps setup hook protoc-tools

@@ -10,6 +10,10 @@ Longest first instead: the short files fill in around them at the end.
 
 from __future__ import annotations
 
+import resource
+
+import pytest
+
 # Files whose tests start real jobs, by the seconds their non-`alone` tests
 # took in all (build/test-parallel.xml of a CI-path run), longest first. The
 # figures only order the queue: a stale one costs some idle time at the end of
@@ -39,3 +43,28 @@ def pytest_collection_modifyitems(config, items):
     # A stable sort: within a file the order pytest chose (module fixtures,
     # their parameters) stays as it was.
     items.sort(key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(_RANK)))
+
+
+# Each test's CPU-seconds, next to its wall time in the JUnit XML (the
+# property cpu_s; tests/slowest.py prints it): on CI's 2 cores the suite is
+# bound by CPU, and most of it goes on starting processes that import torch.
+# Counted: this process and every child it has reaped, with what they reaped.
+_CPU_AT_START = pytest.StashKey[float]()
+
+
+def _cpu_s() -> float:
+    return sum(use.ru_utime + use.ru_stime
+               for use in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_CPU_AT_START] = _cpu_s()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown" and _CPU_AT_START in item.stash:
+        outcome.get_result().user_properties.append(("cpu_s", f"{_cpu_s() - item.stash[_CPU_AT_START]:.2f}"))

@@ -2,7 +2,8 @@
 
 Usage: ``python tests/slowest.py N REPORT.xml...``. Each test's time is its
 set-up, call and tear-down (a module fixture's job counts to the first test
-that uses it). A report that is missing (its phase never ran) is said and
+that uses it); beside it, the CPU-seconds it cost (the property cpu_s that
+tests/conftest.py records: the test process and the children it reaped). A report that is missing (its phase never ran) is said and
 skipped; one that is not JUnit XML is named in one line, exit 2.
 """
 
@@ -13,8 +14,9 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def cases(path: str) -> list[tuple[float, str, str]]:
-    """(seconds, test id, phase) for each test case in the report at ``path``."""
+def cases(path: str) -> list[tuple[float, str, str, float | None]]:
+    """(seconds, test id, phase, CPU-seconds or None) for each test case in
+    the report at ``path``."""
     phase = os.path.splitext(os.path.basename(path))[0]
     out = []
     for case in ET.parse(path).iter("testcase"):
@@ -22,7 +24,8 @@ def cases(path: str) -> list[tuple[float, str, str]]:
         # pytest writes module.Class for a test in a class
         cls = [parts.pop()] if len(parts) > 1 and parts[-1][:1].isupper() else []
         name = "::".join(["/".join(parts) + ".py", *cls, case.get("name", "")])
-        out.append((float(case.get("time") or 0.0), name, phase))
+        cpu = [float(p.get("value")) for p in case.iter("property") if p.get("name") == "cpu_s"]
+        out.append((float(case.get("time") or 0.0), name, phase, cpu[0] if cpu else None))
     return out
 
 
@@ -41,10 +44,13 @@ def main(argv: list[str]) -> int:
             print(f"slowest: {path} is not a JUnit XML report ({exc}); pass pytest's --junitxml file",
                   file=sys.stderr)
             return 2
-    found.sort(reverse=True)
-    print(f"==== the {argv[0]} slowest tests of make test ({sum(t for t, _, _ in found):.0f} s in all) ====")
-    for seconds, name, phase in found[:int(argv[0])]:
-        print(f"{seconds:8.2f}s  {phase:<14} {name}")
+    found.sort(key=lambda case: case[0], reverse=True)
+    cpu = sum(c for *_, c in found if c is not None)
+    print(f"==== the {argv[0]} slowest tests of make test ({sum(t for t, *_ in found):.0f} s in all, "
+          f"{cpu:.0f} CPU-s) ====")
+    print(f"{'wall':>9}  {'CPU':>8}")
+    for seconds, name, phase, cpu in found[:int(argv[0])]:
+        print(f"{seconds:8.2f}s  {'-' if cpu is None else f'{cpu:.1f}':>7}s  {phase:<14} {name}")
     return 0
 
 
