@@ -87,8 +87,13 @@ demo: demo-deps setup hook
 # each with its CPU-seconds (tests/conftest.py records them).
 # lint-imports first (a fraction of a second): the layers of
 # docs/architecture.md, as pyproject.toml's [tool.importlinter] writes them.
+# Then our own modules' bytecode, written once: where PYTHONDONTWRITEBYTECODE
+# is set (this project's VMs set it), every rank, launcher, agent and CLI
+# would compile them anew, 0.28 CPU-s a 2-rank launch (6 %), and the suite is
+# bound by CPU (docs/bench-runs/s19-make-test-cpu.txt).
 test: system-deps setup hook protoc-tools
 	$(BIN)/lint-imports --no-cache
+	@$(BIN)/python -m compileall -q -j 0 diag viewer tests bench
 	@mkdir -p build
 	@rm -f build/test-parallel.xml build/test-alone.xml
 	@rc=0; \
