@@ -3,8 +3,9 @@
 Usage: ``python tests/slowest.py N REPORT.xml...``. Each test's time is its
 set-up, call and tear-down (a module fixture's job counts to the first test
 that uses it); beside it, the CPU-seconds it cost (the property cpu_s that
-tests/conftest.py records: the test process and the children it reaped). A report that is missing (its phase never ran) is said and
-skipped; one that is not JUnit XML is named in one line, exit 2.
+tests/conftest.py records: the test process and the children it reaped). A
+report that is missing (its phase never ran) is said and skipped; one that
+is not JUnit XML is named in one line, exit 2.
 """
 
 from __future__ import annotations
