@@ -68,10 +68,13 @@ class Launch:
     def _more_coming(self) -> bool:
         return not (self.proc.stdout.closed or self.proc.stderr.closed)
 
-    def matching(self, pattern: str) -> list[str]:
+    def matching(self, pattern: str, before: float | None = None) -> list[str]:
+        """Lines matching ``pattern`` (regex); with ``before`` (a time.time()),
+        only those that came before it."""
         regex = re.compile(pattern)
         with self._cond:
-            return [line for _, _, line in self.lines if regex.search(line)]
+            return [line for when, _, line in self.lines
+                    if regex.search(line) and (before is None or when < before)]
 
     def wait(self, timeout: float) -> int:
         code = self.proc.wait(timeout)
