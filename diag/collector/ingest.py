@@ -163,6 +163,17 @@ class Ingest:
         self._urgent.set()
         self._kick.set()
 
+    def end_streams(self, message: str) -> None:
+        """End every agent stream still open with UNAVAILABLE and ``message``,
+        as an abort does: its agent reports elsewhere, and no stream is left
+        for the server's stop to cancel (gRPC logs each of those with a
+        CancelledError traceback, at the end of every multi-node job whose
+        collector stops before a relay's last agent)."""
+        for stream in self._streams.values():
+            if stream.abort is None:
+                stream.abort = (grpc.StatusCode.UNAVAILABLE, message)
+                stream.task.cancel()
+
     # -- the judge's side ---------------------------------------------------
     async def relay(self, link_address: str, relay_of: str | None = None) -> None:
         """Until the link ends: reports up, commands down. ``relay_of``:
@@ -260,6 +271,7 @@ async def serve(args) -> int:
         await relay
     except asyncio.CancelledError:
         pass
+    ingest.end_streams(f"the {'relay' if relay_of else 'ingest process'} stopped: its link to the collector ended")
     await server.stop(1.0)
     return 0
 

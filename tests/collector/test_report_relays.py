@@ -305,3 +305,28 @@ def test_a_second_relay_of_a_linked_group_is_refused_and_exits(tmp_path):
                 p.kill()
                 p.wait(10)
         server.stop(grace=0).wait(5)
+
+
+def test_a_relay_whose_collector_stops_first_exits_without_a_traceback(tmp_path):
+    """The end of a multi-node job: node 0's collector stops while another
+    node's agent still has its stream open to the relay. The relay exits, and
+    the stream it cuts on the way is an end, not an error: no traceback."""
+    from tests.collector.fakes import FakeAgent, node_report, rank_progress
+    server, relay, port_file = _relay_by_hand(tmp_path, batch_s=0.2, stderr=subprocess.PIPE)
+    agent = None
+    try:
+        wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
+        agent = FakeAgent(f"127.0.0.1:{port_file.read_text()}", TOKEN)
+        agent.send(node_report(0, [rank_progress(0, 2, started=5, completed=5)]))
+        wait_for(lambda: server.state.reports == 1, "the report through the relay", 15)
+        server.stop(grace=0).wait(5)
+        assert relay.wait(15) == 0
+        said = relay.stderr.read()
+        assert "Traceback" not in said and "CancelledError" not in said, said
+    finally:
+        if agent is not None:
+            agent.close(clean=False)
+        if relay.poll() is None:
+            relay.kill()
+        relay.wait(10)
+        server.stop(grace=0).wait(5)
