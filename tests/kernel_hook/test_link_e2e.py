@@ -55,7 +55,10 @@ def broken(built, tmp_path_factory):
     ras_port = _port()
     env = _env(FAKE_HANG="ncclAllReduce:100", FAKE_NCCL_BREAK="1>2:1:3@100", NCCL_RAS_ADDR=f"127.0.0.1:{ras_port}")
     common = ["--link-plugin", "--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
-              str(_port()), "--hang-timeout", "3s", "--rdzv-id", "linkjob", "--timeline-path", timeline,
+              # 5 s (was 3): the line must see every rank in the all-reduce,
+              # and on a loaded VM node 1's report of rank 3 once came later
+              # than 3 s (HANG: ranks 0-2).
+              str(_port()), "--hang-timeout", "5s", "--rdzv-id", "linkjob", "--timeline-path", timeline,
               "--no-python", LINKPROG, "ring", "400", "30"]
     node1 = Launch(["--node-rank", "1"] + common, env=env)
     node0 = Launch(["--node-rank", "0"] + common, env=env)
