@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import random
 import socket
+
+_LOWEST = 10000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on host right now (the OS picks it; a race with
-    another binder remains, as with any such probe)."""
+    """A TCP port free on host right now, for a server that binds it later.
+
+    Drawn at random below the ephemeral range: a port the OS hands out
+    (bind to 0) comes from that range, which every outgoing connection and
+    every port-0 listener of every process also draws from, so between this
+    probe and the server's bind one of them could take it (a job's TCPStore
+    failed with EADDRINUSE that way beside a busy test suite). Below it only
+    another explicit binder races, as with any such probe. Where the range
+    leaves no room, the OS picks."""
+    top = _ephemeral_low() - 2          # a launcher's collector takes the master port + 1
+    for _ in range(50 if top > _LOWEST else 0):
+        port = random.randint(_LOWEST, top)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
