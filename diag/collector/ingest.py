@@ -70,6 +70,11 @@ class _Stream:
         self.down: asyncio.Queue = asyncio.Queue()
         self.abort: tuple[grpc.StatusCode, str] | None = None
 
+    def end(self, code: grpc.StatusCode, message: str) -> None:
+        """Cut the stream's read loop; connect() then aborts it with this status."""
+        self.abort = (code, message)
+        self.task.cancel()
+
 
 class Ingest:
     def __init__(self, token: str, max_dump_bytes: int, batch_s: float = BATCH_S, urgent_s: float = 0.0) -> None:
@@ -126,8 +131,7 @@ class Ingest:
         while True:
             command = await stream.down.get()
             if command.abort_code:
-                stream.abort = (self._codes.get(command.abort_code, grpc.StatusCode.UNKNOWN), command.abort_message)
-                stream.task.cancel()
+                stream.end(self._codes.get(command.abort_code, grpc.StatusCode.UNKNOWN), command.abort_message)
                 return
             await context.write(command.command)
 
@@ -171,8 +175,7 @@ class Ingest:
         collector stops before a relay's last agent)."""
         for stream in self._streams.values():
             if stream.abort is None:
-                stream.abort = (grpc.StatusCode.UNAVAILABLE, message)
-                stream.task.cancel()
+                stream.end(grpc.StatusCode.UNAVAILABLE, message)
 
     # -- the judge's side ---------------------------------------------------
     async def relay(self, link_address: str, relay_of: str | None = None) -> None:
