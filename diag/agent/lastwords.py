@@ -29,9 +29,10 @@ import time
 from diag.pb import collector_pb2 as pb
 
 TICK_S = 0.2
-# Copies kept per rank on disk. More than two: nodes persist on their own
-# ticks, so after a node loss the survivors' newest copies may be a step or
-# two ahead of the lost node's, and restore needs a step that every rank has.
+# Copies kept per rank on disk (besides the newest step every rank has, which
+# prune keeps on a shared --ckpt-dir). More than two: nodes persist on their
+# own ticks, so after a node loss the survivors' newest copies may be a step
+# or two ahead of the lost node's, and restore needs a step that every rank has.
 PERSIST_KEEP = 3
 
 

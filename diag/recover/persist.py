@@ -27,6 +27,8 @@ from diag.recover import api, layout, store
 
 _STEP_RE = re.compile(r"step-(\d{8,})")
 _TMP_PREFIX = ".tmp-"
+_RANK_RE = re.compile(r"rank-(\d{5,})")
+_TMP_RANK_RE = re.compile(re.escape(_TMP_PREFIX) + r"rank-(\d{5,})-.*")
 
 
 def step_dir(persist_dir: str, step: int) -> str:
@@ -68,15 +70,23 @@ def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
 
 def _persist_rank(rdir: str, persist_dir: str, rank: int, keep: int) -> api.RankPersist:
     problems: list[str] = []
-    refs = store.committed(rdir, problems)
+    refs = list(reversed(store.committed(rdir, problems)))   # older first: the newest is renamed in last
+    # Every copy to write gets its temp directory before any is written: it
+    # tells the other nodes' prune that these steps are wanted (see prune).
+    todo = [(ref, _Pending.start(copy_dir(persist_dir, ref.meta.step, rank), ref.meta, rank)) for ref in refs]
     newest = None
-    for ref in reversed(refs):        # older first: the newest is the last renamed into place
-        outcome = _persist_slot(ref, persist_dir, rank, problems)
-        if outcome is not None:
-            newest = outcome
+    try:
+        for ref, pending in todo:
+            outcome = _persist_slot(ref, pending, persist_dir, rank, problems)
+            if outcome is not None:
+                newest = outcome
+    finally:
+        for _, pending in todo:
+            if isinstance(pending, _Pending):
+                pending.close()
     if newest is not None and newest.outcome != "failed":
         with contextlib.suppress(OSError):
-            prune(persist_dir, rank, keep)
+            prune(persist_dir, rank, keep, world=refs[-1].meta.world_size)
     steps = tuple(step for step, _ in copies(persist_dir, rank))
     if newest is None:
         if problems:
@@ -88,18 +98,20 @@ def _persist_rank(rdir: str, persist_dir: str, rank: int, keep: int) -> api.Rank
     return newest
 
 
-def _persist_slot(ref: api.SlotRef, persist_dir: str, rank: int,
+def _persist_slot(ref: api.SlotRef, pending, persist_dir: str, rank: int,
                   problems: list[str]) -> api.RankPersist | None:
-    """Persist one committed slot; None if it changed or failed its checksum
-    (said in ``problems``)."""
+    """Persist one committed slot into ``pending`` (a :class:`_Pending`, the
+    copy already on disk as a RankPersist, or the exception that stopped its
+    start); None if it changed or failed its checksum (said in ``problems``)."""
+    if isinstance(pending, api.RankPersist):
+        return pending
     target = copy_dir(persist_dir, ref.meta.step, rank)
-    have = _manifest_or_none(target)
-    if have is not None and have.checksum == ref.meta.checksum:
-        return api.RankPersist(rank, ref.meta.step, "present", target)
     t0 = time.monotonic()
     try:
+        if isinstance(pending, Exception):
+            raise pending
         data, objects = store.copy_out(ref)      # the slot is free again before the disk write
-        write_copy(target, ref.meta, data, objects)
+        pending.write(ref.meta, data, objects)
     except store.SlotBusy:
         return None       # the worker is overwriting it: the other slot is the newest
     except api.CorruptSnapshot as exc:
@@ -133,23 +145,48 @@ def _why(exc: Exception, where: str, needed: int) -> str:
 def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
     """Write one rank's snapshot as a DCP checkpoint at ``target`` (temp
     directory, then rename; a copy already there is replaced whole)."""
-    # The default persist dir lies under a shared --timeline-path: the parent
-    # is walked and checked by safe_dirs (no other user's link or directory),
-    # and everything below is reached through its open fd, so a name swapped
-    # meanwhile redirects nothing.
-    fd = safe_dirs.open_dir(os.path.dirname(target), create=True)
+    pending = _Pending(target)
     try:
-        _write_copy_in(f"/proc/self/fd/{fd}", os.path.basename(target), meta, data, objects)
+        pending.write(meta, data, objects)
     finally:
-        os.close(fd)
+        pending.close()
 
 
-def _write_copy_in(parent: str, name: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
-    import torch.distributed.checkpoint as dcp   # the agent imports torch only to persist
+class _Pending:
+    """One copy being written: its temp directory, made beside ``target``
+    before the bytes are read, and renamed to ``target`` when complete."""
 
-    target = os.path.join(parent, name)
-    tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=parent)
-    try:
+    def __init__(self, target: str):
+        # The default persist dir lies under a shared --timeline-path: the parent
+        # is walked and checked by safe_dirs (no other user's link or directory),
+        # and everything below is reached through its open fd, so a name swapped
+        # meanwhile redirects nothing.
+        self.fd = safe_dirs.open_dir(os.path.dirname(target), create=True)
+        self.parent = f"/proc/self/fd/{self.fd}"
+        self.name = os.path.basename(target)
+        try:
+            self.tmp: str | None = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{self.name}-", dir=self.parent)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    @classmethod
+    def start(cls, target: str, meta: api.SnapshotMeta, rank: int):
+        """A _Pending for ``target``; the copy there as a "present"
+        RankPersist when it already holds these bytes; or the exception that
+        stopped the start (reported as that copy's failure)."""
+        have = _manifest_or_none(target)
+        if have is not None and have.checksum == meta.checksum:
+            return api.RankPersist(rank, meta.step, "present", target)
+        try:
+            return cls(target)
+        except Exception as exc:
+            return exc
+
+    def write(self, meta: api.SnapshotMeta, data, objects: bytes) -> None:
+        import torch.distributed.checkpoint as dcp   # the agent imports torch only to persist
+
+        tmp, target = self.tmp, os.path.join(self.parent, self.name)
         tensors = layout.views(data, meta.tensors)
         tree = layout.build([(e.path, t) for e, t in zip(meta.tensors, tensors)]
                             + layout.load_objects(objects))
@@ -159,15 +196,22 @@ def _write_copy_in(parent: str, name: str, meta: api.SnapshotMeta, data, objects
                      json.dumps(meta.to_json(), indent=1).encode(), mode=0o600, fsync=True)
         old = None
         if os.path.exists(target):
-            old = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}old-", dir=parent)
+            old = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}old-", dir=self.parent)
             os.rename(target, os.path.join(old, "x"))
         os.rename(tmp, target)
-        _fsync_dir(parent)
+        self.tmp = None
+        _fsync_dir(self.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    def close(self) -> None:
+        """Remove the temp directory if the copy was not completed."""
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _dcp_call(fn, *args, **kwargs):
@@ -337,14 +381,22 @@ def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
     return data, objects
 
 
-def prune(persist_dir: str, rank: int, keep: int, say=None) -> None:
+def prune(persist_dir: str, rank: int, keep: int, say=None, world: int | None = None) -> None:
     """Remove the rank's copies beyond the newest ``keep``, old temp
     directories of its interrupted persists, and step directories left empty.
     Only what :func:`copies` finds (no other user's link or directory) is
-    removed, through the checked directories' fds."""
+    removed, through the checked directories' fds.
+
+    With ``world`` (the job's world size), two more are kept, read from the
+    directory every node of the job shares: the newest step that every rank
+    has, and a newer step that another rank is writing now. Nodes persist on
+    their own ticks, so a node that lags, then dies, may hold only steps the
+    others are past; without these, restore would find no common step."""
     found = walk_copies(persist_dir, rank, say)
+    held = wanted_by_the_job(persist_dir, rank, world, say) if world else set()
     for step, _, name in found[keep:]:
-        remove_copy(persist_dir, name, rank, say)
+        if step not in held:
+            remove_copy(persist_dir, name, rank, say)
     mine = api.RANK_DIR.format(rank=rank)
     for _, _, name in found[:keep]:
         with _opened(persist_dir, say) as (fd, _names):
@@ -354,6 +406,33 @@ def prune(persist_dir: str, rank: int, keep: int, say=None) -> None:
                 for tmp in inside:
                     if tmp.startswith(f"{_TMP_PREFIX}{mine}-") and _stale(tmp, sfd):
                         shutil.rmtree(tmp, ignore_errors=True, dir_fd=sfd)
+
+
+def wanted_by_the_job(persist_dir: str, rank: int, world: int, say=None) -> set[int]:
+    """The steps whose copies ``rank`` keeps for the rest of the job: the
+    newest step every one of ``world`` ranks has complete, and each newer step
+    another rank is writing (its temp directory, made before its bytes are
+    read, younger than a stale one)."""
+    complete: dict[int, set[int]] = {}
+    writing: set[int] = set()
+    with _opened(persist_dir, say) as (fd, names):
+        for name in names:
+            match = _STEP_RE.fullmatch(name)
+            if not match:
+                continue
+            step = int(match.group(1))
+            with _opened_in(fd, persist_dir, name, say) as (sfd, inside):
+                for entry in inside:
+                    done = _RANK_RE.fullmatch(entry)
+                    if done:
+                        complete.setdefault(step, set()).add(int(done.group(1)))
+                        continue
+                    busy = _TMP_RANK_RE.fullmatch(entry)
+                    if busy and int(busy.group(1)) != rank and not _stale(entry, sfd):
+                        writing.add(step)
+    every = set(range(world))
+    common = max((step for step, ranks in complete.items() if every <= ranks), default=-1)
+    return {step for step in writing if step > common} | ({common} if common >= 0 else set())
 
 
 def remove_copy(persist_dir: str, step_name: str, rank: int, say=None) -> None:

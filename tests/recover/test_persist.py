@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
+import threading
 
 import pytest
 import torch
@@ -42,6 +44,62 @@ def test_persist_writes_stock_dcp_once_and_keeps_two(tmp_path):
     persist_newest(node, disk)
     assert [s for s, _ in persist.copies(disk, 0)] == [5, 4]
     assert sorted(os.listdir(disk)) == ["step-00000004", "step-00000005"]
+
+
+def test_a_node_that_lags_then_dies_leaves_a_step_every_rank_has(tmp_path, monkeypatch):
+    """Nodes persist on their own ticks into the --ckpt-dir they share, and a
+    loaded node lags. Node A (rank 0) and node B (rank 1) both persisted
+    steps 1 and 2. B then starts on 3 and 4 and is held at its copy (its temp
+    directories made) while A persists 3 to 8, keeping 3 copies. A keeps 2,
+    the newest step both have, and 3 and 4, which B is writing. B finishes and
+    dies: a new job restores step 4 from disk on both ranks and ends bitwise
+    where the undisturbed one did. Before, A pruned down to 8, 7, 6 and the
+    new job started afresh."""
+    node, node_b, disk = tmp_path / "node", tmp_path / "node-b", str(tmp_path / "disk")
+
+    def run_to(steps, store=node, persist=None, out=None):
+        done = jobs.run(out or tmp_path / f"to{steps}", "ddp", steps, str(store), persist)
+        assert done.returncode == 0, done.stderr
+        return out or tmp_path / f"to{steps}"
+
+    node.mkdir(mode=0o700)
+    run_to(2)
+    assert persist_newest(str(node), disk, keep=3).newest_step == 2
+    run_to(4)
+    persist_newest(str(node), disk, keep=3, ranks=[0])
+    node_b.mkdir(mode=0o700)          # B's own store: its worker's slots stay at 3 and 4
+    shutil.copytree(node / "rank-00001", node_b / "rank-00001")
+    held, go = threading.Event(), threading.Event()
+    real_copy_out = store.copy_out
+
+    def loaded_node(ref):
+        if threading.current_thread().name == "node-b":
+            held.set()
+            assert go.wait(120)
+        return real_copy_out(ref)
+
+    monkeypatch.setattr(store, "copy_out", loaded_node)
+    b_result = []
+    b = threading.Thread(target=lambda: b_result.append(persist_newest(str(node_b), disk, keep=3)),
+                         name="node-b", daemon=True)
+    b.start()
+    try:
+        assert held.wait(60)
+        for steps in (6, 8):
+            run_to(steps)
+            persist_newest(str(node), disk, keep=3, ranks=[0])
+        assert [s for s, _ in persist.copies(disk, 0)] == [8, 7, 6, 4, 3, 2]
+    finally:
+        go.set()
+        b.join(120)
+    assert [(r.outcome, r.step, r.steps) for r in b_result[0].ranks] == [("written", 4, (4, 3, 2))]
+    persist.prune(disk, 0, keep=3, world=2)       # A's next persist: 4 is now the step both have
+    assert [s for s, _ in persist.copies(disk, 0)] == [8, 7, 6, 4]
+    fresh = tmp_path / "new-node"
+    fresh.mkdir(mode=0o700)
+    again = run_to(8, fresh, disk, tmp_path / "again")
+    assert jobs.restored(again) == [4, 4]
+    assert jobs.bitwise_equal(jobs.params(again), jobs.params(tmp_path / "to8"))
 
 
 _PERSIST = "import sys; from diag.recover.persist import persist_newest as p; print(p(*sys.argv[1:]).summary())"
