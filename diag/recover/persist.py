@@ -58,44 +58,72 @@ def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
         raise ValueError(f"keep: {keep!r} must be at least 1")
     found = store.ranks_in(store_dir)
     wanted = sorted(found) if ranks is None else sorted(r for r in ranks if r in found)
+    # Every copy of this node gets its temp directory before any is written:
+    # it tells the other nodes' prune which steps this node is writing.
+    started = [_RankPersist(found[rank], persist_dir, rank) for rank in wanted]
+    try:
+        results = [one.finish() for one in started]
+    finally:
+        for one in started:
+            one.close()
+    world = next((one.world for one in started if one.world), None)
+    held = set()
+    if world:
+        with contextlib.suppress(OSError):
+            held = wanted_by_the_job(persist_dir, world, mine=set(wanted))
     out = []
-    for rank in wanted:
-        try:
-            result = _persist_rank(found[rank], persist_dir, rank, keep)
-        except Exception as exc:   # one rank's trouble never stops the others
-            result = api.RankPersist(rank, None, "failed", reason=f"{type(exc).__name__}: {exc}")
-        out.append(result)
+    for result in results:
+        if result.outcome in ("written", "present"):
+            with contextlib.suppress(OSError):
+                prune(persist_dir, result.rank, keep, held=held)
+        steps = tuple(step for step, _ in copies(persist_dir, result.rank))
+        out.append(dataclasses.replace(result, steps=steps))
     return api.PersistResult(tuple(out))
 
 
-def _persist_rank(rdir: str, persist_dir: str, rank: int, keep: int) -> api.RankPersist:
-    problems: list[str] = []
-    refs = list(reversed(store.committed(rdir, problems)))   # older first: the newest is renamed in last
-    # Every copy to write gets its temp directory before any is written: it
-    # tells the other nodes' prune that these steps are wanted (see prune).
-    todo = [(ref, _Pending.start(copy_dir(persist_dir, ref.meta.step, rank), ref.meta, rank)) for ref in refs]
-    newest = None
-    try:
-        for ref, pending in todo:
-            outcome = _persist_slot(ref, pending, persist_dir, rank, problems)
-            if outcome is not None:
-                newest = outcome
-    finally:
-        for _, pending in todo:
+class _RankPersist:
+    """One rank's share of a persist: its copies started (temp directories
+    made) on creation, written by :meth:`finish`. Never raises: a failure is
+    the rank's result."""
+
+    def __init__(self, rdir: str, persist_dir: str, rank: int):
+        self.persist_dir, self.rank = persist_dir, rank
+        self.problems: list[str] = []
+        self.todo: list = []
+        self.world: int | None = None
+        self.error: str | None = None
+        try:
+            refs = list(reversed(store.committed(rdir, self.problems)))   # older first: the newest renamed in last
+            for ref in refs:
+                target = copy_dir(persist_dir, ref.meta.step, rank)
+                self.todo.append((ref, _Pending.start(target, ref.meta, rank)))
+                self.world = ref.meta.world_size
+        except Exception as exc:   # one rank's trouble never stops the others
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def finish(self) -> api.RankPersist:
+        if self.error is not None:
+            return api.RankPersist(self.rank, None, "failed", reason=self.error)
+        newest = None
+        try:
+            for ref, pending in self.todo:
+                outcome = _persist_slot(ref, pending, self.persist_dir, self.rank, self.problems)
+                if outcome is not None:
+                    newest = outcome
+        except Exception as exc:
+            return api.RankPersist(self.rank, None, "failed", reason=f"{type(exc).__name__}: {exc}")
+        if newest is None:
+            if self.problems:
+                return api.RankPersist(self.rank, None, "failed", reason="; ".join(self.problems))
+            return api.RankPersist(self.rank, None, "none")
+        if newest.outcome != "failed" and self.problems:
+            newest = dataclasses.replace(newest, reason="; ".join(self.problems))
+        return newest
+
+    def close(self) -> None:
+        for _, pending in self.todo:
             if isinstance(pending, _Pending):
                 pending.close()
-    if newest is not None and newest.outcome != "failed":
-        with contextlib.suppress(OSError):
-            prune(persist_dir, rank, keep, world=refs[-1].meta.world_size)
-    steps = tuple(step for step, _ in copies(persist_dir, rank))
-    if newest is None:
-        if problems:
-            return api.RankPersist(rank, None, "failed", reason="; ".join(problems), steps=steps)
-        return api.RankPersist(rank, None, "none", steps=steps)
-    newest = dataclasses.replace(newest, steps=steps)
-    if newest.outcome != "failed" and problems:
-        newest = dataclasses.replace(newest, reason="; ".join(problems))
-    return newest
 
 
 def _persist_slot(ref: api.SlotRef, pending, persist_dir: str, rank: int,
@@ -381,19 +409,14 @@ def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
     return data, objects
 
 
-def prune(persist_dir: str, rank: int, keep: int, say=None, world: int | None = None) -> None:
+def prune(persist_dir: str, rank: int, keep: int, say=None, held: set[int] | frozenset = frozenset()) -> None:
     """Remove the rank's copies beyond the newest ``keep``, old temp
     directories of its interrupted persists, and step directories left empty.
     Only what :func:`copies` finds (no other user's link or directory) is
     removed, through the checked directories' fds.
 
-    With ``world`` (the job's world size), two more are kept, read from the
-    directory every node of the job shares: the newest step that every rank
-    has, and a newer step that another rank is writing now. Nodes persist on
-    their own ticks, so a node that lags, then dies, may hold only steps the
-    others are past; without these, restore would find no common step."""
+    The steps in ``held`` are kept too (:func:`wanted_by_the_job`)."""
     found = walk_copies(persist_dir, rank, say)
-    held = wanted_by_the_job(persist_dir, rank, world, say) if world else set()
     for step, _, name in found[keep:]:
         if step not in held:
             remove_copy(persist_dir, name, rank, say)
@@ -408,11 +431,14 @@ def prune(persist_dir: str, rank: int, keep: int, say=None, world: int | None = 
                         shutil.rmtree(tmp, ignore_errors=True, dir_fd=sfd)
 
 
-def wanted_by_the_job(persist_dir: str, rank: int, world: int, say=None) -> set[int]:
-    """The steps whose copies ``rank`` keeps for the rest of the job: the
-    newest step every one of ``world`` ranks has complete, and each newer step
-    another rank is writing (its temp directory, made before its bytes are
-    read, younger than a stale one)."""
+def wanted_by_the_job(persist_dir: str, world: int, mine=frozenset(), say=None) -> set[int]:
+    """The steps whose copies every rank keeps beyond its newest, read from
+    the directory every node of the job shares: the newest step all ``world``
+    ranks have complete, and each newer step that a rank not in ``mine`` is
+    writing (its temp directory, made before its bytes are read, younger than
+    a stale one). Nodes persist on their own ticks, so a node that lags, then
+    dies, may hold only steps the others are past; without these, restore
+    would find no common step."""
     complete: dict[int, set[int]] = {}
     writing: set[int] = set()
     with _opened(persist_dir, say) as (fd, names):
@@ -428,7 +454,7 @@ def wanted_by_the_job(persist_dir: str, rank: int, world: int, say=None) -> set[
                         complete.setdefault(step, set()).add(int(done.group(1)))
                         continue
                     busy = _TMP_RANK_RE.fullmatch(entry)
-                    if busy and int(busy.group(1)) != rank and not _stale(entry, sfd):
+                    if busy and int(busy.group(1)) not in mine and not _stale(entry, sfd):
                         writing.add(step)
     every = set(range(world))
     common = max((step for step, ranks in complete.items() if every <= ranks), default=-1)

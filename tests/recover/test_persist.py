@@ -93,7 +93,7 @@ def test_a_node_that_lags_then_dies_leaves_a_step_every_rank_has(tmp_path, monke
         go.set()
         b.join(120)
     assert [(r.outcome, r.step, r.steps) for r in b_result[0].ranks] == [("written", 4, (4, 3, 2))]
-    persist.prune(disk, 0, keep=3, world=2)       # A's next persist: 4 is now the step both have
+    persist.prune(disk, 0, keep=3, held=persist.wanted_by_the_job(disk, 2))   # A's next: 4 is the step both have
     assert [s for s, _ in persist.copies(disk, 0)] == [8, 7, 6, 4]
     fresh = tmp_path / "new-node"
     fresh.mkdir(mode=0o700)

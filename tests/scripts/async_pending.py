@@ -1,4 +1,5 @@
 import time, torch, torch.distributed as dist
+import exitlib
 dist.init_process_group("gloo"); rank, t = dist.get_rank(), torch.zeros(4)
 if rank == 0:
     t0 = time.monotonic(); req = dist.irecv(t, 1)
@@ -8,4 +9,4 @@ else:
     time.sleep(1.5); dist.send(torch.ones(4), 0)
 dist.barrier()
 print(f"RESULT {t.tolist()}", flush=True)
-dist.destroy_process_group()
+exitlib.leave(dist)

@@ -1,4 +1,5 @@
 import json, torch, torch.distributed as dist
+import exitlib
 dist.init_process_group("gloo")
 rank, t = dist.get_rank(), torch.arange(4.0) + dist.get_rank()
 dist.all_reduce(t); dist.broadcast(t, src=0); dist.barrier()
@@ -11,4 +12,4 @@ req = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0); req.wait()
 ops = [dist.P2POp(dist.isend if rank == 0 else dist.irecv, t, 1 - rank)]
 for r in dist.batch_isend_irecv(ops): r.wait()
 print("RESULT", json.dumps([t.tolist(), out[1].tolist()]), flush=True)
-dist.destroy_process_group()
+exitlib.leave(dist)

@@ -1,4 +1,5 @@
 import sys, time, torch, torch.distributed as dist
+import exitlib
 from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo"); rank = dist.get_rank()
 stall_step, where, stall_s, steps = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
@@ -12,4 +13,4 @@ for step in range(steps):
     if rank == 1 and step == stall_step and where == "backward": stall()
     loss.backward()
 print("RESULT", [round(p.grad.sum().item(), 3) for p in model.parameters()], flush=True)
-dist.destroy_process_group()
+exitlib.leave(dist)

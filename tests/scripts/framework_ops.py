@@ -8,12 +8,13 @@ Prints RESULT with every tensor the ops produced (compared traced against
 untraced by the test).
 """
 import json
-import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
+
+import exitlib
 
 DELAY_S = float(sys.argv[1]) if len(sys.argv) > 1 else 0.6
 dist.init_process_group("gloo")
@@ -91,11 +92,4 @@ scattered = funcol.reduce_scatter_tensor(base.clone(), "sum", 0, tp)
 out["functional"] = [reduced.tolist(), gathered.tolist(), scattered.tolist()]
 
 print("RESULT", json.dumps(out, sort_keys=True), flush=True)
-dist.destroy_process_group()
-# torch 2.13's gloo aborts a finished worker now and then at interpreter
-# teardown ("terminate called without an active exception"; as in
-# pauses.py, pytorch#179291), with or without the tracer. The work is done
-# and said: leave without the static destructors, so the test judges the
-# tool, not that race.
-sys.stdout.flush()
-os._exit(0)
+exitlib.leave(dist)

@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import exitlib
+
 PAUSE_AT = 2
 cases, pause = sys.argv[1].split(","), sys.argv[2]
 FOREVER = pause == "forever"
@@ -192,12 +194,7 @@ def main():
         loss.backward()
         opt.step(), opt.zero_grad()
     os.write(1, f"DONE rank={rank} {sum(p.sum().item() for p in model.parameters()):.6f}\n".encode())
-    dist.destroy_process_group()
-    # torch 2.13's gloo aborts a finished worker now and then at interpreter
-    # teardown ("terminate called without an active exception"; as in
-    # perf_train.py, pytorch#179291). The work is done and said: leave without
-    # the static destructors, so the test judges the tool, not that race.
-    os._exit(0)
+    exitlib.leave(dist)
 
 
 if __name__ == "__main__":   # DataLoader workers import this module: main() only in the rank

@@ -1,4 +1,5 @@
 import sys, time, torch, torch.distributed as dist
+import exitlib
 dist.init_process_group("gloo"); rank, world = dist.get_rank(), dist.get_world_size()
 out, inp, gathered = torch.zeros(4), torch.arange(8.0) + rank, torch.zeros(8)
 for _ in range(3):                      # FSDP2's calls: sync, and async waited later
@@ -9,4 +10,4 @@ for _ in range(3):                      # FSDP2's calls: sync, and async waited 
 dist.all_reduce(out)
 print(f"RESULT {out.tolist()} {gathered.tolist()}", flush=True)
 time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 0)   # idle: nothing may stay in flight
-dist.destroy_process_group()
+exitlib.leave(dist)

@@ -4,6 +4,7 @@ before its all_reduce (a straggler), or, with SLOW_SHARE, that share of its
 step (measured before). At PAUSE_AT s every rank pauses PAUSE_S (a
 checkpoint); rank 0 then writes SOLO_S more while the others wait."""
 import os, time
+import exitlib
 import torch, torch.distributed as dist
 dist.init_process_group("gloo"); rank, env, t0 = dist.get_rank(), os.environ.get, time.monotonic()
 phases = [tuple(map(float, p.split("-"))) for p in env("SLOW_PHASES", "").split(",") if p]
@@ -18,4 +19,5 @@ while done.item() == 0:
     if 0 <= pause_at <= t: time.sleep(float(env("PAUSE_S", "0")) + (float(env("SOLO_S", "0")) if rank == 0 else 0)); pause_at = -1
     dist.all_reduce(grad); step += 1
     if step % 25 == 0: done = torch.tensor([float(t > float(env("RUN_S", "30")))]); dist.all_reduce(done)
-dist.barrier(); dist.destroy_process_group()
+dist.barrier()
+exitlib.leave(dist)

@@ -1,4 +1,5 @@
 import os, sys, time, torch, torch.distributed as dist
+import exitlib
 def wait_for_data(seconds):  # the stalled function the stacks must show; ends early once STALL_RELEASE (a file) exists
     end, release = time.monotonic() + seconds, os.environ.get("STALL_RELEASE")
     while time.monotonic() < end and not (release and os.path.exists(release)): time.sleep(0.05)
@@ -12,4 +13,4 @@ for step in range(steps):
         os.write(1, f"STALL {time.time()}\n".encode()); wait_for_data(stall_s)
     dist.all_reduce(t); t /= dist.get_world_size(); time.sleep(0.05)
 os.write(1, f"DONE rank={rank} restart={e['TORCHELASTIC_RESTART_COUNT']} value={t[0].item():.0f}\n".encode())  # one write: ranks share stdout
-dist.destroy_process_group()
+exitlib.leave(dist)

@@ -73,4 +73,4 @@ if AB:
     fwlib.ab_calls.update(tracer_ab.calls())
 with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
     fwlib.save([p.detach().clone() for p in engine.module.parameters()])
-dist.destroy_process_group()
+fwlib.leave()

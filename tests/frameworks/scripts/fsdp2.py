@@ -35,4 +35,4 @@ for step in range(fwlib.STEPS):
     opt.zero_grad()
     fwlib.step_done()
 fwlib.save(p.to_local() for p in model.parameters())
-dist.destroy_process_group()
+fwlib.leave()

@@ -46,4 +46,4 @@ trainer.train()
 fwlib.save(trainer.model.parameters())
 # The Trainer leaves the group up; the timing's Python callbacks on gloo's futures
 # would leave the exit open to the race test_lightning_teardown.py looks for.
-torch.distributed.destroy_process_group()
+fwlib.leave()

@@ -66,4 +66,4 @@ for step in range(fwlib.STEPS):
     fwlib.step_done()
 fwlib.save(params)
 parallel_state.destroy_model_parallel()
-dist.destroy_process_group()
+fwlib.leave()

@@ -75,4 +75,4 @@ for step in range(fwlib.STEPS):
     opt.zero_grad()
     fwlib.step_done()
 fwlib.save(params)
-dist.destroy_process_group()
+fwlib.leave()
