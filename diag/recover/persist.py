@@ -51,7 +51,8 @@ def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
     is left out (and named in ``reason``). Never raises for
     one rank's failure: the result says, rank by rank (``outcome`` "failed" and
     a one-line ``reason``). Keeps the newest ``keep`` copies of each of this
-    node's ranks and removes older ones. ``ranks``: only these (default: every
+    node's ranks, and the steps the job still needs (:func:`wanted_by_the_job`),
+    and removes older ones. ``ranks``: only these (default: every
     rank with a directory in the store). Blocks for the disk write; run it off
     the agent's reporting thread."""
     if keep < 1:
@@ -170,19 +171,11 @@ def _why(exc: Exception, where: str, needed: int) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def write_copy(target: str, meta: api.SnapshotMeta, data, objects: bytes) -> None:
-    """Write one rank's snapshot as a DCP checkpoint at ``target`` (temp
-    directory, then rename; a copy already there is replaced whole)."""
-    pending = _Pending(target)
-    try:
-        pending.write(meta, data, objects)
-    finally:
-        pending.close()
-
-
 class _Pending:
-    """One copy being written: its temp directory, made beside ``target``
-    before the bytes are read, and renamed to ``target`` when complete."""
+    """One rank's snapshot being written as a DCP checkpoint at ``target``:
+    its temp directory, made beside ``target`` before the bytes are read, and
+    renamed to ``target`` when complete (a copy already there is replaced
+    whole)."""
 
     def __init__(self, target: str):
         # The default persist dir lies under a shared --timeline-path: the parent

@@ -85,6 +85,9 @@ def test_a_node_that_lags_then_dies_leaves_a_step_every_rank_has(tmp_path, monke
     b.start()
     try:
         assert held.wait(60)
+        for step in (3, 4):    # both copies are started before either is read
+            inside = os.listdir(persist.step_dir(disk, step))
+            assert any(name.startswith(".tmp-rank-00001-") for name in inside), (step, inside)
         for steps in (6, 8):
             run_to(steps)
             persist_newest(str(node), disk, keep=3, ranks=[0])

@@ -124,13 +124,15 @@ def save(tensors) -> None:
 
 
 def leave() -> None:
-    """End the job, its group first, without the interpreter's teardown,
-    where torch 2.13's gloo aborts a finished worker now and then, under plain
-    torchrun too (tests/scripts/exitlib.py says why and which tests keep the
-    teardown)."""
+    """End the job, its group first, then the exit handlers, without the
+    interpreter's teardown, where torch 2.13's gloo aborts a finished worker
+    now and then, under plain torchrun too (tests/scripts/exitlib.py says why
+    and which tests keep the teardown)."""
+    import atexit
     import torch.distributed as dist
     if dist.is_initialized():
         dist.destroy_process_group()
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
