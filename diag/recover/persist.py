@@ -72,14 +72,10 @@ def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
     if world:
         with contextlib.suppress(OSError):
             held = wanted_by_the_job(persist_dir, world, mine=set(wanted))
-    out = []
-    for result in results:
-        if result.outcome in ("written", "present"):
-            with contextlib.suppress(OSError):
-                prune(persist_dir, result.rank, keep, held=held)
-        steps = tuple(step for step, _ in copies(persist_dir, result.rank))
-        out.append(dataclasses.replace(result, steps=steps))
-    return api.PersistResult(tuple(out))
+    with contextlib.suppress(OSError):
+        prune(persist_dir, [r.rank for r in results if r.outcome in ("written", "present")], keep, held=held)
+    return api.PersistResult(tuple(
+        dataclasses.replace(r, steps=tuple(step for step, _ in copies(persist_dir, r.rank))) for r in results))
 
 
 class _RankPersist:
@@ -320,30 +316,33 @@ def walk_copies(persist_dir: str, rank: int, say=None) -> list[tuple[int, str, s
             match = _STEP_RE.fullmatch(name)
             if not match:
                 continue
-            with _opened_in(fd, persist_dir, name, say) as (sfd, inside):
-                if sfd is None or mine not in inside:
+            # Opened by name, not looked up in a listing: a step directory
+            # holds the copy of every rank of the job.
+            with _opened_in(fd, persist_dir, name, say, names=False) as (sfd, _):
+                if sfd is None:
                     continue
-                with _opened_in(sfd, os.path.join(persist_dir, name), mine, say) as (rfd, _):
+                with _opened_in(sfd, os.path.join(persist_dir, name), mine, say, names=False) as (rfd, _):
                     if rfd is not None:
                         out.append((int(match.group(1)), os.path.join(persist_dir, name, mine), name))
     return sorted(out, reverse=True)
 
 
-def _opened(path: str, say):
+def _opened(path: str, say, names: bool = True):
     """(fd, names in it) of a directory opened by safe_dirs to read in; (None, [])
-    when it is missing or refused (said once through ``say``)."""
-    return _listed(lambda: safe_dirs.open_dir(path, read=True), say, (FileNotFoundError,))
+    when it is missing or refused (said once through ``say``). ``names``
+    False: not listed (a step directory holds every rank's copy)."""
+    return _listed(lambda: safe_dirs.open_dir(path, read=True), say, (FileNotFoundError,), names=names)
 
 
-def _opened_in(dir_fd: int, directory: str, name: str, say):
+def _opened_in(dir_fd: int, directory: str, name: str, say, names: bool = True):
     """As :func:`_opened`, for ``name`` in the open ``dir_fd``; a file where a
     directory was looked for is passed over without a word."""
     return _listed(lambda: safe_dirs.open_dir_in(dir_fd, directory, name), say,
-                   (FileNotFoundError, NotADirectoryError), quiet=(errno.ENOTDIR,))
+                   (FileNotFoundError, NotADirectoryError), quiet=(errno.ENOTDIR,), names=names)
 
 
 @contextlib.contextmanager
-def _listed(open_fd, say, missing: tuple, quiet: tuple = ()):
+def _listed(open_fd, say, missing: tuple, quiet: tuple = (), names: bool = True):
     """(fd, names in it) of the directory ``open_fd()`` opens, closed on leaving;
     (None, []) when that raises one of ``missing``, or safe_dirs refuses it
     (said once through ``say`` unless its errno is in ``quiet``)."""
@@ -358,7 +357,7 @@ def _listed(open_fd, say, missing: tuple, quiet: tuple = ()):
         yield None, []
         return
     try:
-        yield fd, os.listdir(fd)
+        yield fd, os.listdir(fd) if names else []
     finally:
         os.close(fd)
 
@@ -402,25 +401,31 @@ def load_copy(path: str, meta: api.SnapshotMeta) -> tuple[bytearray, bytes]:
     return data, objects
 
 
-def prune(persist_dir: str, rank: int, keep: int, say=None, held: set[int] | frozenset = frozenset()) -> None:
-    """Remove the rank's copies beyond the newest ``keep``, old temp
-    directories of its interrupted persists, and step directories left empty.
-    Only what :func:`copies` finds (no other user's link or directory) is
-    removed, through the checked directories' fds.
+def prune(persist_dir: str, ranks, keep: int, say=None, held: set[int] | frozenset = frozenset()) -> None:
+    """Remove each of ``ranks``' copies beyond its newest ``keep``, the old
+    temp directories of their interrupted persists, and step directories left
+    empty. Only what :func:`copies` finds (no other user's link or directory)
+    is removed, through the checked directories' fds.
 
     The steps in ``held`` are kept too (:func:`wanted_by_the_job`)."""
-    found = walk_copies(persist_dir, rank, say)
-    for step, _, name in found[keep:]:
-        if step not in held:
-            remove_copy(persist_dir, name, rank, say)
-    mine = api.RANK_DIR.format(rank=rank)
-    for _, _, name in found[:keep]:
-        with _opened(persist_dir, say) as (fd, _names):
-            if fd is None:
-                return
+    kept: set[str] = set()
+    for rank in ranks:
+        with contextlib.suppress(OSError):     # one rank's trouble never stops the others
+            found = walk_copies(persist_dir, rank, say)
+            for step, _, name in found[keep:]:
+                if step not in held:
+                    remove_copy(persist_dir, name, rank, say)
+            kept.update(name for _, _, name in found[:keep])
+    # One listing of each kept step directory for all of the node's ranks:
+    # it holds an entry for every rank of the job.
+    prefixes = tuple(f"{_TMP_PREFIX}{api.RANK_DIR.format(rank=rank)}-" for rank in ranks)
+    with _opened(persist_dir, say, names=False) as (fd, _):
+        if fd is None:
+            return
+        for name in sorted(kept):
             with _opened_in(fd, persist_dir, name, say) as (sfd, inside):
                 for tmp in inside:
-                    if tmp.startswith(f"{_TMP_PREFIX}{mine}-") and _stale(tmp, sfd):
+                    if tmp.startswith(prefixes) and _stale(tmp, sfd):
                         shutil.rmtree(tmp, ignore_errors=True, dir_fd=sfd)
 
 
@@ -458,10 +463,10 @@ def remove_copy(persist_dir: str, step_name: str, rank: int, say=None) -> None:
     """Remove one rank's copy in ``persist_dir/step_name`` (and the step
     directory when that leaves it empty), through the checked fds: rmtree
     with dir_fd never follows a link."""
-    with _opened(persist_dir, say) as (fd, _):
+    with _opened(persist_dir, say, names=False) as (fd, _):
         if fd is None:
             return
-        with _opened_in(fd, persist_dir, step_name, say) as (sfd, _):
+        with _opened_in(fd, persist_dir, step_name, say, names=False) as (sfd, _):
             if sfd is None:
                 return
             shutil.rmtree(api.RANK_DIR.format(rank=rank), ignore_errors=True, dir_fd=sfd)

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -96,7 +97,7 @@ def test_a_node_that_lags_then_dies_leaves_a_step_every_rank_has(tmp_path, monke
         go.set()
         b.join(120)
     assert [(r.outcome, r.step, r.steps) for r in b_result[0].ranks] == [("written", 4, (4, 3, 2))]
-    persist.prune(disk, 0, keep=3, held=persist.wanted_by_the_job(disk, 2))   # A's next: 4 is the step both have
+    persist.prune(disk, [0], keep=3, held=persist.wanted_by_the_job(disk, 2))   # A's next: 4 is the step both have
     assert [s for s, _ in persist.copies(disk, 0)] == [8, 7, 6, 4]
     fresh = tmp_path / "new-node"
     fresh.mkdir(mode=0o700)
@@ -139,6 +140,15 @@ def test_persist_killed_mid_write_leaves_the_previous_copy(tmp_path):
     assert code == 0, err
     step = int(out.split()[1])
     assert out.splitlines()[0] == f"restored {step} ok" and step in (2, 3)
+    # The killed persist's temp directories are swept once stale (10 min);
+    # another rank's, being written, are not this node's to remove.
+    left = [os.path.join(step4, n) for n in os.listdir(step4) if n.startswith(".tmp-")]
+    assert left
+    for path in left:
+        os.utime(path, (time.time() - 601,) * 2)
+    os.mkdir(os.path.join(step4, ".tmp-rank-00007-being-written"))
+    assert persist_newest(node, disk).newest_step == 4
+    assert sorted(os.listdir(step4)) == [".tmp-rank-00007-being-written", "rank-00000"]
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def test_restore_lists_no_copy_through_another_users_link():
 def test_prune_removes_nothing_through_another_users_link():
     with _planted((1, 2)) as (timeline, victim):
         said: list[str] = []
-        persist.prune(os.path.join(timeline, "job", "ckpt"), 0, keep=1, say=said.append)
+        persist.prune(os.path.join(timeline, "job", "ckpt"), [0], keep=1, say=said.append)
         assert sorted(os.listdir(os.path.join(victim, "ckpt"))) == ["step-00000001", "step-00000002"]
         assert said == [f"refusing to read under {timeline}/job: it is a link owned by uid {NOBODY}; "
                         f"nothing there is read"]
