@@ -62,8 +62,17 @@ def persist_newest(store_dir: str, persist_dir: str, keep: int = 2,
     # Every copy of this node gets its temp directory before any is written:
     # it tells the other nodes' prune which steps this node is writing.
     started = [_RankPersist(found[rank], persist_dir, rank) for rank in wanted]
+
+    def touch_the_rest() -> None:
+        # After each copy, the copies still to write stay fresh: a temp
+        # directory untouched for 10 minutes is a stale one (a killed
+        # persist's) to the others, and a node's copies of a large model can
+        # take longer than that.
+        for one in started:
+            one.touch()
+
     try:
-        results = [one.finish() for one in started]
+        results = [one.finish(touch_the_rest) for one in started]
     finally:
         for one in started:
             one.close()
@@ -98,13 +107,14 @@ class _RankPersist:
         except Exception as exc:   # one rank's trouble never stops the others
             self.error = f"{type(exc).__name__}: {exc}"
 
-    def finish(self) -> api.RankPersist:
+    def finish(self, after_each=lambda: None) -> api.RankPersist:
         if self.error is not None:
             return api.RankPersist(self.rank, None, "failed", reason=self.error)
         newest = None
         try:
             for ref, pending in self.todo:
                 outcome = _persist_slot(ref, pending, self.persist_dir, self.rank, self.problems)
+                after_each()
                 if outcome is not None:
                     newest = outcome
         except Exception as exc:
@@ -116,6 +126,13 @@ class _RankPersist:
         if newest.outcome != "failed" and self.problems:
             newest = dataclasses.replace(newest, reason="; ".join(self.problems))
         return newest
+
+    def touch(self) -> None:
+        """Refresh the temp directories of the copies not yet written."""
+        for _, pending in self.todo:
+            if isinstance(pending, _Pending) and pending.tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(pending.tmp)
 
     def close(self) -> None:
         for _, pending in self.todo:

@@ -4,6 +4,7 @@ or out of disk is never restored (the previous copy is); bad input is one line."
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import shutil
 import signal
@@ -104,6 +105,34 @@ def test_a_node_that_lags_then_dies_leaves_a_step_every_rank_has(tmp_path, monke
     again = run_to(8, fresh, disk, tmp_path / "again")
     assert jobs.restored(again) == [4, 4]
     assert jobs.bitwise_equal(jobs.params(again), jobs.params(tmp_path / "to8"))
+
+
+def test_copies_waiting_their_turn_stay_fresh_to_the_other_nodes(tmp_path, monkeypatch):
+    """A node's copies are started together and written one by one. One that
+    waits its turn longer than 10 minutes (a large model) must not look like a
+    killed persist's, stale, to the other nodes' prune. The wait is aged by
+    hand: at the first copy's read every temp directory is set 601 s back;
+    each later read finds every temp directory left fresh again."""
+    node, disk = tmp_path / "node", str(tmp_path / "disk")
+    node.mkdir(mode=0o700)
+    done = jobs.run(tmp_path / "out", "ddp", 2, str(node), None)
+    assert done.returncode == 0, done.stderr
+    real_copy_out, ages = store.copy_out, []
+
+    def aged(ref):
+        temps = glob.glob(os.path.join(disk, "step-*", ".tmp-rank-*"))
+        if ages or not temps:
+            ages.append(max(time.time() - os.stat(t).st_mtime for t in temps))
+        else:
+            for path in temps:
+                os.utime(path, (time.time() - 601,) * 2)
+            ages.append(None)
+        return real_copy_out(ref)
+
+    monkeypatch.setattr(store, "copy_out", aged)
+    result = persist_newest(str(node), disk)
+    assert [(r.rank, r.outcome, r.steps) for r in result.ranks] == [(0, "written", (2, 1)), (1, "written", (2, 1))]
+    assert ages[0] is None and len(ages) == 4 and max(ages[1:]) < 60, ages
 
 
 _PERSIST = "import sys; from diag.recover.persist import persist_newest as p; print(p(*sys.argv[1:]).summary())"
