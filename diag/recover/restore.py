@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from diag.common.ranks import fold
 from diag.recover import api, layout, persist, store
 from diag.recover.state import apply
 
@@ -26,10 +27,10 @@ def restore(ck, rank: int, world: int) -> api.RestoreResult:
     t0 = time.perf_counter()
     expected = tuple(sorted(ck._names_kept(rank)))
     found = candidates(ck, rank, world, expected)
-    step = agree(sorted(found), ck.group, world)
+    step, lists = agree(sorted(found), ck.group, world)
     if step is None:
-        if found:
-            ck._say(f"no step that every rank has (this rank has {sorted(found)}); starting afresh")
+        if rank == 0 and any(lists):     # one line for the job, not one a rank
+            ck._say(f"no step that every rank has ({who_has(lists)}); starting afresh")
         return api.RestoreResult(None, "none", None, time.perf_counter() - t0, 0)
     source, where, meta = found[step]
     if meta.world_size != world and rank == 0:
@@ -108,15 +109,32 @@ def _check_rank_and_names(name: str, meta: api.SnapshotMeta, rank: int, expected
             f"(and replicated=) as the job that saved it, or remove {root}")
 
 
-def agree(steps: list[int], group, world: int) -> int | None:
-    """The newest step in every rank's list (collective when world > 1)."""
+def agree(steps: list[int], group, world: int) -> tuple[int | None, list[list[int]]]:
+    """The newest step in every rank's list (collective when world > 1), and
+    the lists, by rank."""
     import torch.distributed as dist
     if world <= 1 or not (dist.is_available() and dist.is_initialized()):
-        return max(steps) if steps else None
+        return (max(steps) if steps else None), [steps]
     lists: list = [None] * world
     dist.all_gather_object(lists, steps, group=group)
     common = set(lists[0]).intersection(*map(set, lists[1:]))
-    return max(common) if common else None
+    return (max(common) if common else None), lists
+
+
+def who_has(lists: list[list[int]], most: int = 4) -> str:
+    """The ranks' steps, ranks with the same steps folded, the most common
+    first: "ranks 0-1,4 have [18, 20, 21]; ranks 2-3 have [15, 16]"; at most
+    ``most`` groups, then how many more (thousands of ranks stay one line)."""
+    groups: dict[tuple, list[int]] = {}
+    for rank, steps in enumerate(lists):
+        groups.setdefault(tuple(sorted(steps)), []).append(rank)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    parts = [f"{'rank' if len(ranks) == 1 else 'ranks'} {fold(ranks)} "
+             f"{'has' if len(ranks) == 1 else 'have'} {list(steps) if steps else 'nothing'}"
+             for steps, ranks in ordered[:most]]
+    if len(ordered) > most:
+        parts.append(f"{len(ordered) - most} more groups")
+    return "; ".join(parts)
 
 
 def _apply_all(ck, rank, world, meta, data, objects, where) -> None:

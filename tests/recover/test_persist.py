@@ -135,6 +135,25 @@ def test_copies_waiting_their_turn_stay_fresh_to_the_other_nodes(tmp_path, monke
     assert ages[0] is None and len(ages) == 4 and max(ages[1:]) < 60, ages
 
 
+def test_ranks_with_no_step_in_common_start_afresh_saying_so_once(tmp_path):
+    """Rank 0's copies are of steps 1 and 2, rank 1's of 3 and 4. A new job
+    starts afresh and says why in one line for the job (not one a rank, which
+    would be thousands), naming what each rank has."""
+    node, disk, fresh = tmp_path / "node", str(tmp_path / "disk"), tmp_path / "new-node"
+    for d in (node, fresh):
+        d.mkdir(mode=0o700)
+    for steps, rank in ((2, 0), (4, 1)):
+        done = jobs.run(tmp_path / f"to{steps}", "ddp", steps, str(node), None)
+        assert done.returncode == 0, done.stderr
+        persist_newest(str(node), disk, ranks=[rank])
+    again = jobs.run(tmp_path / "again", "ddp", 4, str(fresh), disk)
+    assert again.returncode == 0, again.stderr
+    said = [line for line in again.stderr.splitlines() if "no step that every rank has" in line]
+    assert said == ["xpu-diag recover: rank 0: no step that every rank has (rank 0 has [1, 2]; "
+                    "rank 1 has [3, 4]); starting afresh"], again.stderr
+    assert jobs.restored(tmp_path / "again") == [0, 0]
+
+
 _PERSIST = "import sys; from diag.recover.persist import persist_newest as p; print(p(*sys.argv[1:]).summary())"
 
 
