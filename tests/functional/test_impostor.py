@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ import time
 
 import pytest
 
+from diag.common.net import free_port
 from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from tests.functional.launch import ROOT, SCRIPTS, Launch
@@ -96,9 +96,7 @@ def test_agent_gives_an_impostor_nothing_and_obeys_nothing(impostor, tmp_path, c
 
 @pytest.mark.timeout(120)
 def test_node_one_launcher_stops_fast_when_an_impostor_holds_the_collector_port(impostor, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     fake = impostor(port + 1)
     node1 = Launch(["--node-rank", "1", "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
                     "--master-port", str(port), "--rdzv-id", "impostor", "--timeline-path", str(tmp_path),

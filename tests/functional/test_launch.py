@@ -8,11 +8,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import time
 
 import pytest
 
+from diag.common.net import free_port
 from tests.functional.launch import SCRIPTS, children_matching, launches, module_launches  # noqa: F401 (fixtures)
 
 STALL = os.path.join(SCRIPTS, "stall.py")
@@ -163,9 +163,7 @@ def _two_nodes(launches, tmp_path, relay):
     1's agent dials the collector that node 0 started at master port + 1.
     Returns (node0, node1, port, release): rank 2 (node 1) stalls until the
     file ``release`` exists."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()       # below the ephemeral range: an outgoing connection never takes it, nor port + 1
     # Rank 2's stall ends once every rank's stacks are in (was: a fixed 15 s,
     # long enough on a loaded machine for the HANG at 4 s and the dumps).
     release = tmp_path / "release"

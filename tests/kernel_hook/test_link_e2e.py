@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from diag.common.net import free_port
 from tests.functional.launch import Launch
 from tests.kernel_hook.conftest import BUILD
 
@@ -26,12 +27,6 @@ pytestmark = pytest.mark.timeout(240)
 LINKPROG = os.path.join(BUILD, "progs", "linkprog")
 LINE = ("link rank 1 -> rank 2 (node {h}#0 -> node {h}#1), channel 1, stuck at step 3; "
         "every other channel advanced")
-
-
-def _port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(**extra):
@@ -52,13 +47,13 @@ def _event(timeline, name, deadline):
 @pytest.fixture(scope="module")
 def broken(built, tmp_path_factory):
     timeline = str(tmp_path_factory.mktemp("link-timeline"))
-    ras_port = _port()
+    ras_port = free_port()
     env = _env(FAKE_HANG="ncclAllReduce:100", FAKE_NCCL_BREAK="1>2:1:3@100", NCCL_RAS_ADDR=f"127.0.0.1:{ras_port}")
     common = ["--link-plugin", "--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
               # 5 s (was 3): the line must see every rank in the all-reduce,
               # and on a loaded VM node 1's report of rank 3 once came later
               # than 3 s (HANG: ranks 0-2).
-              str(_port()), "--hang-timeout", "5s", "--rdzv-id", "linkjob", "--timeline-path", timeline,
+              str(free_port()), "--hang-timeout", "5s", "--rdzv-id", "linkjob", "--timeline-path", timeline,
               "--no-python", LINKPROG, "ring", "400", "30"]
     node1 = Launch(["--node-rank", "1"] + common, env=env)
     node0 = Launch(["--node-rank", "0"] + common, env=env)

@@ -7,12 +7,12 @@ the RAS client against the fake NCCL's RAS listener."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 
 import pytest
 
+from diag.common.net import free_port
 from diag.agent import state as agent_state
 from diag.agent.links import LinkTables
 from diag.link import analysis, ras, table
@@ -97,12 +97,6 @@ def test_without_a_table_the_plugin_switches_off_says_so_once_and_the_job_runs(b
     assert not table.find(str(tmp_path))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_agent_sends_link_counters_only_while_an_op_is_stuck(built, tmp_path):
     # Rank 0 of 2, hung in its 2nd all-reduce, whose link to rank 1 stopped on channel 1: the
     # agent attaches its table to the rank and sends what is in flight.
@@ -144,7 +138,7 @@ def test_the_agent_sends_link_counters_only_while_an_op_is_stuck(built, tmp_path
 
 
 def test_ras_is_asked_as_ncclras_does_and_its_answer_kept(built, tmp_path):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([LINKPROG, "ring", "2", "0"],
                             env=_env(tmp_path, FAKE_HANG="ncclAllReduce:2", NCCL_RAS_ADDR=f"127.0.0.1:{port}"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -1,23 +1,17 @@
 """Two netcheck nodes on loopback (no namespaces needed): the smallest fleet, plus the GEMM check."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from diag.common.net import free_port
 from diag.netcheck.measure.gemm import run_gemm
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(120)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_gemm_reports_tflops_on_cpu():
@@ -28,7 +22,7 @@ def test_gemm_reports_tflops_on_cpu():
 
 @pytest.mark.alone     # two CPU GEMMs timed against each other
 def test_two_healthy_nodes_with_compute_check(tmp_path):
-    port = _free_port()
+    port = free_port()
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "--iface", "lo",
               "--backend", "gloo", "--size", "128K", "--iters", "2", "--timeout", "20s", "--compute", "on",
               "--rel-ratio", "0.01", "--no-progress"]   # shared CI cores: GEMM speed is noise here
@@ -57,7 +51,7 @@ def test_nproc_per_node_starts_units_through_torchrun(tmp_path):
     """netcheck --nproc-per-node runs torchrun in-process; children find the agent's store."""
     out = tmp_path / "faults.json"
     res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "1", "--nproc-per-node", "2",
-                          "--master-port", str(_free_port()), "--iface", "lo", "--size", "128K", "--iters", "2",
+                          "--master-port", str(free_port()), "--iface", "lo", "--size", "128K", "--iters", "2",
                           "--node-name", "hostA", "--output", str(out), "--no-progress", "--rel-ratio", "0.01"],
                          cwd=REPO, capture_output=True, text=True, timeout=100)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -73,7 +67,7 @@ def test_sigterm_during_nproc_per_node_is_one_line_and_no_orphans(tmp_path):
     import signal
     import time
     proc = subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "1", "--nproc-per-node", "2",
-                             "--master-port", str(_free_port()), "--iface", "lo", "--size", "64M",
+                             "--master-port", str(free_port()), "--iface", "lo", "--size", "64M",
                              "--iters", "100000", "--timeout", "600s"],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -123,7 +117,7 @@ def test_child_argv_drops_rendezvous_options():
 
 def test_switchbox_results_of_every_host_reach_the_job_wide_list(tmp_path):
     fixtures = Path(__file__).parent / "fixtures"
-    port = _free_port()
+    port = free_port()
     boxes = {0: "nvml_synthetic_h200x4_healthy.json", 1: "nvml_synthetic_h200x4_faulty.json"}
     procs = [subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay",
                                str(fixtures / boxes[r]), "--nnodes", "2", "--node-rank", str(r), "--master-addr",

@@ -6,6 +6,7 @@ import threading
 import time
 import urllib.request
 
+from diag.common.net import free_port
 from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from diag.perf import derive, metrics
@@ -143,9 +144,7 @@ def test_a_busy_metrics_port_is_one_warning_and_the_agent_goes_on(tmp_path, capf
 
 
 def test_a_scrape_never_waits_for_the_agents_lock(tmp_path):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     agent = _agent(tmp_path, port)
     agent.start()
     try:
