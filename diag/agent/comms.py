@@ -70,7 +70,8 @@ class Lane:
     def window(self, out: pb.FingerprintWindow, steps=None, times: pb.StepTimes | None = None) -> None:
         """Fill ``out`` with the consecutive tail of the recent ops (a START
         lost to a full ring breaks the run; older ops are then left out), and
-        ``times`` with the step each started in (``steps``: a :class:`Steps`)."""
+        ``times`` with the step each started in (``steps``: a :class:`Steps`)
+        and when."""
         ops = list(self.recent)
         start = len(ops) - 1
         while start > 0 and ops[start - 1][0] == ops[start][0] - 1:
@@ -83,6 +84,7 @@ class Lane:
                     step, into = steps.at(t)
                     times.step.append(step)
                     times.into_step_ns.append(into)
+                    times.start_ns.append(t)
 
     def end(self, seq: int) -> None:
         self.completed = max(self.completed, seq)

@@ -93,12 +93,14 @@ class Fingerprint(_message.Message):
     def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., dtype: _Optional[int] = ..., reduce_op: _Optional[int] = ..., peer: _Optional[int] = ..., nth: _Optional[int] = ...) -> None: ...
 
 class StepTimes(_message.Message):
-    __slots__ = ("step", "into_step_ns")
+    __slots__ = ("step", "into_step_ns", "start_ns")
     STEP_FIELD_NUMBER: _ClassVar[int]
     INTO_STEP_NS_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
     step: _containers.RepeatedScalarFieldContainer[int]
     into_step_ns: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, step: _Optional[_Iterable[int]] = ..., into_step_ns: _Optional[_Iterable[int]] = ...) -> None: ...
+    start_ns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, step: _Optional[_Iterable[int]] = ..., into_step_ns: _Optional[_Iterable[int]] = ..., start_ns: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FingerprintWindow(_message.Message):
     __slots__ = ("first_seq", "ops")
