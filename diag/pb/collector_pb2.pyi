@@ -133,7 +133,7 @@ class CommProgress(_message.Message):
     def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ..., recent_steps: _Optional[_Union[StepTimes, _Mapping]] = ...) -> None: ...
 
 class RankProgress(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links", "parallel_coords", "activity")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links", "parallel_coords", "activity", "exit", "exited_unix")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,8 @@ class RankProgress(_message.Message):
     LINKS_FIELD_NUMBER: _ClassVar[int]
     PARALLEL_COORDS_FIELD_NUMBER: _ClassVar[int]
     ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
+    EXITED_UNIX_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     world_size: int
@@ -166,7 +168,25 @@ class RankProgress(_message.Message):
     links: _containers.RepeatedCompositeFieldContainer[LinkChannel]
     parallel_coords: str
     activity: RankActivity
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ..., parallel_coords: _Optional[str] = ..., activity: _Optional[_Union[RankActivity, _Mapping]] = ...) -> None: ...
+    exit: RankExit
+    exited_unix: float
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ..., parallel_coords: _Optional[str] = ..., activity: _Optional[_Union[RankActivity, _Mapping]] = ..., exit: _Optional[_Union[RankExit, _Mapping]] = ..., exited_unix: _Optional[float] = ...) -> None: ...
+
+class RankExit(_message.Message):
+    __slots__ = ("exit_code", "signal", "error", "oom_kill", "torchrun_root", "stopped")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILL_FIELD_NUMBER: _ClassVar[int]
+    TORCHRUN_ROOT_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    signal: int
+    error: str
+    oom_kill: bool
+    torchrun_root: bool
+    stopped: bool
+    def __init__(self, exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., error: _Optional[str] = ..., oom_kill: bool = ..., torchrun_root: bool = ..., stopped: bool = ...) -> None: ...
 
 class RankActivity(_message.Message):
     __slots__ = ("cpu_ns", "io_bytes", "procs", "launches_total", "disk_wait", "quiet_ns")
