@@ -94,9 +94,13 @@ def hang_line(findings: Findings, event_dir: str, link: str = "", coords: str = 
     if len(groups) > MAX_GROUPS_IN_LINE:
         groups = groups[:MAX_GROUPS_IN_LINE] + [f"{len(groups) - MAX_GROUPS_IN_LINE} more hung ops in hang.json"]
     clauses = groups + [m.summary for m in findings.mismatches if m.summary] + _explain(findings)
+    if findings.deadlock is not None:
+        clauses.append(deadlock_clause(findings))
     if coords:
         clauses.append(coords)
-    if not findings.culprits:
+    if findings.deadlock is not None and not findings.culprits:
+        clauses.append(findings.deadlock.undecided)
+    elif not findings.culprits:
         clauses.append("no rank is behind: every reporting rank waits" if not findings.mismatches
                        else "no rank is behind")
     if link:
@@ -105,6 +109,29 @@ def hang_line(findings: Findings, event_dir: str, link: str = "", coords: str = 
     if proof is not None:
         clauses.append(f"rule {proof.rule}: {proof.evidence}")
     return f"HANG: {'; '.join(clauses)}; stacks in {event_dir.rstrip('/')}/"
+
+
+def _group_short(findings: Findings, comm_id: int) -> str:
+    label = findings.label(comm_id)
+    return label.short() if label else f"group {comm_id}"
+
+
+def deadlock_clause(findings: Findings) -> str:
+    """``deadlock: ranks 0,2 in "default" wait for rank 1, rank 1 in "stats"
+    for ranks 0,2; rank 1 broke the order of its earlier steps (ran
+    all_reduce on "stats" where they run all_reduce on "default")``."""
+    d = findings.deadlock
+    waits = [f"{ranks_phrase(w.ranks)} in {_group_short(findings, w.op.comm_id)} wait for {ranks_phrase(w.waits_for)}"
+             for w in d.waits[:MAX_GROUPS_IN_LINE]]
+    clause = "deadlock: " + ", ".join(waits) + (" ..." if len(d.waits) > MAX_GROUPS_IN_LINE else "")
+    by_why: dict[str, list[int]] = {}
+    for rank, o in d.broke.items():
+        ran = f"{o.actual[1]} on {_group_short(findings, o.actual[0])}"
+        expected = f"{o.expected[1]} on {_group_short(findings, o.expected[0])}"
+        by_why.setdefault(f"ran {ran} where its earlier steps run {expected}", []).append(rank)
+    for why, ranks in list(by_why.items())[:MAX_SUSPECT_CLAUSES]:
+        clause += f"; {ranks_phrase(sorted(ranks))} broke the order of its earlier steps ({why})"
+    return clause
 
 
 def verdict_rule(findings: Findings):
@@ -197,6 +224,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         **(rank_sections(findings) if rows else dict.fromkeys(RANK_SECTIONS)),
         "groups": [{"comm_id": g.comm_id, "name": g.name or None, "ranks": g.ranks} for g in findings.groups],
         "mismatch": mismatch_section(findings.mismatches),
+        "deadlock": deadlock_section(findings),
         "silent_ranks": findings.silent_ranks,
         "missing_ranks": list(findings.missing_ranks),
         "link": link_analysis.document(link) if link else None,
@@ -276,3 +304,19 @@ def _mismatch_entry(m: Mismatch) -> dict[str, Any]:
             "skips": [{"ranks": list(k.ranks), "seq": k.seq, "skipped": k.skipped, "evidence": k.evidence}
                       for k in m.skips],
             "culprits": list(m.culprits), "culprit_note": note, "summary": m.summary}
+
+
+def deadlock_section(findings: Findings) -> dict[str, Any] | None:
+    """hang.json's ``deadlock`` (docs/event-dir.md): the waits that close on
+    themselves, whether every rank was blocked, and who broke the order."""
+    d = findings.deadlock
+    if d is None:
+        return None
+    return {"ranks": d.ranks, "blocked": d.blocked, "culprits": list(d.culprits), "undecided": d.undecided or None,
+            "waits": [{"op": w.op.name, "comm_id": w.op.comm_id, "group": group_name(findings, w.op.comm_id),
+                       "seq": w.op.seq, "ranks": list(w.ranks), "waits_for": list(w.waits_for)} for w in d.waits],
+            "order": [{"rank": r, "ran": {"comm_id": o.actual[0], "group": group_name(findings, o.actual[0]),
+                                          "op": o.actual[1]},
+                       "expected": {"comm_id": o.expected[0], "group": group_name(findings, o.expected[0]),
+                                    "op": o.expected[1]},
+                       "ops_per_step": o.period} for r, o in sorted(d.broke.items())]}

@@ -2,7 +2,7 @@
 
 Pure data and one abstract class, no behaviour beyond a few derived views.
 The rules (one module each: silent.py, stalled.py, divergence.py,
-never_entered.py, not_in_collective.py, idle.py) read a :class:`View`, a
+never_entered.py, deadlock.py, not_in_collective.py, idle.py) read a :class:`View`, a
 read-only copy of every rank's progress and in-flight op, and add to one
 :class:`Findings`; judge.py runs them in order. The collector turns the
 Findings into the HANG line and hang.json (diag/collector/verdict.py).
@@ -195,6 +195,37 @@ class IdleStall:
     missing_ranks: tuple[int, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class DeadlockWait:
+    """Ranks blocked in one collective (``op``, at its stuck seq) and the
+    members of its group that never started it, which they wait for."""
+
+    op: OpKey
+    ranks: tuple[int, ...]
+    waits_for: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadlock:
+    """Collectives whose missing members all wait in one another
+    (deadlock.py): ``waits`` closed under "waits for". ``blocked``: every
+    rank of it started nothing, launched nothing and, off the GPU, used no
+    CPU for the rule's wait, which makes it proof. ``culprits``: the ranks
+    whose op broke the order of their earlier steps, with that order's
+    verdict (``broke``: rank -> order.Order); else none, and ``undecided``
+    says why."""
+
+    waits: tuple[DeadlockWait, ...]
+    blocked: bool
+    culprits: tuple[int, ...] = ()
+    broke: dict = dataclasses.field(default_factory=dict)
+    undecided: str = ""
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({r for w in self.waits for r in w.ranks})
+
+
 class Finding(typing.NamedTuple):
     """What one rule found in one evaluation: the rule's name and its
     evidence in a phrase ("ranks 0-3: an op in flight past 300 s")."""
@@ -217,6 +248,7 @@ class Findings:
     groups: tuple[GroupLabel, ...] = ()    # of the hung comm ops' groups
     stuck: tuple[StuckAt, ...] = ()
     idle: IdleStall | None = None          # the idle rule's stall (idle.py)
+    deadlock: Deadlock | None = None       # collectives waiting for one another (deadlock.py)
     fired: tuple[Finding, ...] = ()        # what each rule found, in the order they ran
 
     @property

@@ -8,6 +8,10 @@ must hold (its wait) before it is a verdict:
 - ``diverged``: the members of a stuck group ran different ops at one seq,
   or some skipped one the others ran (the divergence rule's Mismatch, with
   culprits). Those ops can never complete. 5 s.
+- ``deadlock``: every rank of a set is blocked in a collective whose
+  missing members are blocked in another collective of the set (a
+  collective skipped on one group while the job went on in another): the
+  waits form a cycle no time can end (deadlock.py). 5 s.
 - ``exited``: a member of a stuck group is gone (its process exited) and
   never started the op the others wait in. 5 s.
 - ``frozen_link``: every member waits at one seq, and one link's NCCL proxy
@@ -38,14 +42,16 @@ import abc
 import dataclasses
 import typing
 
+from diag.common.ranks import fold
 from diag.hang.api import Finding, Findings, View
 from diag.hang.judge import analyse
 from diag.hang.links import stuck_links
 from diag.hang.not_in_collective import EXITED
 
-DIVERGED, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED, TIMEOUT = (
-    "diverged", "exited", "frozen_link", "gpu_fault", "blocked", "timeout")
-VERDICT_RULES = (TIMEOUT, DIVERGED, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED)   # what a HANG line's "rule" clause may name
+DIVERGED, DEADLOCK, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED, TIMEOUT = (
+    "diverged", "deadlock", "exited", "frozen_link", "gpu_fault", "blocked", "timeout")
+# what a HANG line's "rule" clause may name
+VERDICT_RULES = (TIMEOUT, DIVERGED, DEADLOCK, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +96,21 @@ class Diverged(Proof):
                 return (f"group {m.group or m.comm_id} diverged at seq {m.diverged_seq} (rank {ranks}): "
                         f"those ops can never complete")
         return None
+
+
+class Deadlocked(Proof):
+    name = DEADLOCK
+    evidence = ("every rank of a set blocked in a collective whose missing members are blocked in another "
+                "collective of the set (the deadlock rule, diag/hang/deadlock.py)")
+
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None:
+        dead = probe.deadlock
+        if dead is None or not dead.blocked:
+            return None
+        ranks = dead.ranks
+        who = f"ranks {fold(ranks)}" if len(ranks) > 1 else f"rank {ranks[0]}"
+        return (f"{who} each blocked in a collective that waits for ranks blocked in another: "
+                f"a cycle no wait can end")
 
 
 class Exited(Proof):
@@ -171,7 +192,7 @@ class Blocked(Proof):
         return f"{who} waited for: no CPU, I/O or kernel launch for {quiet:.0f} s"
 
 
-PROOFS: tuple[Proof, ...] = (Diverged(), Exited(), FrozenLink(), GpuFault(), Blocked())   # tried in this order
+PROOFS: tuple[Proof, ...] = (Diverged(), Deadlocked(), Exited(), FrozenLink(), GpuFault(), Blocked())   # tried in this order
 
 
 def evaluate(probe: Findings, view: View, waits: Waits) -> Finding | None:

@@ -10,15 +10,18 @@ job as a whole and runs apart (idle.py).
 from __future__ import annotations
 
 from diag.hang.api import Case, Findings, Limits, Rule, View
+from diag.hang.deadlock import DeadlockRule
 from diag.hang.divergence import DivergenceRule
 from diag.hang.never_entered import NeverEnteredRule
 from diag.hang.not_in_collective import NotInCollectiveRule
 from diag.hang.silent import SilentRule
 from diag.hang.stalled import StalledRule
 
-# The divergence rule fills Case.members, which never_entered reads; the
-# not-in-collective rule reads what both found.
-RULES: tuple[Rule, ...] = (SilentRule(), StalledRule(), DivergenceRule(), NeverEnteredRule(), NotInCollectiveRule())
+# The divergence rule fills Case.members, which never_entered and deadlock
+# read; deadlock corrects never_entered's list where the waits close on
+# themselves; the not-in-collective rule reads what they found.
+RULES: tuple[Rule, ...] = (SilentRule(), StalledRule(), DivergenceRule(), NeverEnteredRule(), DeadlockRule(),
+                           NotInCollectiveRule())
 
 
 def analyse(view: View, timeout_s: float, silent_after_s: float, explain: bool = True,

@@ -65,7 +65,6 @@ def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
                 if rank not in out and not _waited_first(snap.ranks[rank], snap.now, group):
                     out[rank] = NeverEntered(rank, op, started)
     if len(out) > 1:
-        _break_cycles(snap, hung, out)
         _follow_waits(hung, out, missing)
     return tuple(out[r] for r in sorted(out))
 
@@ -79,7 +78,8 @@ def _follow_waits(hung: tuple[HungGroup, ...], out: dict[int, NeverEntered], mis
     rank 0 for rank 1 in the tensor-parallel group's reduce-scatter (the
     forward); the ops started milliseconds apart, closer than the ages in
     the reports can tell (``_waited_first``). A wait that comes back to the
-    rank is a cycle: ``_break_cycles``' to judge, and the rank stays."""
+    rank is a cycle: the deadlock rule's to judge (deadlock.py), and the
+    rank stays."""
     in_op = {}
     for g in hung:
         for r in g.ranks:
@@ -108,76 +108,6 @@ def _waited_first(entry, now: float, group: HungGroup) -> bool:
         return False
     op = entry.progress.oldest_in_flight
     return (op.comm_id, op.kind) != (group.op.comm_id, group.op.kind)
-
-
-def _break_cycles(snap: View, hung: tuple[HungGroup, ...], out: dict[int, NeverEntered]) -> None:
-    """Two ranks, each in flight in a hung op the other never entered, each
-    waiting for the other: the one that ran past the op that comes first in
-    a step is the culprit, the other only waits (``out`` loses its entry).
-
-    Megatron, a tensor-parallel all-reduce skipped on rank 1: all of a
-    layer's TP all-reduces are one size, so nothing in the TP lane differs;
-    rank 1 ran on into the distributed optimizer's all-reduce, where it waits
-    for rank 0, in the TP all-reduce waiting for rank 1, since the same
-    moment. Which op comes first in a step says who ran past what: the ranks'
-    own earlier steps tell it (``CommProgress.recent_steps``). No call where
-    the steps do not show one order."""
-    in_op = {}
-    for g in hung:
-        for r in g.ranks:
-            in_op[r] = (g.op.comm_id, g.op.kind)
-    # (never entered, waits in) -> ranks: one pass, as at 100,000 ranks most
-    # never-entered ranks wait in nothing and none of this is read for them.
-    pairs: dict[tuple, list[int]] = {}
-    for rank, n in out.items():
-        waits = in_op.get(rank)
-        if waits is not None:
-            pairs.setdefault(((n.op.comm_id, n.op.kind), waits), []).append(rank)
-    for (x, y), ps in pairs.items():       # each p waits in y, never entered x
-        rs = pairs.get((y, x), ())          # each r waits in x, never entered y
-        if not rs or x >= y:                # each pair of ops once
-            continue
-        p, r = ps[0], rs[0]
-        first = _first_in_step(snap, (p, r), x, y)
-        if first == x:                      # p ran past x into y: the rs only wait in x
-            for rank in rs:
-                out.pop(rank, None)
-        elif first == y:
-            for rank in ps:
-                out.pop(rank, None)
-
-
-def _first_in_step(snap: View, ranks, x: tuple[int, int], y: tuple[int, int]):
-    """``x`` or ``y``: the lane whose ops all come before the other's within
-    each earlier step both ran on these ranks (their fingerprint windows); None
-    where no step shows both, or the steps disagree."""
-    seen = set()
-    for rank in ranks:
-        entry = snap.ranks.get(rank)
-        if entry is None:
-            return None
-        lanes = []
-        for comm_id, kind in (x, y):
-            comm = comm_lane(entry.progress, comm_id, kind)
-            if comm is None or not comm.HasField("recent_steps"):
-                return None
-            by_step: dict[int, list[int]] = {}
-            for step, into in zip(comm.recent_steps.step, comm.recent_steps.into_step_ns):
-                if into:
-                    by_step.setdefault(step, []).append(into)
-            lanes.append(by_step)
-        current = max((s for lane in lanes for s in lane), default=0)
-        for step in set(lanes[0]) & set(lanes[1]):
-            if step == current:
-                continue                    # the step the hang is in: the order is what is asked
-            xs, ys = lanes[0][step], lanes[1][step]
-            if max(xs) < min(ys):
-                seen.add(x)
-            elif max(ys) < min(xs):
-                seen.add(y)
-            else:
-                return None
-    return seen.pop() if len(seen) == 1 else None
 
 
 def _live_started(snap: View, comm_id: int):

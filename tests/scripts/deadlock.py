@@ -1,0 +1,54 @@
+"""A collective skipped (or added) on one group while the job goes on in
+another: the commonest deadlock of real training code (issue 41).
+
+Each step all-reduces the "gradients" on the world group, then the loss on a
+second group ``stats`` (and, with ``--groups 3``, a tensor-parallel-like
+group between them). At step ``--at`` rank ``--rank`` breaks the order:
+
+- ``skip-default``: skips the world all-reduce and goes on to ``stats``;
+- ``skip-stats``: skips the ``stats`` all-reduce and goes on to the next step;
+- ``extra-stats``: runs a second ``stats`` all-reduce the others do not.
+
+Every rank then blocks in a collective whose missing members are blocked in
+another: nothing can move again. ``--healthy`` runs the same loop unbroken.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(__file__))
+import exitlib  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--mode", default="skip-default", choices=["skip-default", "skip-stats", "extra-stats", "healthy"])
+ap.add_argument("--at", type=int, default=10, help="the step (from 1) at which the order breaks")
+ap.add_argument("--rank", type=int, default=1, help="the rank that breaks it")
+ap.add_argument("--steps", type=int, default=30)
+ap.add_argument("--groups", type=int, default=2, choices=[2, 3])
+ap.add_argument("--step-s", type=float, default=0.02)
+args = ap.parse_args()
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+stats = dist.new_group(list(range(world)), group_desc="stats")
+tensor = dist.new_group(list(range(world)), group_desc="tensor") if args.groups == 3 else None
+grads, loss, act = torch.ones(256), torch.ones(1), torch.ones(16)
+for step in range(1, args.steps + 1):
+    broken = args.mode != "healthy" and step == args.at and rank == args.rank
+    time.sleep(args.step_s)                     # the step's compute
+    if tensor is not None:
+        dist.all_reduce(act, group=tensor)
+    if broken:
+        os.write(1, f"BREAK rank {rank} step {step} {args.mode}\n".encode())
+    if not (broken and args.mode == "skip-default"):
+        dist.all_reduce(grads)
+    if not (broken and args.mode == "skip-stats"):
+        dist.all_reduce(loss, group=stats)
+    if broken and args.mode == "extra-stats":
+        dist.all_reduce(loss, group=stats)
+os.write(1, f"DONE rank {rank}\n".encode())
+exitlib.leave(dist)
