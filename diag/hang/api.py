@@ -386,3 +386,36 @@ class Rule(abc.ABC):
     def judge(self, case: Case) -> Findings:
         """``case.findings`` with what this rule found added (the same object
         when it found nothing). Raises nothing on well-formed views."""
+
+
+# -- evidence rules (evidence.py): verdicts before the timeout --
+
+@dataclasses.dataclass(frozen=True)
+class Waits:
+    """How long each proof must hold, in seconds (--verdicts evidence)."""
+
+    proof_s: float = 5.0      # diverged, exited, frozen_link, gpu_fault: the ops can never complete
+    blocked_s: float = 30.0   # blocked (--blocked-after): no activity anywhere in the culprits' trees
+
+    @property
+    def probe_s(self) -> float:
+        """The least time an op must have waited before any rule here looks."""
+        return min(self.proof_s, self.blocked_s)
+
+
+class Proof(abc.ABC):
+    """One evidence rule: ``name`` is what the HANG line's rule clause says,
+    ``evidence`` what it reads (docs/collector.md, "Verdicts"), ``wait``
+    which of :class:`Waits` its proof must hold. ``proves`` is a pure
+    function of the probe's findings, the view and that wait: the evidence
+    in a phrase, or None."""
+
+    name: typing.ClassVar[str]
+    evidence: typing.ClassVar[str]
+    wait: typing.ClassVar[str] = "proof_s"
+
+    def wait_s(self, waits: Waits) -> float:
+        return getattr(waits, self.wait)
+
+    @abc.abstractmethod
+    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None: ...

@@ -38,12 +38,12 @@ it is a verdict yet.
 
 from __future__ import annotations
 
-import abc
 import dataclasses
-import typing
 
 from diag.common.ranks import fold
-from diag.hang.api import Finding, Findings, View
+# Proof and Waits live in api.py (contracts), so rules in modules of their
+# own (kernel.py) subclass Proof without importing this module.
+from diag.hang.api import Finding, Findings, Proof, View, Waits
 from diag.hang.judge import analyse
 from diag.hang.links import stuck_links
 from diag.hang.not_in_collective import EXITED
@@ -52,37 +52,6 @@ DIVERGED, DEADLOCK, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED, TIMEOUT = (
     "diverged", "deadlock", "exited", "frozen_link", "gpu_fault", "blocked", "timeout")
 # what a HANG line's "rule" clause may name
 VERDICT_RULES = (TIMEOUT, DIVERGED, DEADLOCK, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED)
-
-
-@dataclasses.dataclass(frozen=True)
-class Waits:
-    """How long each proof must hold, in seconds (--verdicts evidence)."""
-
-    proof_s: float = 5.0      # diverged, exited, frozen_link, gpu_fault: the ops can never complete
-    blocked_s: float = 30.0   # blocked (--blocked-after): no activity anywhere in the culprits' trees
-
-    @property
-    def probe_s(self) -> float:
-        """The least time an op must have waited before any rule here looks."""
-        return min(self.proof_s, self.blocked_s)
-
-
-class Proof(abc.ABC):
-    """One evidence rule: ``name`` is what the HANG line's rule clause says,
-    ``evidence`` what it reads (docs/collector.md, "Verdicts"), ``wait``
-    which of :class:`Waits` its proof must hold. ``proves`` is a pure
-    function of the probe's findings, the view and that wait: the evidence
-    in a phrase, or None."""
-
-    name: typing.ClassVar[str]
-    evidence: typing.ClassVar[str]
-    wait: typing.ClassVar[str] = "proof_s"
-
-    def wait_s(self, waits: Waits) -> float:
-        return getattr(waits, self.wait)
-
-    @abc.abstractmethod
-    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None: ...
 
 
 class Diverged(Proof):
