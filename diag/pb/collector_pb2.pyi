@@ -133,7 +133,7 @@ class CommProgress(_message.Message):
     def __init__(self, comm_id: _Optional[int] = ..., last_started_seq: _Optional[int] = ..., last_completed_seq: _Optional[int] = ..., comm_size: _Optional[int] = ..., lane: _Optional[_Union[OpKind, str]] = ..., group_name: _Optional[str] = ..., recent: _Optional[_Union[FingerprintWindow, _Mapping]] = ..., comm_rank: _Optional[int] = ..., recent_steps: _Optional[_Union[StepTimes, _Mapping]] = ...) -> None: ...
 
 class RankProgress(_message.Message):
-    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links", "parallel_coords", "activity", "exit", "exited_unix")
+    __slots__ = ("rank", "local_rank", "world_size", "pid", "alive", "oldest_in_flight", "stats", "comms", "dropped_records", "idle_ns", "last_op", "perf", "gpu", "links", "parallel_coords", "activity", "unfinished_kernel", "exit", "exited_unix")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class RankProgress(_message.Message):
     LINKS_FIELD_NUMBER: _ClassVar[int]
     PARALLEL_COORDS_FIELD_NUMBER: _ClassVar[int]
     ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    UNFINISHED_KERNEL_FIELD_NUMBER: _ClassVar[int]
     EXIT_FIELD_NUMBER: _ClassVar[int]
     EXITED_UNIX_FIELD_NUMBER: _ClassVar[int]
     rank: int
@@ -168,9 +169,10 @@ class RankProgress(_message.Message):
     links: _containers.RepeatedCompositeFieldContainer[LinkChannel]
     parallel_coords: str
     activity: RankActivity
+    unfinished_kernel: KernelProbe
     exit: RankExit
     exited_unix: float
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ..., parallel_coords: _Optional[str] = ..., activity: _Optional[_Union[RankActivity, _Mapping]] = ..., exit: _Optional[_Union[RankExit, _Mapping]] = ..., exited_unix: _Optional[float] = ...) -> None: ...
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., pid: _Optional[int] = ..., alive: bool = ..., oldest_in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., stats: _Optional[_Iterable[_Union[OpStats, _Mapping]]] = ..., comms: _Optional[_Iterable[_Union[CommProgress, _Mapping]]] = ..., dropped_records: _Optional[int] = ..., idle_ns: _Optional[int] = ..., last_op: _Optional[str] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuHealth, _Mapping]] = ..., links: _Optional[_Iterable[_Union[LinkChannel, _Mapping]]] = ..., parallel_coords: _Optional[str] = ..., activity: _Optional[_Union[RankActivity, _Mapping]] = ..., unfinished_kernel: _Optional[_Union[KernelProbe, _Mapping]] = ..., exit: _Optional[_Union[RankExit, _Mapping]] = ..., exited_unix: _Optional[float] = ...) -> None: ...
 
 class RankExit(_message.Message):
     __slots__ = ("exit_code", "signal", "error", "oom_kill", "torchrun_root", "stopped")
@@ -187,6 +189,22 @@ class RankExit(_message.Message):
     torchrun_root: bool
     stopped: bool
     def __init__(self, exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., error: _Optional[str] = ..., oom_kill: bool = ..., torchrun_root: bool = ..., stopped: bool = ...) -> None: ...
+
+class KernelProbe(_message.Message):
+    __slots__ = ("name", "age_ns", "history_runs", "history_max_ns", "launches_since", "quiet_ns")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AGE_NS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_RUNS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_MAX_NS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_SINCE_FIELD_NUMBER: _ClassVar[int]
+    QUIET_NS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    age_ns: int
+    history_runs: int
+    history_max_ns: int
+    launches_since: int
+    quiet_ns: int
+    def __init__(self, name: _Optional[str] = ..., age_ns: _Optional[int] = ..., history_runs: _Optional[int] = ..., history_max_ns: _Optional[int] = ..., launches_since: _Optional[int] = ..., quiet_ns: _Optional[int] = ...) -> None: ...
 
 class RankActivity(_message.Message):
     __slots__ = ("cpu_ns", "io_bytes", "procs", "launches_total", "disk_wait", "quiet_ns")
