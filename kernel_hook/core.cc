@@ -68,6 +68,9 @@ void reset_slot(Slot* s, int index) {
   s->fence_cursor = 0;
   s->dropped_ops.store(0, std::memory_order_relaxed);
   s->seen_dropped = 0;
+  // Probe events survive, as the op queue's do; launches goes on counting.
+  s->probe_head.store(0, std::memory_order_relaxed);
+  s->probe_tail.store(0, std::memory_order_relaxed);
   s->count_overflow.store(0, std::memory_order_relaxed);
   s->seen_overflow = 0;
   for (int i = 0; i < XT_OP_COUNT_; ++i) {
@@ -219,13 +222,18 @@ void xt_device_set(int device) {
   if (device >= 0) tl.dev = device + 1;
 }
 
-void xt_count_launch(const void* func, int kind) {
+void xt_count_launch(const void* func, int kind, void* stream) {
   if (!active()) return;
   note_device();
   // The low bits tell the drainer which kind of key it is (core.h).
   func = reinterpret_cast<const void*>(uintptr_t(func) | uintptr_t(kind & 3));
   Slot* s = my_slot();
   if (!s) return;
+  // Owner-only counter: a plain load and store, no atomic read-modify-write.
+  s->launches.store(s->launches.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // One compare per launch: the drainer moves the epoch once per probe period.
+  if (__builtin_expect(s->probe_epoch != g_probe_epoch.load(std::memory_order_relaxed), 0))
+    probe_launch(g_core, s, func, stream);
   // Fibonacci hash of the host stub address, then a short linear probe.
   uint32_t h = uint32_t((uintptr_t(func) * 0x9E3779B97F4A7C15ull) >> 56);
   for (int i = 0; i < 8; ++i) {
@@ -261,6 +269,7 @@ void xt_core_stats(xt_stats* out) {
   out->ops_dropped = c.ops_dropped.load();
   out->fences = c.fences.load();
   out->passes = c.passes.load();
+  out->probes = c.probes.load();
   // The region's count holds both; ring-full drops are the rest.
   out->records_dropped = c.region.dropped() - out->ops_dropped;
   out->threads = uint32_t(c.n_slots.load());

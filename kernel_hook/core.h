@@ -67,6 +67,7 @@ typedef struct xt_config {
   int completion_events;   // 1: by an end event recorded at launch (exact per
                            // op); 0: by the drainer's fences (no cost at launch)
   const char* visible_devices;  // CUDA_VISIBLE_DEVICES at start; NULL when unset
+  uint32_t probe_every_ms;  // a kernel completion probe per thread at most this often; 0: none
 } xt_config;
 
 // Operation types the hook times. Names and kinds live in core.cc.
@@ -120,8 +121,13 @@ void xt_core_after_fork_child(void);
 void xt_device_set(int device);
 
 // Hot path. Counts one kernel launch of func (an XT_KERNEL_* kind) on the
-// calling thread.
-void xt_count_launch(const void* func, int kind);
+// calling thread, made on stream; XT_NO_STREAM where the stream is unknown
+// or the launch is a hooked GEMM's or collective's own (never probed). Once
+// per probe period (cfg.probe_every_ms) a thread's launch is followed by a
+// completion probe: an untimed event on its stream, which the drainer polls
+// (docs/kernel_hook.md, "Kernels that never end").
+#define XT_NO_STREAM ((void*)~(uintptr_t)0)
+void xt_count_launch(const void* func, int kind, void* stream);
 // Hot path. Queues an op. Sampled ops (1 in cfg.time_every; collectives by a
 // hash of (comm id, seq), so every rank samples the same ones) get a start and
 // an end event: their END carries the device duration (flag bit 0). The other
@@ -185,6 +191,7 @@ typedef struct xt_stats {
   uint32_t threads;           // thread slots claimed
   uint64_t fences;            // fence events the drainer recorded
   uint64_t passes;            // drain passes made by the drainer
+  uint64_t probes;            // kernel completion probes recorded
 } xt_stats;
 void xt_core_stats(xt_stats* out);
 

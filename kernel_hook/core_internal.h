@@ -17,6 +17,7 @@ constexpr int kCountEntries = 256;   // distinct kernels counted per thread
 constexpr int kOpQueue = 256;        // timed ops in flight per thread (power of two)
 constexpr int kGroupMax = 64;        // ops deferred inside one NCCL group
 constexpr int kMaxDevices = 16;      // distinct CUDA devices said (DEVICE records) per process
+constexpr int kProbes = 8;           // kernel completion probes unfinished per thread (power of two)
 
 enum CoreState : int { kStateOff = 0, kStateOn = 1, kStateStopped = 2 };
 
@@ -47,6 +48,21 @@ struct PendingOp {
   Fence* fence;           // drainer-owned, set once the fence is recorded
 };
 
+// A kernel completion probe (probes.cc): an untimed event recorded on the
+// launch's stream right after the launch, at most one per thread and probe
+// period. Written by the owner thread, published through Slot::probe_head;
+// the drainer owns the fields below the line until it advances probe_tail.
+struct Probe {
+  const void* key;   // the kernel's count key (core.h: stub, handle or function)
+  uint64_t t_ns;     // when it was launched
+  uint64_t mark;     // the owner's Slot::launches right after it
+  void* ev;          // owned by this entry and reused; made on ev_device
+  int ev_device;
+  // ---- drainer ----
+  bool seen, done;
+  uint64_t base;     // the process's launches when first seen, less the owner's since mark
+};
+
 struct CountEntry {
   std::atomic<const void*> key;
   std::atomic<uint64_t> n;  // written only by the owner thread
@@ -65,8 +81,15 @@ struct alignas(64) Slot {
   std::atomic<uint64_t> count_overflow;  // kernels beyond kCountEntries
   CountEntry counts[kCountEntries];
   PendingOp ops[kOpQueue];
+  // Kernel completion probes (probes.cc). launches and probe_head are the
+  // owner's to write (plain relaxed stores, one cache line it owns).
+  std::atomic<uint64_t> launches;    // kernel launches counted on this thread
+  uint64_t probe_epoch;              // g_probe_epoch when this thread last probed
+  std::atomic<uint64_t> probe_head;  // probes published
+  Probe probes[kProbes];
   // ---- drainer ----
   alignas(64) std::atomic<uint64_t> tail;  // ops consumed
+  std::atomic<uint64_t> probe_tail;        // probes retired
   uint64_t start_cursor;                   // STARTs written up to here
   uint64_t fence_cursor;                   // fences asked for up to here
   uint64_t seen[kCountEntries];
@@ -102,6 +125,7 @@ struct Core {
   // statistics (drainer-written)
   std::atomic<uint64_t> launches_counted{0}, ops_queued{0}, ops_completed{0}, ops_captured{0};
   std::atomic<uint64_t> fences{0};  // fences recorded
+  std::atomic<uint64_t> probes{0};  // kernel completion probes recorded (launch paths)
   std::atomic<uint64_t> passes{0};  // drainer passes
   std::atomic<uint64_t> ops_dropped{0};  // not queued: full per-thread queue, or no slot
 };
@@ -159,6 +183,14 @@ inline bool active() { return g_core.state.load(std::memory_order_acquire) == kS
 
 const char* op_name(xt_op op);
 uint8_t op_kind(xt_op op);
+
+// probes.cc: kernel completion probes. The drainer bumps g_probe_epoch once
+// per probe period; a launch on a thread whose last probe is of an older
+// epoch probes (one compare per launch, the rest off the hot path).
+extern std::atomic<uint64_t> g_probe_epoch;
+void probe_launch(Core& c, Slot* s, const void* key, void* stream);
+void probe_pass(Core& c, uint64_t now);
+void use_device(Core& c, int device);  // drainer.cc: the drainer's current device
 
 // drainer.cc
 void drain_pass(Core& c, bool final_pass);

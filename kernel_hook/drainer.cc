@@ -48,10 +48,6 @@ DrainerState& ds() {
 // whose current device is the application's.
 __thread bool tl_is_drainer __attribute__((tls_model("initial-exec")));
 
-void use_device(Core& c, int device) {
-  if (!tl_is_drainer) return;
-  if (device >= 0 && device != ds().device && c.ops.set_device(device) == 0) ds().device = device;
-}
 
 Record base_record(uint8_t event, const PendingOp& e, uint64_t t_ns) {
   Record r;
@@ -296,6 +292,11 @@ void atexit_stop() { xt_core_stop(); }
 
 }  // namespace
 
+void use_device(Core& c, int device) {
+  if (!tl_is_drainer) return;
+  if (device >= 0 && device != ds().device && c.ops.set_device(device) == 0) ds().device = device;
+}
+
 void release_slot(Core& c, Slot* s) {
   (void)c;
   reset_slot(s, s->index);
@@ -314,6 +315,7 @@ void drain_pass(Core& c, bool final_pass) {
     assign_fences(c, s);
     runtime_alive = drain_ops(c, s, now);
   }
+  if (runtime_alive) probe_pass(c, now);
   uint64_t every = uint64_t(c.cfg.count_every_ms) * 1000000ull;
   if (final_pass || now - ds().last_count_ns >= every) {
     write_counts(c, now);

@@ -29,7 +29,7 @@ CUresult launch_w(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned 
   LaunchGuard g;
   CUresult r = real_of<kEntryLaunch, I, decltype(&::cuLaunchKernel)>()(f, gx, gy, gz, bx, by, bz,
                                                                        shmem, s, params, extra);
-  if (g.outer && r == CUDA_SUCCESS) count_launch(f, XT_KERNEL_FUNCTION);
+  if (g.outer && r == CUDA_SUCCESS) count_launch(f, XT_KERNEL_FUNCTION, s);
   return r;
 }
 
@@ -38,7 +38,7 @@ CUresult launch_ex_w(const CUlaunchConfig* config, CUfunction f, void** params, 
   LaunchGuard g;
   CUresult r = real_of<kEntryLaunchEx, I, decltype(&::cuLaunchKernelEx)>()(config, f, params,
                                                                            extra);
-  if (g.outer && r == CUDA_SUCCESS) count_launch(f, XT_KERNEL_FUNCTION);
+  if (g.outer && r == CUDA_SUCCESS) count_launch(f, XT_KERNEL_FUNCTION, XT_NO_STREAM);
   return r;
 }
 
@@ -48,7 +48,7 @@ CUresult coop_w(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   LaunchGuard g;
   CUresult r = real_of<kEntryCoop, I, decltype(&::cuLaunchCooperativeKernel)>()(
       f, gx, gy, gz, bx, by, bz, shmem, s, params);
-  if (g.outer && r == CUDA_SUCCESS) count_launch(f, XT_KERNEL_FUNCTION);
+  if (g.outer && r == CUDA_SUCCESS) count_launch(f, XT_KERNEL_FUNCTION, s);
   return r;
 }
 

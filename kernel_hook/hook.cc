@@ -108,31 +108,32 @@ xt_ticket lt_begin(cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t dd, cudaStre
 // (__cudaLaunchKernel*, what nvcc >= 13 emits for <<<>>>): one per kernel.
 // The driver's launches (cuBLAS, NCCL, Triton) are counted in hook_driver.cc.
 
-#define XT_LAUNCH(fn, func_t, kind)                                                        \
+#define XT_LAUNCH(fn, func_t, kind, ptsz)                                                  \
   XT_EXPORT cudaError_t fn(func_t func, dim3 grid, dim3 block, void** args, size_t shmem,   \
                            cudaStream_t stream) {                                         \
     auto real = XT_GET(fn);                                                                \
     if (!real) return kCudaSymbolMissing;                                                  \
     LaunchGuard g;                                                                         \
     cudaError_t r = real(func, grid, block, args, shmem, stream);                          \
-    if (g.outer && r == cudaSuccess) xt::count_launch(func, kind);                         \
+    if (g.outer && r == cudaSuccess)                                                       \
+      xt::count_launch(func, kind, xt::launch_stream(stream, ptsz));                       \
     return r;                                                                              \
   }
 
-#define XT_LAUNCH_EX(fn)                                                                    \
+#define XT_LAUNCH_EX(fn)                                                                  \
   XT_EXPORT cudaError_t fn(const cudaLaunchConfig_t* config, const void* func, void** args) { \
     auto real = XT_GET(fn);                                                                 \
     if (!real) return kCudaSymbolMissing;                                                   \
     LaunchGuard g;                                                                          \
     cudaError_t r = real(config, func, args);                                               \
-    if (g.outer && r == cudaSuccess) xt::count_launch(func, XT_KERNEL_STUB);                \
+    if (g.outer && r == cudaSuccess) xt::count_launch(func, XT_KERNEL_STUB, XT_NO_STREAM);  \
     return r;                                                                               \
   }
 
-XT_LAUNCH(cudaLaunchKernel, const void*, XT_KERNEL_STUB)
-XT_LAUNCH(cudaLaunchKernel_ptsz, const void*, XT_KERNEL_STUB)
-XT_LAUNCH(__cudaLaunchKernel, cudaKernel_t, XT_KERNEL_HANDLE)
-XT_LAUNCH(__cudaLaunchKernel_ptsz, cudaKernel_t, XT_KERNEL_HANDLE)
+XT_LAUNCH(cudaLaunchKernel, const void*, XT_KERNEL_STUB, false)
+XT_LAUNCH(cudaLaunchKernel_ptsz, const void*, XT_KERNEL_STUB, true)
+XT_LAUNCH(__cudaLaunchKernel, cudaKernel_t, XT_KERNEL_HANDLE, false)
+XT_LAUNCH(__cudaLaunchKernel_ptsz, cudaKernel_t, XT_KERNEL_HANDLE, true)
 XT_LAUNCH_EX(cudaLaunchKernelExC)
 XT_LAUNCH_EX(cudaLaunchKernelExC_ptsz)
 

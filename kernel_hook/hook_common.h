@@ -37,12 +37,20 @@ using Guard = DepthGuard<call_depth>;
 // launch, counted once, by the outer hook.
 using LaunchGuard = DepthGuard<launch_depth>;
 
-// Hot path: counts one launch of func (an XT_KERNEL_* kind); starts the core
-// on the process's first hooked call.
-inline void count_launch(const void* func, int kind) {
+// Hot path: counts one launch of func (an XT_KERNEL_* kind) on stream;
+// starts the core on the process's first hooked call. A launch inside a
+// hooked GEMM or collective is never probed: an NCCL kernel waits for its
+// peers, and the op's own completion tracking already covers it.
+inline void count_launch(const void* func, int kind, void* stream) {
   if (bypassed()) return;
   hook_touch();
-  xt_count_launch(func, kind);
+  xt_count_launch(func, kind, call_depth() > 0 ? XT_NO_STREAM : stream);
+}
+
+// The stream a launch went to: 0 from a _ptsz entry point is the thread's
+// per-thread default stream (cudaStreamPerThread), not the legacy one.
+inline void* launch_stream(void* stream, bool per_thread) {
+  return per_thread && stream == nullptr ? reinterpret_cast<void*>(uintptr_t(2)) : stream;
 }
 
 // Whether a GEMM or collective is to be recorded: not bypassed

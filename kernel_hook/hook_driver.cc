@@ -39,7 +39,7 @@ XT_REAL(cudaGetDriverEntryPointByVersion, XT_SONAME_CUDART);
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;                                          \
     LaunchGuard g;                                                                         \
     CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);                 \
-    if (g.outer && r == CUDA_SUCCESS) xt::count_launch(f, XT_KERNEL_FUNCTION);             \
+    if (g.outer && r == CUDA_SUCCESS) xt::count_launch(f, XT_KERNEL_FUNCTION, s);             \
     return r;                                                                              \
   }
 
@@ -50,7 +50,7 @@ XT_REAL(cudaGetDriverEntryPointByVersion, XT_SONAME_CUDART);
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;                                          \
     LaunchGuard g;                                                                         \
     CUresult r = real(config, f, params, extra);                                           \
-    if (g.outer && r == CUDA_SUCCESS) xt::count_launch(f, XT_KERNEL_FUNCTION);             \
+    if (g.outer && r == CUDA_SUCCESS) xt::count_launch(f, XT_KERNEL_FUNCTION, XT_NO_STREAM);             \
     return r;                                                                              \
   }
 
@@ -62,7 +62,7 @@ XT_REAL(cudaGetDriverEntryPointByVersion, XT_SONAME_CUDART);
     if (!real) return CUDA_ERROR_NOT_INITIALIZED;                                          \
     LaunchGuard g;                                                                         \
     CUresult r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);                        \
-    if (g.outer && r == CUDA_SUCCESS) xt::count_launch(f, XT_KERNEL_FUNCTION);             \
+    if (g.outer && r == CUDA_SUCCESS) xt::count_launch(f, XT_KERNEL_FUNCTION, s);             \
     return r;                                                                              \
   }
 

@@ -28,7 +28,11 @@ constexpr uint32_t kRecordSize = 128;
 constexpr uint32_t kNameBytes = 56;
 constexpr uint32_t kProducerHook = 2;
 
-enum Event : uint8_t { kEventStart = 1, kEventEnd = 2, kEventCount = 3, kEventDevice = 5 };
+// kEventProbe: the process's oldest unfinished kernel completion probe
+// (docs/records.md, written by the drainer, probes.cc).
+enum Event : uint8_t {
+  kEventStart = 1, kEventEnd = 2, kEventCount = 3, kEventDevice = 5, kEventProbe = 6
+};
 enum Kind : uint8_t { kKindKernel = 1, kKindGemm = 2, kKindCollective = 3, kKindP2P = 4 };
 enum RecordFlags : uint16_t {
   kFlagDeviceTimed = 1,

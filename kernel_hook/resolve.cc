@@ -215,6 +215,9 @@ void after_fork_child() {
 // Device-time 1 in N GEMMs/collectives by default: one event record costs
 // ~1.45 us of host time on the GPU VMs measured (docs/kernel_hook.md).
 constexpr int kDefaultTimeEvery = 8;
+// A kernel completion probe per thread at most every 5 ms: an untimed event
+// record (0.2-0.3 us) per 5 ms is under 0.01 % of a thread's time.
+constexpr int kDefaultProbeMs = 5;
 
 // Reads the environment and starts the core; every failure is one line.
 void start_core() {
@@ -261,6 +264,14 @@ void start_core() {
   const char* check = getenv("XPU_TIMER_HOOK_CAPTURE_CHECK");
   cfg.capture_check_always = check && strcmp(check, "always") == 0;
   cfg.visible_devices = getenv("CUDA_VISIBLE_DEVICES");  // copied by the core
+  // 0 switches the probes off; a negative period would be read as huge.
+  int probe_ms = env_int("XPU_TIMER_HOOK_PROBE_MS", kDefaultProbeMs);
+  if (probe_ms < 0) {
+    say("XPU_TIMER_HOOK_PROBE_MS=%s is negative; using %d", getenv("XPU_TIMER_HOOK_PROBE_MS"),
+        kDefaultProbeMs);
+    probe_ms = kDefaultProbeMs;
+  }
+  cfg.probe_every_ms = uint32_t(probe_ms);
   xt_device_ops ops = {op_get_device,   op_set_device,       op_event_create,
                        op_event_destroy, op_event_record,    op_event_query,
                        op_event_elapsed_ns, op_stream_capturing, op_kernel_name,

@@ -27,12 +27,30 @@ from diag.timeline.ring import TimelineRing
 from diag.perf.window import PerfWindow
 
 
+class _ExitTimes(NodeState):
+    """NodeState that notes when each rank's worker was seen gone (wall
+    clock): the order of the ranks' exits, before torchrun says how."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.exit_seen: dict[int, tuple[int, float]] = {}   # rank -> (pid, unix time)
+
+    def mark_exited(self, pid: int) -> None:
+        now = time.time()
+        for state in list(self.ranks.values()):
+            if state.pid == pid and state.alive:
+                self.exit_seen[state.rank] = (pid, now)
+        super().mark_exited(pid)
+
+
 class Agent:
     def __init__(self, config: AgentConfig, clock=time.monotonic_ns):
         self.config = config
         self.timeline = TimelineRing(int(config.timeline_window_s * 1e9), config.timeline_max_spans)
-        self.state = NodeState(clock, perf=PerfWindow(config.perf_window_s, config.perf_step),
-                               log=self.log, timeline=self.timeline)
+        self.state = _ExitTimes(clock, perf=PerfWindow(config.perf_window_s, config.perf_step),
+                                log=self.log, timeline=self.timeline)
+        # rank -> (pid, pb.RankExit) from torchrun's result (note_exits): how each ended
+        self.exits: dict[int, tuple[int, pb.RankExit]] = {}
         self.exporter = None          # the Prometheus endpoint, with --metrics-port
         self._published = 0.0
         self.lock = threading.Lock()          # guards state
@@ -75,6 +93,11 @@ class Agent:
         for thread in self._threads:
             if thread.name.endswith("connection"):
                 thread.join(min(2.0, timeout))   # the stream ends after the last report
+        for thread in self._threads:
+            # Stacks being taken (a failure's, asked as the workers ended)
+            # upload before the channel closes; bounded by the same deadline.
+            if thread.name.endswith("commands"):
+                thread.join(max(0.0, deadline - time.monotonic()))
         if self.connection is not None:
             self.connection.close()
         for thread in self._threads:
@@ -174,9 +197,17 @@ class Agent:
         """The rank's diag.gpu.api.GpuHealth, or None when it named no GPU."""
         return self.gpus.health_for(self.device_claims().get(rank))
 
+    def note_exits(self, exits: dict[int, tuple[int, pb.RankExit]]) -> None:
+        """How this node's workers ended (rank -> (pid, RankExit)), from
+        torchrun's result: sent with each exited rank from the next report on
+        (the FAILED verdict, docs/collector.md)."""
+        with self.lock:
+            self.exits.update(exits)
+
     def build_report(self, with_perf: bool = True) -> pb.NodeReport:
         with self.lock:
             ranks = self.state.report(with_perf)
+            self._add_exits(ranks)
             perf = self.state.perf
             launches = {m.rank: perf.launches_total(m.rank) for m in ranks} if perf is not None else {}
         self._add_gpus(ranks)
@@ -188,6 +219,25 @@ class Agent:
         return pb.NodeReport(job_id=cfg.job_id, node_rank=cfg.node_rank, hostname=cfg.hostname,
                              agent_pid=os.getpid(), report_seq=self._report_seq, ranks=ranks,
                              local_world_size=cfg.local_world_size, sent_mono_ns=time.monotonic_ns())
+
+    def _add_exits(self, ranks) -> None:
+        """An exited rank's report carries when it went, how (once torchrun
+        said) and its last ops' fingerprints, which a live rank sends only
+        while stuck: a crash is explained from them (diag/failure). Held
+        under the agent's lock."""
+        for msg in ranks:
+            if msg.alive:
+                continue
+            state = self.state.ranks.get(msg.rank)
+            seen = self.state.exit_seen.get(msg.rank)
+            if seen is not None and seen[0] == msg.pid:
+                msg.exited_unix = seen[1]
+            known = self.exits.get(msg.rank)
+            if known is not None and known[0] in (msg.pid, 0):
+                msg.exit.CopyFrom(known[1])
+            if state is not None and state.pid == msg.pid:
+                del msg.comms[:]
+                msg.comms.extend(state.comms.progress(with_fingerprints=True))
 
     def _add_activity(self, ranks, launches: dict) -> None:
         """Each live rank's process-tree counters (diag/agent/activity.py):

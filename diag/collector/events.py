@@ -146,6 +146,13 @@ class HangEvent:
         return (f"STACKS: event {self.event_id}: stacks of {got} rank(s) are in{gap}; "
                 f"see them with: stack-viewer --path {where}")
 
+    def replace_doc(self, doc: dict) -> None:
+        """A document judged again (failure.json as the ranks' statuses come
+        in): written at the next flush, with the dumps received."""
+        with self._lock:
+            self._doc = doc
+            self._dirty = True
+
     def flush(self, now: float | None = None, force: bool = False) -> None:
         """Rewrite hang.json if dumps arrived since the last write. For big
         jobs (megabytes of JSON) at most every BIG_FLUSH_EVERY_S seconds, or

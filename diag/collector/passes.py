@@ -183,6 +183,20 @@ class EventsPass(Pass):
         self.wd._events_tick(now)
 
 
+class FailurePass(Pass):
+    """The FAILED verdict (failures.py): looks only when reports of exited
+    ranks came in, at most once a second; before ``events``, which writes
+    its failure.json."""
+
+    name = "failure"
+
+    def __init__(self, wd) -> None:
+        self.wd = wd
+
+    def run(self, tick: Tick, now: float) -> None:
+        self.wd.failures.tick(now, tick.unix)
+
+
 def all_passes(wd) -> list[Pass]:
     return [cls(wd) for cls in (PacePass, HangPass, IdlePass, SlowPass, DropsPass, StatsPass, TimelinePass,
-                                EventsPass)]
+                                FailurePass, EventsPass)]

@@ -133,6 +133,7 @@ class JobState:
         self.lag_max = 0.0                 # longest wait of a report before ingest, since take_lag()
         self.lag_reports = 0
         self._dropped: dict[int, int] = {}   # rank -> dropped_records, ranks that ever dropped only
+        self.exit_reports = 0   # reports of exited ranks: the failure pass looks only when it moves
 
     def ingest(self, report: pb.NodeReport, now: float, clock: AgentClock | None = None) -> None:
         """Store one report received at monotonic ``now``.
@@ -177,6 +178,7 @@ class JobState:
                 if n or rank in dropped:
                     dropped[rank] = n
                 if not r.alive:
+                    self.exit_reports += 1
                     if rank in ops:
                         self._unfile(rank)
                     continue

@@ -24,6 +24,7 @@ from diag.collector import gpus, idle, verdict
 from diag.hang.api import Findings
 from diag.collector.config import Config
 from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
+from diag.collector.failures import FailureWatch
 from diag.collector.pace import Pacer
 from diag.collector.passes import FULL_EVERY_S, FULL_RANKS_PER_S, INDEX_SLACK_S, all_passes  # noqa: F401
 from diag.collector.schedule import Scheduler
@@ -91,6 +92,8 @@ class Watchdog:
         self._pauses = 0                      # the collector's own pauses not yet said (paused())
         self._pause_said_at = float("-inf")
         self._silent_nodes: tuple[float, set[int]] = (float("nan"), set())   # (snapshot's now, nodes): hang -> idle
+        self.failures = FailureWatch(config, state, events, registry,
+                                     lambda: any(e.killed for e in self.declared))   # FAILED (failures.py)
         self.scheduler = Scheduler(all_passes(self))
 
     @property
@@ -114,6 +117,7 @@ class Watchdog:
             self._thread.join(timeout=10)
         if self._side is not None:
             self._side.join(timeout=10)
+        self._no_throw(self.failures.final, "judging a failure", time.monotonic(), time.time())
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", None, True)
         if self.timelines is not None:

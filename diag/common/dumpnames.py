@@ -12,6 +12,7 @@ import re
 
 HANG_JSON = "hang.json"
 SLOW_JSON = "slow.json"           # a SLOW event with stacks: its document instead of hang.json
+FAILURE_JSON = "failure.json"     # a FAILED event (the job crashed): its document instead of hang.json
 TIMELINE_JSON = "timeline.json"   # the event's trace (docs/timeline.md), not stacks
 SUMMARY_TXT = "summary.txt"       # stack-viewer's own output, written next to the dumps
 FAULTS_JSON = "faults.json"       # nodes a hang blames on hardware (diag/faultlist.py format); recover leaves them out
@@ -19,7 +20,7 @@ NCCL_RAS_TXT = "nccl_ras.txt"     # NCCL's RAS report on a stuck link (docs/link
 
 # Every file the collector writes into an event directory that is not a
 # stack dump: stack-viewer passes over these without a word.
-COLLECTOR_FILES = (HANG_JSON, SLOW_JSON, TIMELINE_JSON, FAULTS_JSON, NCCL_RAS_TXT)
+COLLECTOR_FILES = (HANG_JSON, SLOW_JSON, FAILURE_JSON, TIMELINE_JSON, FAULTS_JSON, NCCL_RAS_TXT)
 
 # tag -> extension, per dumper
 PYSPY, GDB, EU_STACK, ERROR = "py", "gdb", "eu-stack", "error"

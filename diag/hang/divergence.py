@@ -402,3 +402,12 @@ def _with_summary(m: Mismatch) -> Mismatch:
         parts.extend(f"{_ranks(r)} ran {n} op{'s' if n != 1 else ''} ahead (at seq {s})"
                      for (n, s), r in sorted(by.items(), key=lambda kv: kv[1][0]))
     return dataclasses.replace(m, summary="; ".join(parts))
+
+
+def compare_members(members, comm_id: int, lane: int, name: str, seq: int) -> Mismatch | None:
+    """This rule's comparison over members chosen by the caller: ``members``
+    is [(rank, CommProgress or None)], exited ranks included (the FAILED
+    verdict, diag/failure, compares the ranks of a job that crashed); ``seq``
+    the group's highest seq started. The Mismatch, or None where the members
+    agree and none ran ahead."""
+    return _compare(sorted(members, key=lambda m: m[0]), comm_id, lane, name, seq)[0]

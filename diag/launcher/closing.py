@@ -83,6 +83,8 @@ class Closing:
 
     def summary(self, status: int) -> tuple[list[str], int]:
         events = self.events()
+        failed = [e for e in events if e.kind == "failure"]   # at most one: the collector judges once a run
+        events = [e for e in events if e.kind != "failure"]
         lines = [event_line(e) for e in events[:MAX_EVENTS_LISTED]]
         if len(events) > MAX_EVENTS_LISTED:
             lines.append(f"{len(events) - MAX_EVENTS_LISTED} more event(s) under {self._job_dir()}/")
@@ -93,8 +95,15 @@ class Closing:
                     else "no hang or slow rank seen")
         else:
             head = ", ".join(filter(None, [_count(hangs, "hang"), _count(slows, "slow-rank event")])) + " in this run"
-        lines.insert(0, head)
         killed = self.killed_by_us(status)
+        # The FAILED line only for the job's own failure: not after a success,
+        # not after our own kill, not when the launcher was stopped (Ctrl-C).
+        said = failed and status == 1 and not killed
+        if not (said and not events):   # the FAILED line says more than "no hang or slow rank seen"
+            lines.insert(0, head)
+        if said:
+            lines.append(failed[-1].verdict or f"FAILED: the verdict is in the collector's log (node 0); "
+                                                f"details in {failed[-1].path}/")
         if killed:
             status = EXIT_HANG_KILLED
             culprit = next((e.culprit_phrase() for e in reversed(events) if e.kind == "hang" and e.culprits), "")
@@ -158,14 +167,15 @@ class Closing:
                 safe_dirs.say_once(self._say, exc)
             return None
         try:
-            for doc_name, kind in ((dumpnames.HANG_JSON, "hang"), (dumpnames.SLOW_JSON, "slow")):
+            for doc_name, kind in ((dumpnames.HANG_JSON, "hang"), (dumpnames.SLOW_JSON, "slow"),
+                                   (dumpnames.FAILURE_JSON, "failure")):
                 doc = _read_doc(efd, os.path.join(job_dir, name), doc_name, self._say)
                 if doc is None or doc.get("job_id") not in (None, self._config.job_id):
                     continue
                 declared = doc.get("declared_unix")
                 if not isinstance(declared, (int, float)) or declared < self.started_unix - 1.0:
                     continue   # an earlier run's event under the same job id
-                culprits = [r for r in doc.get("culprits") or [] if isinstance(r, int)] if kind == "hang" \
+                culprits = [r for r in doc.get("culprits") or [] if isinstance(r, int)] if kind != "slow" \
                     else [r for r in doc.get("ranks") or [] if isinstance(r, int)]
                 return Event(name, kind, str(doc.get("verdict") or ""), culprits, os.path.join(job_dir, name))
         finally:

@@ -24,7 +24,7 @@ from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from diag.common import envnames, options, owned_dirs
 from diag.common.atomic import probe_writable_dir
-from diag.launcher import collector_proc, torchrun
+from diag.launcher import collector_proc, exits, torchrun
 from diag.launcher.closing import Closing
 from diag.launcher.collector_keeper import CollectorKeeper
 from diag.launcher.config import Config
@@ -138,9 +138,13 @@ def _run(config: Config, closing: Closing) -> int:
         agent.submit = closing.noting(agent.submit)   # every command the collector sends, seen first
         agent.start()
         closing.start()
+        outcome: dict = {}   # torchrun's own result: how each worker ended (exits.py)
+        oom_before, stopped_by = exits.oom_kills(), None
         try:
-            status = torchrun.run(config.torchrun_argv, os.path.join(shm_dir, "torchelastic"), closing.failures)
+            status = torchrun.run(config.torchrun_argv, os.path.join(shm_dir, "torchelastic"), closing.failures,
+                                  outcome)
         except Stopped as exc:
+            stopped_by = exc.signum
             if recovery.leaving is None and untrusted.reason is None:
                 raise
             status = 128 + exc.signum
@@ -148,6 +152,7 @@ def _run(config: Config, closing: Closing) -> int:
             untrusted.handled.set()
             for sig in STOP_SIGNALS:  # torchrun left its handlers installed
                 signal.signal(sig, _raise_stopped)
+            note_exits(agent, outcome, oom_before, stopped_by)   # before the agent's last report
             agent.stop()
         if untrusted.reason is not None:
             say(untrusted.message)
@@ -163,6 +168,19 @@ def _run(config: Config, closing: Closing) -> int:
         if addr_dir != shm_dir:
             owned_dirs.remove(addr_dir)
         recovery.close()
+
+
+def note_exits(agent: Agent, outcome: dict, oom_before: int | None, stopped_by: int | None) -> None:
+    """Hand the agent how this node's workers ended (torchrun's result): its
+    last report carries them to the collector, which judges a failure. Never
+    raises: the launcher ends the same way without it."""
+    try:
+        agent.sample_once()   # the workers torchrun reaped are marked gone, with their last records
+        with agent.lock:
+            local = {r: s.pid for r, s in agent.state.ranks.items()}
+        agent.note_exits(exits.rank_exits(outcome, local, oom_before, exits.oom_kills(), stopped_by))
+    except Exception as exc:
+        say(f"could not tell the collector how the workers ended ({exc!r}); a failure is judged without it")
 
 
 class NodeStop:

@@ -12,10 +12,14 @@ import sys
 from diag.common.children import tie_to_this_process
 
 
-def run(argv: list[str], log_dir: str | None = None, failures: dict | None = None) -> int:
+def run(argv: list[str], log_dir: str | None = None, failures: dict | None = None,
+        outcome: dict | None = None) -> int:
     """``log_dir``: torch's log directory when the user chose none (below).
     ``failures``: filled with {global rank: exit code} of the failed workers
-    (the launcher's closing summary tells its own SIGKILL from a crash)."""
+    (the launcher's closing summary tells its own SIGKILL from a crash).
+    ``outcome``: filled with torchrun's own result, for the FAILED verdict
+    (diag/launcher/exits.py): ``failures`` {global rank: ProcessFailure},
+    ``root`` (the rank its "Root Cause" names), or ``signal`` (it was stopped)."""
     from torch.distributed import run as trun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -35,9 +39,13 @@ def run(argv: list[str], log_dir: str | None = None, failures: dict | None = Non
     except ChildFailedError as exc:
         if failures is not None:
             failures.update({rank: f.exitcode for rank, f in exc.failures.items()})
+        if outcome is not None and exc.failures:
+            outcome.update(failures=dict(exc.failures), root=exc.get_first_failure()[0])
         sys.stderr.write(exc.format_msg() + "\n")
         return 1
     except SignalException as exc:
+        if outcome is not None:
+            outcome["signal"] = int(exc.sigval)
         sys.stderr.write(f"xpu_timer_launch: stopped by signal {exc.sigval}\n")
         return 128 + int(exc.sigval)
 

@@ -35,6 +35,9 @@ EVENT_GROUP = 4
 EVENT_DEVICE = 5
 DEVICE_HAS_UUID = 1           # flags of a DEVICE record
 DEVICE_HAS_PCI = 2
+# Written by the hook's drainer (docs/records.md, "Kernel probes"): the
+# process's oldest unfinished kernel completion probe; op_id 0: none is overdue.
+EVENT_PROBE = 6
 
 KIND_KERNEL = 1
 KIND_GEMM = 2
@@ -119,7 +122,8 @@ HEADER_FLAG_DISABLED = 1
 # skipped (docs/records.md). DEVICE records carry kind 0.
 OP_KINDS = frozenset((KIND_KERNEL, KIND_GEMM, KIND_COLLECTIVE, KIND_P2P, KIND_HOST_FUNC))
 EVENT_KINDS = {EVENT_START: OP_KINDS, EVENT_END: OP_KINDS, EVENT_COUNT: OP_KINDS,
-               EVENT_GROUP: frozenset((KIND_COLLECTIVE,)), EVENT_DEVICE: frozenset((0,))}
+               EVENT_GROUP: frozenset((KIND_COLLECTIVE,)), EVENT_DEVICE: frozenset((0,)),
+               EVENT_PROBE: frozenset((KIND_KERNEL,))}
 
 # Fixed, write-once part of the header (offsets 0..63).
 HEADER_STRUCT = struct.Struct("<8sIIIIiiiiIIQQ")

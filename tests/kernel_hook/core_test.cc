@@ -87,7 +87,7 @@ void many_threads(int nthreads, int iters) {
     ts.emplace_back([=] {
       FakeStream s;
       for (int i = 0; i < iters; ++i) {
-        xt_count_launch(kFuncs[i % 3], 0);
+        xt_count_launch(kFuncs[i % 3], 0, XT_NO_STREAM);
         xt_op_end(begin(XT_OP_GEMM_EX, nullptr, &s, 2 * 8 * 8 * 8), 0);
         xt_op_end(begin(XT_OP_ALL_REDUCE, &g_comm_obj[0], &s, 0), 0);
         if (i % 16 == 0) usleep(1000);  // let the drainer keep up with the queues
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   int nthreads = argc > 2 ? atoi(argv[2]) : 16, iters = argc > 3 ? atoi(argv[3]) : 2000;
   xt_device_ops ops = {get_device, set_device, ev_create, ev_destroy, ev_record,
                        ev_query,   ev_elapsed, capturing, kname, nullptr, nullptr, nullptr};
-  xt_config cfg = {argv[1], getpid(), 5, 1, 8, 1u << 18, 200, 5, 0, 1, 0, nullptr};  // time every op
+  xt_config cfg = {argv[1], getpid(), 5, 1, 8, 1u << 18, 200, 5, 0, 1, 0, nullptr, 5};  // time every op
   char err[256];
   EXPECT(xt_core_start(&cfg, &ops, err, sizeof(err)) == 0);
   EXPECT(xt_core_start(&cfg, &ops, err, sizeof(err)) != 0);  // once only

@@ -50,11 +50,46 @@ def _die_with_launcher():
     die_with_launcher(signal.SIGKILL)
 
 
+def _record_uncaught():
+    """torchrun reads a failed worker's exception from TORCHELASTIC_ERROR_FILE,
+    which only a script decorated with torch's ``@record`` writes. An uncaught
+    exception is written there the same way (unless ``@record`` already did),
+    so torchrun's summary and xpu-diag's FAILED line show it. Then Python's
+    own hook prints it as before."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    previous = sys.excepthook
+
+    def record(etype, value, tb):
+        try:
+            if not os.path.exists(path):
+                import json
+                import time
+                import traceback
+                data = {"message": {"message": f"{etype.__name__}: {value}", "extraInfo": {
+                    "py_callstack": "".join(traceback.format_exception(etype, value, tb)),
+                    "timestamp": str(int(time.time()))}}}
+                tmp = f"{path}.{os.getpid()}.tmp"
+                with open(tmp, "w") as f:
+                    json.dump(data, f)
+                os.replace(tmp, path)
+        except Exception:   # never in the way of the worker's own report
+            pass
+        previous(etype, value, tb)
+
+    sys.excepthook = record
+
+
 try:
     _chain_user_sitecustomize()
     _install_tracer()
 except Exception as _exc:  # never break the worker
     sys.stderr.write(f"xpu-diag: tracer not installed: {_exc!r}\n")
+try:
+    _record_uncaught()
+except Exception as _exc:
+    sys.stderr.write(f"xpu-diag: an uncaught exception will not reach torchrun's error file: {_exc!r}\n")
 try:
     _die_with_launcher()
 except Exception as _exc:

@@ -184,7 +184,9 @@ struct Stream {
 Stream& g_default_stream = *new Stream;  // never destroyed: its thread runs until exit
 // A real driver may crash on a destroyed stream's handle; the fake says so and aborts.
 Stream* as_stream(cudaStream_t s) {
-  Stream* st = s ? reinterpret_cast<Stream*>(s) : &g_default_stream;
+  // cudaStreamLegacy (1) and cudaStreamPerThread (2) are handles the real
+  // runtime takes anywhere; the fake has one default stream for all three.
+  Stream* st = uintptr_t(s) > 2 ? reinterpret_cast<Stream*>(s) : &g_default_stream;
   if (st->destroyed) {
     static const char msg[] = "fake cudart: use of a destroyed stream\n";
     ssize_t w = write(2, msg, sizeof(msg) - 1);

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
       {"two_devices", scenario_two_devices}, {"no_set_device", scenario_no_set_device},
       {"capture_race", scenario_capture_race}, {"destroy_race", scenario_destroy_race},
       {"bypass", scenario_bypass},     {"script", scenario_script},       {"spawn", scenario_spawn},
-      {"train", scenario_train},       {"driver", scenario_driver},
+      {"train", scenario_train},       {"driver", scenario_driver},     {"probe", scenario_probe},
   };
   for (const auto& m : modes)
     if (argc > 1 && strcmp(argv[1], m.mode) == 0) return m.fn(argc - 2, argv + 2);

@@ -33,6 +33,8 @@ int scenario_destroy_race(int argc, char** argv);
 int scenario_bypass(int argc, char** argv);
 // driver.cc
 int scenario_driver(int argc, char** argv);
+// probes.cc
+int scenario_probe(int argc, char** argv);
 // script.cc
 int scenario_script(int argc, char** argv);
 int scenario_spawn(int argc, char** argv);
