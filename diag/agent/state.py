@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from diag.agent import procs
+from diag.agent import probes, procs
 from diag.agent.comms import CommTable
 from diag.pb import collector_pb2 as pb
 from diag.perf.api import DEFAULT_STEP_NAME
@@ -58,6 +58,7 @@ class RankState:
     hook_devices: dict = dataclasses.field(default_factory=dict)   # CUDA ordinal -> the hook's: a device launched on
     alive: bool = True
     links: object = None   # () -> [pb.LinkChannel]: the NCCL plugin's table (diag/agent/links.py)
+    unfinished: probes.Unfinished | None = None   # the hook's oldest unfinished kernel probe
 
     def device_claim(self):
         """The DEVICE record naming the GPU this rank runs on, or None
@@ -178,6 +179,8 @@ class NodeState:
             elif rec.event == fmt.EVENT_DEVICE:
                 said = state.hook_devices if producer == fmt.PRODUCER_HOOK else state.devices
                 said.setdefault(rec.comm_rank, rec)
+            elif rec.event == fmt.EVENT_PROBE:
+                state.unfinished = probes.from_record(rec)
         if records:
             self._feed("apply", lambda view: view.apply(state.rank, region, producer, records))
 
@@ -298,6 +301,8 @@ class NodeState:
                 comm_id=state.comms.group_of(op.producer, op.comm_id), seq=op.seq, age_ns=age,
                 bytes=op.nbytes, comm_rank=op.comm_rank, comm_size=op.comm_size,
                 dtype=fmt.dtype_of(op.flags), reduce_op=reduce_op, peer=peer))
+        if state.unfinished is not None and state.alive:
+            msg.unfinished_kernel.CopyFrom(probes.message(state.unfinished, now))
         for (name, kind), (n, total, mx, nbytes, flops) in sorted(state.stats.items()):
             msg.stats.add(name=name, kind=kind, count=n, total_ns=total, max_ns=mx,
                           bytes=nbytes, flops=flops)
