@@ -33,6 +33,9 @@ struct DrainerState {
   int device = -1;  // the drainer thread's current device
   std::unordered_map<const void*, uint64_t> pending;  // func -> launches not yet written
   std::vector<Fence*> free_fences;  // recorded before, reusable on their device
+  // A bit per slot and queue entry: its op's START went into the ring, so its
+  // END holds a slot there (RegionWriter::put_end).
+  std::vector<uint64_t> started = std::vector<uint64_t>(size_t(kMaxSlots) * kOpQueue / 64);
 };
 // Made on first use (the drainer can start before this library's static
 // initialisers ran) and never destroyed (it may run while destructors do).
@@ -48,6 +51,21 @@ DrainerState& ds() {
 // whose current device is the application's.
 __thread bool tl_is_drainer __attribute__((tls_model("initial-exec")));
 
+
+size_t started_bit(const Slot& s, uint64_t i) {
+  return size_t(s.index) * kOpQueue + (i & (kOpQueue - 1));
+}
+
+void set_started(const Slot& s, uint64_t i, bool in) {
+  size_t b = started_bit(s, i);
+  uint64_t& word = ds().started[b / 64];
+  word = in ? word | (1ull << (b % 64)) : word & ~(1ull << (b % 64));
+}
+
+bool was_started(const Slot& s, uint64_t i) {
+  size_t b = started_bit(s, i);
+  return (ds().started[b / 64] >> (b % 64)) & 1;
+}
 
 Record base_record(uint8_t event, const PendingOp& e, uint64_t t_ns) {
   Record r;
@@ -187,8 +205,8 @@ int completion(Core& c, PendingOp& e) {
 // The END of one op once its completion event (if it has one) completed: with
 // the device time when it was sampled (both events), else without (flag bit 0
 // clear). An op without any event ends when drained. Returns false while the
-// op is still running on the device.
-bool try_end(Core& c, PendingOp& e, uint64_t now, bool* unloading) {
+// op is still running on the device. started: its START went into the ring.
+bool try_end(Core& c, PendingOp& e, bool started, uint64_t now, bool* unloading) {
   uint64_t dur = 0;
   uint16_t flags = e.flags;
   int q = completion(c, e);
@@ -210,7 +228,7 @@ bool try_end(Core& c, PendingOp& e, uint64_t now, bool* unloading) {
   Record r = base_record(kEventEnd, e, now);
   r.flags = flags;
   r.duration_ns = dur;
-  c.region.put(r);
+  c.region.put_end(r, started);
   return true;
 }
 
@@ -223,13 +241,14 @@ bool drain_ops(Core& c, Slot& s, uint64_t now) {
     const PendingOp& e = s.ops[i & (kOpQueue - 1)];
     Record r = base_record(kEventStart, e, e.t_start_ns);
     r.flags = uint16_t(r.flags & ~(kFlagFailed | kFlagDeviceTimed));
-    c.region.put(r);
+    set_started(s, i, c.region.put_start(r));
     c.ops_queued.fetch_add(1, std::memory_order_relaxed);
   }
   s.start_cursor = head;
   bool unloading = false;
   // Ends go out in launch order: a running op holds back later ones.
-  while (tail < head && try_end(c, s.ops[tail & (kOpQueue - 1)], now, &unloading)) {
+  while (tail < head &&
+         try_end(c, s.ops[tail & (kOpQueue - 1)], was_started(s, tail), now, &unloading)) {
     ++tail;
     s.tail.store(tail, std::memory_order_release);
     c.ops_completed.fetch_add(1, std::memory_order_relaxed);

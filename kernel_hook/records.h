@@ -5,6 +5,14 @@
 // Contract: one RegionWriter has exactly one writing thread (in the hook, the
 // drainer). put() never blocks, never allocates and never makes a syscall:
 // when the ring is full it counts the record as dropped and returns false.
+//
+// What a full ring may drop (docs/records.md, "When the ring is full"): never
+// the END of an op whose START it published, or the agent would keep the op
+// in flight for good. A published START holds a slot for its END until
+// put_end() writes it; put_start() goes in only with room for itself and the
+// ENDs of every op still open. Records of anything but a collective or p2p op
+// stop a quarter of the ring short, so a flood of GEMMs cannot crowd out the
+// collectives whose seqs the hang rules compare.
 #pragma once
 
 #include <fcntl.h>
@@ -158,19 +166,24 @@ class RegionWriter {
     return true;
   }
 
-  // Publishes one record; false (and dropped += 1) when the ring is full.
-  bool put(const Record& r) {
-    RegionHeader* h = header();
-    uint64_t read_idx = __atomic_load_n(&h->read_idx, __ATOMIC_ACQUIRE);
-    if (write_idx_ - read_idx >= capacity_) {
-      __atomic_store_n(&h->dropped, ++dropped_, __ATOMIC_RELAXED);
-      return false;
-    }
-    char* slot = base_ + kHeaderSize + (write_idx_ & (capacity_ - 1)) * kRecordSize;
-    memcpy(slot, &r, sizeof(r));
-    __atomic_store_n(&h->heartbeat_mono_ns, r.t_mono_ns, __ATOMIC_RELAXED);
-    ++write_idx_;
-    __atomic_store_n(&h->write_idx, write_idx_, __ATOMIC_RELEASE);
+  // Publishes one record that is neither an op's START nor the END of a
+  // published one; false (and dropped += 1) when there is no room for it.
+  bool put(const Record& r) { return put_within(r, limit_for(r.kind)); }
+
+  // An op's START: false (dropped) unless there is room for its END too,
+  // whose slot it then holds.
+  bool put_start(const Record& r) {
+    if (!put_within(r, limit_for(r.kind) - 1)) return false;
+    ++open_;
+    return true;
+  }
+
+  // An op's END; started: put_start() published its START, so the slot it
+  // held takes it and it always goes in. Else as put().
+  bool put_end(const Record& r, bool started) {
+    if (!started || open_ == 0) return put(r);
+    --open_;
+    publish(r);
     return true;
   }
 
@@ -186,6 +199,7 @@ class RegionWriter {
   bool is_open() const { return base_ != nullptr; }
   const char* path() const { return path_; }
   uint64_t dropped() const { return dropped_; }
+  uint64_t open_ops() const { return open_; }
 
   // Unmaps; the file stays for the agent (the launcher removes the directory).
   void close() {
@@ -195,6 +209,31 @@ class RegionWriter {
 
  private:
   RegionHeader* header() { return reinterpret_cast<RegionHeader*>(base_); }
+
+  uint64_t limit_for(uint8_t kind) const {
+    return kind == kKindCollective || kind == kKindP2P ? capacity_ : capacity_ - capacity_ / 4;
+  }
+
+  // Publishes r while records unread + slots held stay under limit.
+  bool put_within(const Record& r, uint64_t limit) {
+    RegionHeader* h = header();
+    uint64_t read_idx = __atomic_load_n(&h->read_idx, __ATOMIC_ACQUIRE);
+    if (write_idx_ - read_idx + open_ >= limit) {
+      __atomic_store_n(&h->dropped, ++dropped_, __ATOMIC_RELAXED);
+      return false;
+    }
+    publish(r);
+    return true;
+  }
+
+  void publish(const Record& r) {
+    RegionHeader* h = header();
+    char* slot = base_ + kHeaderSize + (write_idx_ & (capacity_ - 1)) * kRecordSize;
+    memcpy(slot, &r, sizeof(r));
+    __atomic_store_n(&h->heartbeat_mono_ns, r.t_mono_ns, __ATOMIC_RELAXED);
+    ++write_idx_;
+    __atomic_store_n(&h->write_idx, write_idx_, __ATOMIC_RELEASE);
+  }
 
   void fill_header(const RegionIdentity& id) {
     RegionHeader* h = header();
@@ -214,6 +253,7 @@ class RegionWriter {
     capacity_ = id.capacity;
     write_idx_ = 0;
     dropped_ = 0;
+    open_ = 0;
   }
 
   static bool fail(char* err, size_t err_len, const char* what, const char* path) {
@@ -226,6 +266,7 @@ class RegionWriter {
   uint64_t capacity_ = 0;
   uint64_t write_idx_ = 0;
   uint64_t dropped_ = 0;
+  uint64_t open_ = 0;  // STARTs published whose END is not: a slot held for each
   char path_[4096] = {};
 };
 

@@ -65,6 +65,7 @@ class RegionReader:
         # suspect (it jumped past the ring), neither moved nor told the writer.
         self._sane = self._read
         self._suspect = False
+        self._behind = False   # the last poll saw the index behind the last believable one
         self.lost = 0
         self.bad_records = 0
         self.pending = 0
@@ -92,10 +93,10 @@ class RegionReader:
         release their slots. Raises RecordFormatError if the file shrank."""
         write_idx = self._u64(fmt.OFF_WRITE_IDX)
         start = self._bound(write_idx)
-        end = min(write_idx, start + max(0, limit))
+        end = max(start, min(write_idx, start + max(0, limit)))
         out = self._read_slots(start, end) if end > start else []
-        self.backlog = write_idx - start
-        self.pending = write_idx - end
+        self.backlog = max(0, write_idx - start)
+        self.pending = max(0, write_idx - end)
         self._read = end
         if not self._suspect:
             self._sane = end
@@ -113,9 +114,17 @@ class RegionReader:
         suspect until it moves again. Behind: the last one was garbage (a
         writer republishes its own count with its next record); resume where
         the last believable poll ended once the writer is past it, else from
-        the writer's index."""
+        the writer's index. Behind even the last believable poll, it is first
+        read again at the next poll: a torn read seen once (a count being
+        stored as the reader read it) moves nothing; rewinding to it would
+        read slots the writer has since reused, an op's START a second time."""
         cap = self.header.capacity
         problem = ""
+        if write_idx < self._sane and not self._behind:
+            self._behind = True
+            self.index_problem = ""
+            return self._read
+        self._behind = False
         if write_idx < self._read:
             resume = self._sane if self._sane <= write_idx else write_idx
             problem = f"write index went back from {self._read} to {write_idx}; read on from {resume}"

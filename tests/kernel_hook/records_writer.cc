@@ -1,11 +1,54 @@
 // Writes a region with kernel_hook/records.h for test_records_cpp.py to read
-// with the Python reader: records_writer DIR CAPACITY N [RANK]
+// with the Python reader: records_writer DIR CAPACITY N [RANK [disable|nested|flood]]
 // Record i has fields derived from i, so the reader can check every byte.
+// nested: N collectives started, then ended newest first, as the drainer
+// writes them (put_start, put_end); flood: N GEMMs started and ended, then one
+// collective; both with no reader, so the ring fills.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "records.h"
+
+namespace {
+
+xt::Record op_record(uint8_t event, uint8_t kind, uint64_t op_id, uint64_t seq) {
+  xt::Record r;
+  memset(&r, 0, sizeof(r));
+  r.event = event;
+  r.kind = kind;
+  r.comm_rank = kind == xt::kKindCollective ? 0 : -1;
+  r.op_id = op_id;
+  r.seq = seq;
+  r.t_mono_ns = xt::mono_ns();
+  r.count = 1;
+  xt::copy_name(r.name, kind == xt::kKindCollective ? "ncclAllReduce" : "gemm");
+  return r;
+}
+
+int ops(xt::RegionWriter& w, const char* mode, int n) {
+  int written = 0;
+  if (strcmp(mode, "nested") == 0) {
+    bool* started = new bool[n];
+    for (int i = 0; i < n; ++i) {
+      started[i] = w.put_start(op_record(xt::kEventStart, xt::kKindCollective, i + 1, i + 1));
+      written += started[i];
+    }
+    for (int i = n; i-- > 0;)
+      written += w.put_end(op_record(xt::kEventEnd, xt::kKindCollective, i + 1, i + 1), started[i]);
+    delete[] started;
+    return written;
+  }
+  for (int i = 0; i <= n; ++i) {
+    uint8_t kind = i < n ? xt::kKindGemm : xt::kKindCollective;
+    bool started = w.put_start(op_record(xt::kEventStart, kind, i + 1, i < n ? 0 : 1));
+    written += started;
+    written += w.put_end(op_record(xt::kEventEnd, kind, i + 1, i < n ? 0 : 1), started);
+  }
+  return written;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) return 2;
@@ -17,6 +60,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   int n = atoi(argv[3]), written = 0;
+  const char* mode = argc > 5 ? argv[5] : "";
+  if (strcmp(mode, "nested") == 0 || strcmp(mode, "flood") == 0) {
+    written = ops(w, mode, n);
+    n = 0;
+  }
   for (int i = 0; i < n; ++i) {
     xt::Record r;
     memset(&r, 0, sizeof(r));
@@ -42,7 +90,7 @@ int main(int argc, char** argv) {
     xt::copy_name(r.name, name);
     written += w.put(r) ? 1 : 0;
   }
-  if (argc > 5) w.set_disabled();
+  if (strcmp(mode, "disable") == 0) w.set_disabled();
   printf("%s %d %llu\n", w.path(), written, (unsigned long long)w.dropped());
   w.close();
   return 0;

@@ -45,7 +45,9 @@ def test_full_ring_drops_and_counts(built, tmp_path):
     assert (written, dropped) == (16, 4)
     reader = RegionReader(path)
     assert reader.dropped == 4
-    assert reader.poll() == [_expected(i) for i in range(16)]
+    # Record i has kind 1 + i % 5: past 12 of the 16 slots only collectives
+    # (3) and p2p ops (4) go in, a quarter of the ring kept for them.
+    assert reader.poll() == [_expected(i) for i in (*range(14), 17, 18)]
 
 
 def test_disabled_flag_and_no_temp_file_left(built, tmp_path):
@@ -61,3 +63,25 @@ def test_bad_capacity_is_one_line(built, tmp_path, capacity):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert out.stderr.strip() == f"ring capacity {capacity} is not a power of two"
+
+
+def _unmatched_starts(records) -> set[int]:
+    starts = {r.op_id for r in records if r.event == fmt.EVENT_START}
+    return starts - {r.op_id for r in records if r.event == fmt.EVENT_END}
+
+
+def test_an_end_is_never_dropped_once_its_start_went_in(built, tmp_path):
+    """The drainer's order (tests/records/test_full_ring.py is the Python
+    writer's twin): 20 collectives started with no reader, then ended."""
+    path, written, dropped = _write(tmp_path, 16, 20, "0", "nested")
+    assert (written, dropped) == (16, 24)
+    records = RegionReader(path).poll()
+    assert [r.event for r in records].count(fmt.EVENT_END) == 8 and not _unmatched_starts(records)
+
+
+def test_a_gemm_flood_leaves_room_for_the_collective(built, tmp_path):
+    path, written, dropped = _write(tmp_path, 16, 100, "0", "flood")
+    records = RegionReader(path).poll()
+    assert [(r.event, r.seq) for r in records if r.kind == fmt.KIND_COLLECTIVE] == \
+        [(fmt.EVENT_START, 1), (fmt.EVENT_END, 1)]
+    assert (written, dropped) == (14, 2 * 94) and not _unmatched_starts(records)

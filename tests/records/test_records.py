@@ -51,8 +51,9 @@ def test_full_ring_drops_and_counts_never_blocks(shm_dir):
     reader = RegionReader(writer.path)
     for i in range(10):
         writer.count(fmt.KIND_KERNEL, f"k{i}", i + 1)
-    assert reader.dropped == 6 and writer.dropped == 6
-    assert [r.name for r in reader.poll()] == ["k0", "k1", "k2", "k3"]
+    # Counts stop a quarter short of a full ring (left to collectives, tests/records/test_full_ring.py).
+    assert reader.dropped == 7 and writer.dropped == 7
+    assert [r.name for r in reader.poll()] == ["k0", "k1", "k2"]
     writer.count(fmt.KIND_KERNEL, "after", 1)
     assert [r.name for r in reader.poll()] == ["after"]
 
@@ -70,7 +71,8 @@ def test_wraps_around_many_times(shm_dir):
 
 
 def test_threads_share_one_region_without_losing_records(shm_dir):
-    writer = make_writer(shm_dir, capacity=1 << 14)
+    # 16,000 records, host-function STARTs among them: under the 3/4 of the ring they may fill
+    writer = make_writer(shm_dir, capacity=1 << 15)
     reader = RegionReader(writer.path)
 
     def work():
