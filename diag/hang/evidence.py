@@ -45,13 +45,14 @@ from diag.common.ranks import fold
 # own (kernel.py) subclass Proof without importing this module.
 from diag.hang.api import Finding, Findings, Proof, View, Waits
 from diag.hang.judge import analyse
+from diag.hang.kernel import STUCK_KERNEL, StuckKernel
 from diag.hang.links import stuck_links
 from diag.hang.not_in_collective import EXITED
 
 DIVERGED, DEADLOCK, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED, TIMEOUT = (
     "diverged", "deadlock", "exited", "frozen_link", "gpu_fault", "blocked", "timeout")
 # what a HANG line's "rule" clause may name
-VERDICT_RULES = (TIMEOUT, DIVERGED, DEADLOCK, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED)
+VERDICT_RULES = (TIMEOUT, DIVERGED, DEADLOCK, EXITED_PEER, FROZEN_LINK, GPU_FAULT, BLOCKED, STUCK_KERNEL)
 
 
 class Diverged(Proof):
@@ -161,7 +162,7 @@ class Blocked(Proof):
         return f"{who} waited for: no CPU, I/O or kernel launch for {quiet:.0f} s"
 
 
-PROOFS: tuple[Proof, ...] = (Diverged(), Deadlocked(), Exited(), FrozenLink(), GpuFault(), Blocked())   # tried in this order
+PROOFS: tuple[Proof, ...] = (Diverged(), Deadlocked(), Exited(), FrozenLink(), GpuFault(), Blocked(), StuckKernel())   # tried in this order
 
 
 def evaluate(probe: Findings, view: View, waits: Waits) -> Finding | None:

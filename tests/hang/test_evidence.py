@@ -119,6 +119,7 @@ def test_a_link_frozen_while_every_other_channel_advanced_proves_the_hang_at_5_s
 def test_each_rule_states_its_name_evidence_and_wait():
     waits = Waits(proof_s=5.0, blocked_s=30.0)
     assert [(p.name, p.wait_s(waits)) for p in evidence.PROOFS] == [
-        ("diverged", 5.0), ("deadlock", 5.0), ("exited", 5.0), ("frozen_link", 5.0), ("gpu_fault", 5.0), ("blocked", 30.0)]
+        ("diverged", 5.0), ("deadlock", 5.0), ("exited", 5.0), ("frozen_link", 5.0), ("gpu_fault", 5.0), ("blocked", 30.0),
+        ("stuck_kernel", 5.0)]
     assert all(p.evidence for p in evidence.PROOFS)
     assert set(evidence.VERDICT_RULES) == {p.name for p in evidence.PROOFS} | {evidence.TIMEOUT}
