@@ -86,8 +86,14 @@ class Lane:
                     times.into_step_ns.append(into)
                     times.start_ns.append(t)
 
-    def end(self, seq: int) -> None:
-        self.completed = max(self.completed, seq)
+    def end(self, rec) -> None:
+        """An op of the lane ended. It started too: a START a full ring
+        dropped must not leave ``started`` behind (or at 0 where every START
+        of the lane was dropped), below the seq the rank has done."""
+        if self.comm_rank < 0 or not self.size:
+            self.size, self.comm_rank = rec.comm_size, rec.comm_rank
+        self.completed = max(self.completed, rec.seq)
+        self.started = max(self.started, rec.seq)
 
 
 class Steps:
@@ -153,9 +159,7 @@ class CommTable:
                 self._unmatched[rec.comm_id] = entry   # its tracer START may be read later
 
     def end(self, producer: int, rec) -> None:
-        lane = self.lanes.get((producer, rec.comm_id, rec.kind))
-        if lane is not None:
-            lane.end(rec.seq)
+        self.lanes.setdefault((producer, rec.comm_id, rec.kind), Lane()).end(rec)
         if producer == fmt.PRODUCER_PYTHON:
             for span in self._spans:
                 if span[0] == rec.op_id:

@@ -153,6 +153,7 @@ class Watchdog:
         the backlog it leaves is not overload: nobody is blamed for our own
         pause. Said at most once a minute (a starved host pauses it often)."""
         self._state.forgive_pause(paused_s, now)
+        self.detector.forgive(paused_s)
         self.pacer.forgive(now + FORGIVE_S + paused_s)
         self._pauses += 1
         if now - self._pause_said_at >= 60:

@@ -225,3 +225,13 @@ def test_ranks_running_the_same_ops_at_other_times_send_windows_alike():
         comm = state.report()[0].comms[0]
         windows.append((comm.recent.SerializeToString(), list(comm.recent_steps.into_step_ns)))
     assert windows[0][0] == windows[1][0] and windows[0][1] != windows[1][1]
+
+
+def test_a_dropped_start_leaves_the_rank_at_its_true_seq():
+    """Issue 41: the stalled rank was shown "at seq 0" though it had done 56,
+    every START of its all-reduces crowded out of the ring; their ENDs came."""
+    state = make()
+    state.apply("py-r0", [rec(2, i, 90 * S + i, seq=i, comm_id=0) for i in range(1, 57)])
+    assert lanes(state.report()[0]) == {(0, fmt.KIND_COLLECTIVE): (56, 56)}
+    state.apply("py-r0", [rec(1, 57, 91 * S, seq=57), rec(2, 58, 92 * S, seq=55)])
+    assert lanes(state.report()[0]) == {(0, fmt.KIND_COLLECTIVE): (57, 56)}   # never back
