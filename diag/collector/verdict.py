@@ -86,10 +86,11 @@ def _explain(findings: Findings) -> list[str]:
     return clauses
 
 
-def hang_line(findings: Findings, event_dir: str, link: str = "", coords: str = "") -> str:
+def hang_line(findings: Findings, event_dir: str, link: str = "", coords: str = "", dropped: str = "") -> str:
     """The one verdict line; starts with ``HANG: ``. ``link``: the stuck-link
     clause (docs/link.md), after "every reporting rank waits"; ``coords``:
-    the culprits' parallel coordinates (:func:`coords_clause`)."""
+    the culprits' parallel coordinates (:func:`coords_clause`); ``dropped``:
+    whose records are incomplete (:func:`dropped_clause`), last."""
     groups = _group_phrases(findings)
     if len(groups) > MAX_GROUPS_IN_LINE:
         groups = groups[:MAX_GROUPS_IN_LINE] + [f"{len(groups) - MAX_GROUPS_IN_LINE} more hung ops in hang.json"]
@@ -108,6 +109,8 @@ def hang_line(findings: Findings, event_dir: str, link: str = "", coords: str = 
     proof = verdict_rule(findings)
     if proof is not None:
         clauses.append(f"rule {proof.rule}: {proof.evidence}")
+    if dropped:
+        clauses.append(dropped)
     return f"HANG: {'; '.join(clauses)}; stacks in {event_dir.rstrip('/')}/"
 
 
@@ -162,6 +165,17 @@ def silent_line(agent) -> str:
             f"({agent.hostname or '?'}): agent sent no report for {agent.silent_for_s:.1f} s")
 
 
+def dropped_clause(dropping: dict[int, int]) -> str:
+    """The HANG line's word on ranks whose rings overflowed (``dropping``:
+    rank -> records dropped, non-zero only): what they did is known in part.
+    Their ops in flight and last seqs are not in doubt (a full ring never
+    drops the END of an op whose START went in, docs/records.md)."""
+    if not dropping:
+        return ""
+    return (f"{ranks_phrase(sorted(dropping))} dropped {sum(dropping.values())} progress records "
+            f"(ring full): their op counts and fingerprints are incomplete")
+
+
 def dropped_line(dropping: dict[int, int]) -> str:
     """``dropping``: rank -> cumulative records dropped (non-zero only)."""
     return (f"DROPPED: {ranks_phrase(sorted(dropping))} dropped {sum(dropping.values())} progress records "
@@ -201,13 +215,16 @@ def _rank_row(rank: int, entry, snap: Snapshot, hostnames: dict[int, str], comm_
 
 
 def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: str, event_dir: str,
-                  declared_unix: float, timeout_s: float, rows: bool = True) -> dict[str, Any]:
+                  declared_unix: float, timeout_s: float, rows: bool = True,
+                  dropped: dict[int, int] | None = None) -> dict[str, Any]:
     """hang.json (docs/event-dir.md, version 1) minus "dumps", which the event
     store fills in as the stack files arrive. ``rows=False``: "ranks",
     "suspects" and "never_entered" are None, for :func:`rank_rows` and
     :func:`rank_sections` to fill in later (at 100,000 ranks the rows cost a
-    second the HANG line must not wait for: the line needs none of them)."""
+    second the HANG line must not wait for: the line needs none of them).
+    ``dropped``: rank -> progress records dropped, the ranks that dropped any."""
     link = links.find(findings, snap)   # empty unless every member waits at one seq and sent link data
+    dropped = dropped or {}
     return {
         "version": HANG_JSON_VERSION,
         "job_id": job_id,
@@ -217,7 +234,9 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "timeout_s": timeout_s,
         "rule": _rule_field(findings),
         "world_size": findings.world_size,
-        "verdict": hang_line(findings, event_dir, link_analysis.clause(link), coords_clause(findings, snap)),
+        "verdict": hang_line(findings, event_dir, link_analysis.clause(link), coords_clause(findings, snap),
+                             dropped_clause(dropped)),
+        "records_dropped": {"ranks": sorted(dropped), "total": sum(dropped.values())} if dropped else None,
         "hung_ranks": findings.hung_ranks,
         "hung_ops": [_hung_op(g, findings) for g in findings.hung],
         "culprits": findings.culprits,

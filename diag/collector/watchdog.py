@@ -334,7 +334,8 @@ class Watchdog:
         # The line first, hang.json's per-rank rows after it (a second at
         # 100,000 ranks, docs/collector.md "Scale"): the line needs none of them.
         doc = verdict.hang_document(findings, snap, job_id=self._config.job_id, event_id=event_id, event_dir=path,
-                                    declared_unix=now_unix, timeout_s=self._config.hang_timeout_s, rows=False)
+                                    declared_unix=now_unix, timeout_s=self._config.hang_timeout_s, rows=False,
+                                    dropped=self._state.dropped())
         if stall is not None:
             doc.update(idle.idle_fields(stall, self._config.idle_timeout_s),
                        verdict=idle.idle_line(stall, self._config.idle_timeout_s, path))

@@ -313,6 +313,22 @@ def test_dropped_records_are_reported_when_they_start_and_when_they_double(tmp_p
         "raise XPU_TIMER_RING_CAPACITY"]
 
 
+def test_the_hang_line_and_hang_json_say_whose_records_were_dropped(tmp_path):
+    """Issue 41 item 4: a view a full ring left incomplete says so where the verdict is read."""
+    watchdog, state, _, out = make_watchdog(tmp_path)
+    report = stalled_rank2_report(age_s=11.0)
+    report.ranks[1].dropped_records, report.ranks[2].dropped_records = 700, 45
+    state.ingest(report, T0)
+    watchdog.tick(now=T0, now_unix=1795000000.0)
+    [hang] = [line for line in out.getvalue().splitlines() if line.startswith("HANG: ")]
+    assert hang.endswith("rule timeout: in flight past --hang-timeout 10 s; ranks 1-2 dropped 745 progress "
+                         "records (ring full): their op counts and fingerprints are incomplete; stacks in "
+                         f"{tmp_path / 'job1' / '20261118T110640Z'}/"), hang
+    doc = json.loads((tmp_path / "job1" / "20261118T110640Z" / "hang.json").read_text())
+    assert doc["records_dropped"] == {"ranks": [1, 2], "total": 745}
+    assert [r["dropped_records"] for r in doc["ranks"]] == [0, 700, 45, 0]
+
+
 def test_one_stacks_line_when_the_stacks_are_in_with_the_viewer_command(tmp_path):
     watchdog, state, _, out = make_watchdog(tmp_path)
     state.ingest(stalled_rank2_report(age_s=11.0), T0)
