@@ -126,14 +126,17 @@ def deadlock_clause(findings: Findings) -> str:
     d = findings.deadlock
     waits = [f"{ranks_phrase(w.ranks)} in {_group_short(findings, w.op.comm_id)} wait for {ranks_phrase(w.waits_for)}"
              for w in d.waits[:MAX_GROUPS_IN_LINE]]
-    clause = "deadlock: " + ", ".join(waits) + (" ..." if len(d.waits) > MAX_GROUPS_IN_LINE else "")
+    # Not blocked, the cycle is only what the waits look like now: a rank
+    # of it computes, and may still join the op the others wait in.
+    lead = "deadlock: " if d.blocked else "waits in a cycle, not every rank blocked (some compute): "
+    clause = lead + ", ".join(waits) + (" ..." if len(d.waits) > MAX_GROUPS_IN_LINE else "")
     by_why: dict[str, list[int]] = {}
     for rank, o in d.broke.items():
         ran = f"{o.actual[1]} on {_group_short(findings, o.actual[0])}"
         expected = f"{o.expected[1]} on {_group_short(findings, o.expected[0])}"
         by_why.setdefault(f"ran {ran} where its earlier steps run {expected}", []).append(rank)
     for why, ranks in list(by_why.items())[:MAX_SUSPECT_CLAUSES]:
-        clause += f"; {ranks_phrase(sorted(ranks))} broke the order of its earlier steps ({why})"
+        clause += f"; {ranks_phrase(sorted(ranks))} broke the order of {'its' if len(ranks) == 1 else 'their'} earlier steps ({why})"
     return clause
 
 

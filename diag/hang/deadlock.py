@@ -9,9 +9,10 @@ in the world one for rank 1). That is proof, not a guess from the clock.
 
 Blocked means the rank started and finished nothing (no op, no kernel
 launch) since it entered its op and its process tree is quiet (no CPU, I/O
-or launch: ``RankActivity.quiet_ns``), or, on a GPU rank, launched nothing:
-its host may spin in a sync on the stuck stream. A rank that issued an async
-op and computes is busy, not blocked.
+or launch: ``RankActivity.quiet_ns``). A rank that issued an async op and
+computes is busy, not blocked: its waits may still end. (A GPU rank whose
+host spins in a sync on the stuck stream uses CPU too, and is not proven
+blocked this way: the timeout judges it.)
 
 Who broke it: each member's own earlier steps give the order its groups'
 ops run in (order.py); the rank whose current op is not the one its steps
@@ -105,8 +106,7 @@ def _blocked(view: View, rank: int, wait_s: float) -> bool:
     since = view.now - entry.received
     if not p.alive or p.idle_ns * 1e-9 + since < wait_s or not p.HasField("activity"):
         return False
-    a = p.activity
-    return a.quiet_ns * 1e-9 + since >= wait_s or a.launches_total > 0
+    return p.activity.quiet_ns * 1e-9 + since >= wait_s
 
 
 def _never_entered(view: View, never: tuple[NeverEntered, ...], dead: list[DeadlockWait], ranks: set[int],

@@ -84,7 +84,8 @@ def analyse_groups(snap: View, hung: tuple[HungGroup, ...], limit: int = 8, memb
             continue
         seen.add((op.comm_id, op.kind))
         known = next((g for g in labels if g.comm_id == op.comm_id), None)
-        scanned, members = _scan(snap, op.comm_id, op.kind, known is None)   # one pass over the ranks
+        scanned, members = _scan(snap, op.comm_id, op.kind, known is None,   # one pass over the ranks
+                                 _spans_world(snap, group))
         label = known or scanned
         if label is not None and label not in labels:
             labels.append(label)
@@ -118,18 +119,28 @@ def _name_at(windowed, seq: int) -> str | None:
     return None
 
 
-def _scan(snap: View, comm_id: int, lane: int, want_label: bool) -> tuple[GroupLabel | None, list]:
+def _spans_world(snap: View, group: HungGroup) -> bool:
+    """Whether the hung op's group has as many members as the world: then
+    every rank is one, even one that never used it (a rank that skipped the
+    group's first op has no lane of it to report)."""
+    entry = snap.ranks.get(group.ranks[0])
+    return entry is not None and entry.progress.oldest_in_flight.comm_size == snap.world_size
+
+
+def _scan(snap: View, comm_id: int, lane: int, want_label: bool, whole: bool = False
+          ) -> tuple[GroupLabel | None, list]:
     """One pass over the ranks (at 100,000 ranks each pass reads seconds' worth
     of comms): the group as users know it, when ``want_label``, whichever lane
     hung (its name from any member's report of either lane, its members the
     live ranks that report either lane of it, every live rank for the default
     group), so a p2p op names its group exactly as a collective does; and
     (rank, CommProgress or None) of the live members of this lane (every rank
-    belongs to the default group, even one that has not used it yet)."""
+    belongs to the default group, even one that has not used it yet, as to
+    any group ``whole``: as large as the world)."""
     ranks, name, out = [], "", []
     default = comm_id == 0
     world = snap.world_size
-    every = default and lane == KIND_COLLECTIVE   # every live rank is a member, with its lane or without
+    every = (default or whole) and lane == KIND_COLLECTIVE   # every live rank is a member, with its lane or without
     looking = want_label   # for a name: until one is found
     for rank, entry in snap.ranks.items():
         if rank >= world:
@@ -148,7 +159,7 @@ def _scan(snap: View, comm_id: int, lane: int, want_label: bool) -> tuple[GroupL
                     found = comm
                     if not looking:
                         break
-        if want_label and (any_lane or default):
+        if want_label and (any_lane or default or whole):
             ranks.append(rank)
         if found is not None or every:
             out.append((rank, found))

@@ -9,6 +9,10 @@ group between them). At step ``--at`` rank ``--rank`` breaks the order:
 - ``skip-stats``: skips the ``stats`` all-reduce and goes on to the next step;
 - ``extra-stats``: runs a second ``stats`` all-reduce the others do not.
 
+``async-compute`` is healthy though its waits cross: at that step the other
+ranks run ``stats`` first, while rank ``--rank`` starts the world all-reduce
+async, computes for ``--compute-s`` and only then joins ``stats``.
+
 Every rank then blocks in a collective whose missing members are blocked in
 another: nothing can move again. ``--healthy`` runs the same loop unbroken.
 """
@@ -24,12 +28,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 import exitlib  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--mode", default="skip-default", choices=["skip-default", "skip-stats", "extra-stats", "healthy"])
+ap.add_argument("--mode", default="skip-default", choices=["skip-default", "skip-stats", "extra-stats", "healthy",
+                                                       "async-compute"])
 ap.add_argument("--at", type=int, default=10, help="the step (from 1) at which the order breaks")
 ap.add_argument("--rank", type=int, default=1, help="the rank that breaks it")
 ap.add_argument("--steps", type=int, default=30)
 ap.add_argument("--groups", type=int, default=2, choices=[2, 3])
 ap.add_argument("--step-s", type=float, default=0.02)
+ap.add_argument("--compute-s", type=float, default=8.0)
 args = ap.parse_args()
 
 dist.init_process_group("gloo")
@@ -44,6 +50,18 @@ for step in range(1, args.steps + 1):
         dist.all_reduce(act, group=tensor)
     if broken:
         os.write(1, f"BREAK rank {rank} step {step} {args.mode}\n".encode())
+    if args.mode == "async-compute" and step == args.at:
+        if rank == args.rank:
+            work = dist.all_reduce(grads, async_op=True)
+            x, end = torch.ones(64, 64), time.monotonic() + args.compute_s
+            while time.monotonic() < end:           # busy: its waits may still end
+                x = (x @ x).clamp_(-1, 1)
+            dist.all_reduce(loss, group=stats)
+            work.wait()
+        else:
+            dist.all_reduce(loss, group=stats)
+            dist.all_reduce(grads)
+        continue
     if not (broken and args.mode == "skip-default"):
         dist.all_reduce(grads)
     if not (broken and args.mode == "skip-stats"):
