@@ -340,8 +340,9 @@ def test_a_cycle_with_no_earlier_steps_names_no_one_and_never_the_rank_stuck_fir
              progress(2, 12, 9, 20.2, 0, 9), progress(3, 12, 9, 20.2, 0, 9)]
     findings, line, doc = judge(ranks)
     assert doc["culprits"] == [], line
-    assert ('deadlock: ranks 1-3 in "DISTRIBUTED_OPTIMIZER" wait for rank 0, rank 0 in '
-            '"TENSOR_MODEL_PARALLEL_GROUP" wait for rank 1') in line
+    # (no activity in these reports: not proven blocked, the cycle is what the waits look like)
+    assert ('waits in a cycle, not every rank blocked (some compute): ranks 1-3 in "DISTRIBUTED_OPTIMIZER" '
+            'wait for rank 0, rank 0 in "TENSOR_MODEL_PARALLEL_GROUP" wait for rank 1') in line
     assert "no earlier steps show the order of their groups' ops: no one is named" in line
     assert "never entered" not in line and doc["deadlock"]["ranks"] == [0, 1, 2, 3]
 
