@@ -223,7 +223,10 @@ def _never_text(n: dict | None) -> str:
     if n is None:
         return ""
     last = n.get("last_started_seq")
-    return (f"  <- NEVER ENTERED {n.get('op')} seq {n.get('seq')}"
+    # The group too: the rank's own clause before it names the group it waits in.
+    group = n.get("group")
+    where = f" (group \"{group}\", seq {n.get('seq')})" if group else f" seq {n.get('seq')}"
+    return (f"  <- NEVER ENTERED {n.get('op')}{where}"
             + (f" (last started seq {last})" if last is not None else ""))
 
 
