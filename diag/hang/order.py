@@ -60,12 +60,15 @@ def history(progress) -> list[tuple[int, int, str, int]]:
 
 
 def judge(progress, comm_id: int, seq: int, cache: dict | None = None) -> Order:
-    """Whether the rank's op ``seq`` of group ``comm_id`` (the one it is
-    blocked in: its last start) is the op its earlier steps run at this
-    point. ``cache``: verdicts by renumbered pattern, shared across ranks."""
+    """Whether the rank's op ``seq`` of group ``comm_id`` (its oldest in
+    flight) is the op its earlier steps run at this point. Ops it started
+    after it (async ones, prefetches) are past that point and not asked.
+    ``cache``: verdicts by renumbered pattern, shared across ranks."""
     ops = history(progress)
-    if not ops or (ops[-1][1], ops[-1][3]) != (comm_id, seq):
-        return Order(UNKNOWN)    # the op is not the rank's last start: it is not simply blocked in it
+    at = next((i for i in range(len(ops) - 1, -1, -1) if (ops[i][1], ops[i][3]) == (comm_id, seq)), None)
+    if at is None:
+        return Order(UNKNOWN)    # the op is outside what the windows still hold
+    ops = ops[:at + 1]
     number: dict[int, int] = {}
     labels = tuple((number.setdefault(c, len(number)), name) for _, c, name, _ in ops)
     found = cache.get(labels) if cache is not None else None

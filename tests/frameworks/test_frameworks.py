@@ -59,9 +59,10 @@ def _plant(plant: str, name: str, tmp):
     try:
         if plant == "--stall":
             return jobs.stalled(name, tmp)
-        # the launcher's defaults (--hang-timeout 300 s): the divergence proves
-        # the hang, and it is named within 10 s of the skip (issue 36)
-        return jobs.stalled(name, tmp, plant="--skip", hang_timeout_s=None, within_s=10.0)
+        # the launcher's defaults (--hang-timeout 300 s): the divergence (or,
+        # across groups, the deadlock) proves the hang, and it is named within
+        # 10 s of the skip (issues 36 and 41)
+        return jobs.stalled(name, tmp, plant=plant, hang_timeout_s=None, within_s=10.0)
     except BaseException as e:   # handed to the test that judges this job
         return e
 
@@ -74,7 +75,8 @@ def planted(request, tmp_path_factory):
     inside each test; each test still judges its own job, and a job's
     failure fails only its test."""
     plants = {test_stall_in_user_code_names_the_rank_and_the_function.__name__: "--stall",
-              test_a_collective_skipped_on_one_rank_names_the_rank_that_skipped.__name__: "--skip"}
+              test_a_collective_skipped_on_one_rank_names_the_rank_that_skipped.__name__: "--skip",
+              test_a_collective_skipped_on_a_logging_group_is_a_deadlock_named_with_its_rank.__name__: "--skip-cross"}
     wanted = sorted({(plants[item.originalname], item.callspec.params["name"]) for item in request.session.items
                      if item.module is request.module and item.originalname in plants})
     tmps = {key: tmp_path_factory.mktemp(key[1] + key[0].replace("-", "_")) for key in wanted}
@@ -82,7 +84,7 @@ def planted(request, tmp_path_factory):
     # The skips first, side by side and with nothing else: their HANG must
     # come within 10 s of the skip, which a third job's start-up (its imports
     # are seconds of CPU) could crowd out on a loaded machine.
-    for plant, width in (("--skip", len(SKIPS)), ("--stall", AT_ONCE)):
+    for plant, width in (("--skip", len(SKIPS)), ("--skip-cross", len(SKIPS)), ("--stall", AT_ONCE)):
         keys = [key for key in wanted if key[0] == plant]
         with ThreadPoolExecutor(width) as pool:
             runs.update(zip(keys, pool.map(lambda key: _plant(*key, tmps[key]), keys)))
@@ -114,3 +116,17 @@ def test_a_collective_skipped_on_one_rank_names_the_rank_that_skipped(name, plan
         doc = json.load(f)
     assert doc["culprits"] == [1], doc["verdict"]
     assert place is None or place in doc["verdict"], doc["verdict"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(SKIPS))
+def test_a_collective_skipped_on_a_logging_group_is_a_deadlock_named_with_its_rank(name, planted):
+    # rank 1 skips the loss all-reduce on "stats" and runs on into the framework's
+    # own collectives (Megatron's row-parallel all-reduce, ZeRO-3's all-gathers)
+    run = planted("--skip-cross", name)
+    assert "; rule deadlock: " in run.hang, run.output[-4000:]
+    assert "rank 1 broke the order of its earlier steps (ran " in run.hang, run.hang
+    assert 'rank 1 never entered all_reduce (group "stats"' in run.hang, run.hang
+    with open(os.path.join(run.event, "hang.json")) as f:
+        doc = json.load(f)
+    assert doc["culprits"] == [1], doc["verdict"]

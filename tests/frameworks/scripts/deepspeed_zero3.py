@@ -68,6 +68,7 @@ for step in range(fwlib.STEPS):
     engine.backward(loss)
     engine.step()
     log_loss(loss, step)
+    fwlib.log_on_stats(loss, step)
     fwlib.step_done()
 if AB:
     fwlib.ab_calls.update(tracer_ab.calls())

@@ -1,7 +1,7 @@
 """What the framework scripts share: their argv, the pace, the planted stall,
 the truth they time themselves and the file they leave.
 
-argv: ``OUT_DIR [--stall | --skip] [--steps N] [--untimed] [--cuda]``. Each rank writes
+argv: ``OUT_DIR [--stall | --skip | --skip-cross] [--steps N] [--untimed] [--cuda]``. Each rank writes
 ``OUT_DIR/rank<R>.json`` at the end: ``sha256`` of its final parameters
 (bitwise comparison with plain torchrun), ``steps`` (monotonic time at the end
 of each step) and ``comms`` (``[start, end]`` of each collective the script
@@ -77,7 +77,9 @@ def pace(step: int) -> None:
 
 
 SKIP = "--skip" in sys.argv[2:]
-SKIP_AT = 3        # the step whose last collective rank 1 skips with --skip
+SKIP_CROSS = "--skip-cross" in sys.argv[2:]
+SKIP_AT = 3        # the step whose last collective rank 1 skips with --skip (--skip-cross)
+_stats: list = []  # --skip-cross: the logging group
 
 
 def should_skip(step: int) -> bool:
@@ -87,6 +89,23 @@ def should_skip(step: int) -> bool:
         os.write(1, f"SKIP {time.time()}\n".encode())
         return True
     return False
+
+
+def log_on_stats(value, step: int) -> None:
+    """--skip-cross: each step ends with ``value`` all-reduced on a logging
+    group of every rank ("stats", as a metrics logger makes its own); rank 1
+    skips it at SKIP_AT and runs on into the framework's own collectives,
+    which the others, waiting in "stats", never reach: a deadlock across two
+    groups. Without --skip-cross, nothing: the job is the one measured."""
+    if not SKIP_CROSS:
+        return
+    import torch.distributed as dist
+    if not _stats:
+        _stats.append(dist.new_group(list(range(WORLD)), group_desc="stats"))
+    if RANK == 1 and step == SKIP_AT:
+        os.write(1, f"SKIP {time.time()}\n".encode())
+        return
+    dist.all_reduce(value.detach().reshape(1).clone(), group=_stats[0])
 
 
 def should_stall(step: int) -> bool:

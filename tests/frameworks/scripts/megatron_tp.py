@@ -63,6 +63,7 @@ for step in range(fwlib.STEPS):
     opt.step()
     opt.zero_grad()
     report_loss(loss, step)
+    fwlib.log_on_stats(loss, step)
     fwlib.step_done()
 fwlib.save(params)
 parallel_state.destroy_model_parallel()
