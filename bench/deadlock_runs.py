@@ -1,0 +1,112 @@
+"""Issue 41: the cross-group deadlock named right every time, N runs of each
+variant through the real launcher with its default options.
+
+    python bench/deadlock_runs.py [--runs 20] [--parallel 4] [--variants a,b] [--out FILE]
+
+Each run starts tests/scripts/deadlock.py on 3 gloo ranks under
+xpu_timer_launch, waits for its HANG line (or its end, for the healthy
+variant) and reads hang.json. A run is right when the verdict's rule and
+culprits are the variant's and it came within 10 s of the break (healthy:
+no HANG line and exit 0). Printed per variant: runs, right, the seconds from
+the break to the HANG line (median and max), and each wrong run's line.
+Runs go ``--parallel`` at a time: on 2 cores keep it at 2, where start-up
+alone takes seconds of CPU; the 16 cores of the device host take 6.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.launch_job import ROOT, Launch  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "tests", "scripts", "deadlock.py")
+WITHIN_S = 10.0
+# name -> (the script's arguments, the rule, the culprits); rule None: healthy, no verdict
+VARIANTS = {
+    "skip-default": (["--mode", "skip-default", "--at", "10", "--rank", "1"], "deadlock", [1]),
+    "skip-stats": (["--mode", "skip-stats", "--at", "7", "--rank", "0"], "deadlock", [0]),
+    "extra-stats": (["--mode", "extra-stats", "--at", "8", "--rank", "2"], "deadlock", [2]),
+    "three-groups": (["--groups", "3", "--mode", "skip-default", "--at", "6", "--rank", "2"], "deadlock", [2]),
+    "first-step": (["--mode", "skip-default", "--at", "1", "--rank", "1"], "deadlock", []),
+    "healthy-async": (["--mode", "async-compute", "--at", "4", "--compute-s", "8", "--steps", "8"], None, []),
+}
+
+
+def one(name: str, workdir: str) -> dict:
+    args, rule, culprits = VARIANTS[name]
+    job = Launch(["--nproc-per-node", "3", "--timeline-path", os.path.join(workdir, "tl"), SCRIPT, *args],
+                 env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+    try:
+        if rule is None:
+            code = job.wait(240)
+            hangs = job.matching(r"^HANG: ")
+            return {"variant": name, "right": code == 0 and not hangs, "after_s": None,
+                    "line": hangs[0] if hangs else f"exit {code}, no verdict"}
+        broke = job.wait_line(r"^BREAK rank ", 180)
+        hang = job.wait_line(r"^HANG: ", 60)
+        if broke is None or hang is None:
+            return {"variant": name, "right": False, "after_s": None,
+                    "line": "no BREAK" if broke is None else "no HANG within 60 s"}
+        doc = {}
+        deadline = time.monotonic() + 30
+        while not doc and time.monotonic() < deadline:
+            for path in glob.glob(os.path.join(workdir, "tl", "*", "*", "hang.json")):
+                with open(path) as f:
+                    doc = json.load(f)
+            time.sleep(0.2)
+        after = hang[0] - broke[0]
+        got_rule = (doc.get("rule") or {}).get("name")
+        right = got_rule == rule and doc.get("culprits") == culprits and after <= WITHIN_S
+        return {"variant": name, "right": right, "after_s": round(after, 2), "rule": got_rule,
+                "culprits": doc.get("culprits"), "line": hang[1]}
+    finally:
+        job.kill()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--out", help="write every run's result here (JSON)")
+    args = ap.parse_args()
+    names = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        print(f"deadlock_runs: unknown variant(s) {', '.join(unknown)}; use some of {', '.join(VARIANTS)}",
+              file=sys.stderr)
+        return 2
+    todo = [name for _ in range(args.runs) for name in names]   # interleaved: no variant gets the quiet hour
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
+        results = list(pool.map(lambda iv: one(iv[1], os.path.join(tmp, str(iv[0]))), enumerate(todo)))
+    print(f"{len(results)} runs in {time.monotonic() - started:.0f} s, {args.parallel} at a time, "
+          f"{os.cpu_count()} cores")
+    print(f"{'variant':<16}{'runs':>6}{'right':>7}{'median s':>10}{'max s':>8}")
+    for name in names:
+        mine = [r for r in results if r["variant"] == name]
+        times = [r["after_s"] for r in mine if r["after_s"] is not None]
+        print(f"{name:<16}{len(mine):>6}{sum(r['right'] for r in mine):>7}"
+              f"{statistics.median(times) if times else float('nan'):>10.1f}{max(times, default=float('nan')):>8.1f}")
+        for r in mine:
+            if not r["right"]:
+                print(f"  wrong: {r['line'][:400]}")
+    if args.out:
+        tmp_out = args.out + ".tmp"
+        with open(tmp_out, "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(tmp_out, args.out)
+    return 0 if all(r["right"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
