@@ -72,6 +72,13 @@ def one(name: str, workdir: str) -> dict:
         job.kill()
 
 
+def _said(result: dict) -> dict:
+    """Each run as it ends: a run cut short by its limit still leaves these."""
+    print(f"run {result['variant']}: {'right' if result['right'] else 'WRONG'} after {result['after_s']} s: "
+          f"{result['line'][:300]}", flush=True)
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
@@ -88,7 +95,7 @@ def main() -> int:
     todo = [name for _ in range(args.runs) for name in names]   # interleaved: no variant gets the quiet hour
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
-        results = list(pool.map(lambda iv: one(iv[1], os.path.join(tmp, str(iv[0]))), enumerate(todo)))
+        results = list(pool.map(lambda iv: _said(one(iv[1], os.path.join(tmp, str(iv[0])))), enumerate(todo)))
     print(f"{len(results)} runs in {time.monotonic() - started:.0f} s, {args.parallel} at a time, "
           f"{os.cpu_count()} cores")
     print(f"{'variant':<16}{'runs':>6}{'right':>7}{'median s':>10}{'max s':>8}")

@@ -149,7 +149,7 @@ case $label in
   x1gpu) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_identity 560 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py ;;
   x1s17) run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json
       mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 400 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
-  cpudeadlock) run deadlock_runs 430 python3 bench/deadlock_runs.py --runs 20 --parallel 8 --out $R/deadlock_runs.json ;;
+  cpudeadlock) run deadlock_runs 400 python3 bench/deadlock_runs.py --runs 20 --parallel 8 --out $R/deadlock_runs.json ;;
   stuckkernel) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run stuck_kernel 110 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_stuck_kernel_gpu.py ;;
   x1nosetdev) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
   x1fw) run frameworks_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_frameworks_gpu.py
