@@ -19,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHES = {
     "tracer_overhead": ["tracer_overhead.py"],
+    "writer_hot_path": ["writer_hot_path.py"],
     "cpp_collective_overhead": ["cpp_collective_overhead.py"],
     "collector_ingest": ["collector_ingest.py", "--agents", "2000", "--seconds", "20"],
     "collector_relays": ["collector_ingest.py", "--agents", "2000", "--seconds", "20", "--nodes-per-relay", "32"],

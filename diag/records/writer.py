@@ -47,7 +47,12 @@ class RecordWriter:
         self._open = 0   # STARTs published whose END is not written: a slot held for each
         # A record goes in while records unread + slots held stay under its
         # limit: the ring for a collective or p2p op, a quarter short for the rest.
-        self._solo_limit = capacity - capacity // 4
+        solo = capacity - capacity // 4
+        self._limits = [solo] * (max(fmt.OP_KINDS) + 1)   # by kind: one list index on the hot path
+        for kind in fmt.COMM_LANES:
+            self._limits[kind] = capacity
+        # A START needs one slot more than its limit leaves: its END's.
+        self._start_limits = [limit - 1 for limit in self._limits]
         self._names: dict[str, bytes] = {}
         pid = os.getpid() if pid is None else pid
         header = fmt.Header(capacity, pid, rank, local_rank, world_size, producer, 0,
@@ -68,9 +73,7 @@ class RecordWriter:
 
         Arguments may be positional: the tracer calls this on every traced
         collective, and keyword passing costs it hundreds of ns."""
-        # One slot less than the limit: the START's own, and the one its END holds.
-        limit = (self.capacity if kind == fmt.KIND_COLLECTIVE or kind == fmt.KIND_P2P
-                 else self._solo_limit) - 1
+        limit = self._start_limits[kind]
         with self._lock:
             op_id = self._next_op_id
             self._next_op_id += 1
@@ -149,7 +152,7 @@ class RecordWriter:
     def _full(self, kind: int) -> bool:
         """No room for one record of ``kind`` beside the slots held; counts
         the drop. Caller holds the lock."""
-        limit = self.capacity if kind == fmt.KIND_COLLECTIVE or kind == fmt.KIND_P2P else self._solo_limit
+        limit = self._limits[kind]
         return self._write_idx - self._read_idx_seen + self._open >= limit and not self._room(limit)
 
     def _room(self, limit: int) -> bool:
