@@ -333,9 +333,13 @@ class Watchdog:
         event_id, path = self._events.reserve_dir(now_unix)
         # The line first, hang.json's per-rank rows after it (a second at
         # 100,000 ranks, docs/collector.md "Scale"): the line needs none of them.
+        try:
+            dropped = self._state.dropped()
+        except Exception:   # the drops pass says why; the verdict goes out without its drops clause
+            dropped = {}
         doc = verdict.hang_document(findings, snap, job_id=self._config.job_id, event_id=event_id, event_dir=path,
                                     declared_unix=now_unix, timeout_s=self._config.hang_timeout_s, rows=False,
-                                    dropped=self._state.dropped())
+                                    dropped=dropped)
         if stall is not None:
             doc.update(idle.idle_fields(stall, self._config.idle_timeout_s),
                        verdict=idle.idle_line(stall, self._config.idle_timeout_s, path))
