@@ -28,7 +28,9 @@ The three ways:
   job ends, FR's own analyzer reads the dumps (`python -m
   torch.distributed.flight_recorder.fr_trace <dir> -p nccl_trace_rank_`,
   with --allow-incomplete-ranks where a rank left no dump; also `-j`).
-  On --cpu (gloo) there is no Flight Recorder: its rows say n/a.
+  On --cpu (gloo) its rows say n/a: torch 2.13 records gloo collectives in
+  Flight Recorder, but nothing dumps them (the dump on timeout is the NCCL
+  watchdog's); bench/deadlock_race.py dumps them by hand and runs fr_trace.
 - nvrx: NVIDIA's nvidia-resiliency-ext (0.7.0) `ft_launcher` with a config of
   null heartbeat timeouts; the script sends a heartbeat every step and calls
   calculate_and_set_hb_timeouts() at step 10, as NVRx's heartbeat guide and
@@ -42,7 +44,9 @@ The three ways:
 Columns of the table:
 - fault, tool;
 - by: the source of that verdict: `HANG <rule>` (the collector's line),
-  `watchdog` (the NCCL watchdog's timeout), `FR dump` (the first Flight
+  `watchdog` (the NCCL watchdog's timeout), `root cause` (torchrun's
+  "Root Cause (first observed failure)" block), `FAILED` (the launcher's
+  closing verdict on a crash, culprits from failure.json), `FR dump` (the first Flight
   Recorder file written), `FR analyzer` (fr_trace's finding on the dumps; its
   time is the dump's), `heartbeat` (an NVRx rank monitor's "Did not get ...
   heartbeat"), `launcher` (torchrun's or ft_launcher's `failed (exitcode: N)
@@ -101,6 +105,7 @@ SOCKET_NCCL = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABL
                "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo"}
 NVRX_CFG = "fault_tolerance:\n  initial_rank_heartbeat_timeout: null\n  rank_heartbeat_timeout: null\n"
 PLANTED = re.compile(r"PLANTED (\w+) (\d+) ([\d.]+)(?: ports=([\d,]+))?")
+ROOT_CAUSE = "Root Cause (first observed failure):"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,8 +200,15 @@ def _verdicts_in_lines(job: Launch, tool: str) -> list[dict]:
             found[by] = {"by": by, "when": when, "names": names, "line": line[:400]}
         elif by == "heartbeat" and when - found[by]["when"] < 6:   # the other monitors of the same check
             found[by]["names"] = sorted(set(found[by]["names"]) | set(names))
-    for when, _, line in list(job.lines):
-        if m := re.search(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", line):
+    lines = list(job.lines)
+    for i, (when, _, line) in enumerate(lines):
+        if ROOT_CAUSE in line:
+            root = root_cause([text for _, _, text in lines[i:i + 12]])
+            if root is not None:
+                note("root cause", when, [root[0]], f"{ROOT_CAUSE} rank {root[0]}, {root[1]}")
+        elif "xpu-diag: FAILED: " in line:
+            note("FAILED", when, None, line[line.find("FAILED: "):])
+        elif m := re.search(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", line):
             note("launcher", when, [int(m.group(2))], line[m.start():])
         elif "Watchdog caught collective operation timeout" in line or "Watchdog timeout" in line:
             m = re.search(r"Rank (\d+)\]", line)
@@ -212,6 +224,31 @@ def _verdicts_in_lines(job: Launch, tool: str) -> list[dict]:
     return list(found.values())
 
 
+def root_cause(lines: list[str]) -> tuple[int, str] | None:
+    """The global rank and the exit torchrun's "Root Cause (first observed
+    failure)" block names (ChildFailedError.format_msg: `rank : 2 (local_rank:
+    2)`, `exitcode : 1 (pid: ...)`, or `-6 (pid: ...)  (SIGABRT)`), from the
+    block's lines; None where the block has no rank line."""
+    rank, how = None, ""
+    for line in lines[1:]:
+        if line.lstrip().startswith("=") or ROOT_CAUSE in line:
+            break
+        if m := re.match(r"\s*rank\s*: (\d+) \(local_rank", line):
+            rank = int(m.group(1))
+        elif m := re.match(r"\s*exitcode\s*: (-?\d+) \(pid: \d+\)\s*(?:\((\w+)\))?", line):
+            how = f"exitcode {m.group(1)}" + (f" ({m.group(2)})" if m.group(2) else "")
+    return None if rank is None else (rank, how)
+
+
+def _failure_names(tmp: str) -> list:
+    """The culprits of the collector's failure.json (the FAILED verdict)."""
+    docs = sorted(glob.glob(os.path.join(tmp, "tl", "*", "*", "failure.json")))
+    if not docs:
+        return []
+    with open(docs[0]) as f:
+        return list(json.load(f).get("culprits") or [])
+
+
 def _hang_names(tmp: str) -> tuple[list, str]:
     """The culprits (and a named link) from the collector's hang.json."""
     docs = sorted(glob.glob(os.path.join(tmp, "tl", "*", "*", "hang.json")))
@@ -225,28 +262,45 @@ def _hang_names(tmp: str) -> tuple[list, str]:
     return list(doc.get("culprits") or []), ""
 
 
-def _fr_verdicts(tmp: str, keep: str) -> list[dict]:
-    """Flight Recorder: when its first dump was written, and what its own analyzer says of the dumps."""
-    dumps = sorted(glob.glob(os.path.join(tmp, "fr", "nccl_trace_rank_*")))
+def _fr_verdicts(tmp: str, keep: str, folder: str = "fr", prefix: str = "nccl_trace_rank_",
+                 label: str = "", times: list[float] | None = None) -> list[dict]:
+    """Flight Recorder: when its first dump was written, and what its own
+    analyzer says of the dumps in tmp/folder (``label`` tells a second
+    analysis apart; ``times``: the dumps' own mtimes, for copies of them)."""
+    where = os.path.join(tmp, folder)
+    dumps = sorted(glob.glob(os.path.join(where, prefix + "*")))
     if not dumps:
         return [{"by": "FR dump", "when": None, "names": None, "line": "no dump"}]
-    first, last = min(map(os.path.getmtime, dumps)), max(map(os.path.getmtime, dumps))
-    out = _fr_trace([os.path.join(tmp, "fr"), "-p", "nccl_trace_rank_"])
+    times = times or [os.path.getmtime(d) for d in dumps]
+    first, last = min(times), max(times)
+    out = _fr_trace([where, "-p", prefix])
     if "Missing dump files" in out:
-        out = _fr_trace([os.path.join(tmp, "fr"), "-p", "nccl_trace_rank_", "--allow-incomplete-ranks"])
+        out = _fr_trace([where, "-p", prefix, "--allow-incomplete-ranks"])
     if keep:
-        for name, text in (("fr_trace.txt", out), ("fr_trace_j.txt",
-                           _fr_trace([os.path.join(tmp, "fr"), "-p", "nccl_trace_rank_", "-j", "--allow-incomplete-ranks"]))):
+        tag = label.replace(" ", "_").replace(",", "")
+        for name, text in ((f"fr_trace{tag}.txt", out), (f"fr_trace{tag}_j.txt",
+                           _fr_trace([where, "-p", prefix, "-j", "--allow-incomplete-ranks"]))):
             with open(os.path.join(keep, name), "w") as f:
                 f.write(text)
-        for d in dumps:
-            shutil.copy(d, keep)
+        if not label:
+            for d in dumps:
+                shutil.copy(d, keep)
     names = sorted({int(r) for s in re.findall(r"missing ranks: \{([\d, ]+)\}", out) for r in s.split(",")}
                    | {int(r) for r in re.findall(r"Culprit rank (\d+)", out)})
-    finding = next((l for l in out.splitlines() if re.search(r"missing ranks|Culprit rank|Not all ranks|mismatch|"
-                                                             r"No errors found|cannot decide", l)), out[-300:])
-    return [{"by": "FR dump", "when": first, "names": None, "line": f"{len(dumps)} dump(s)"},
-            {"by": "FR analyzer", "when": last, "names": names, "line": finding.strip()[:400]}]
+    finding = fr_unjoined(out) or next((l for l in out.splitlines() if re.search(
+        r"missing ranks|Culprit rank|Not all ranks|mismatch|No errors found|cannot decide|^\w+Error: ", l)), out[-300:])
+    analyzer = {"by": "FR analyzer" + label, "when": last, "names": names, "line": finding.strip()[:400]}
+    if label:
+        return [analyzer]
+    return [{"by": "FR dump", "when": first, "names": None, "line": f"{len(dumps)} dump(s)"}, analyzer]
+
+
+def fr_unjoined(out: str) -> str:
+    """fr_trace's "Not all ranks joining collective" findings in one line:
+    `group 0:default_pg seq 10 gloo:all_reduce missing ranks {1}; ...`."""
+    found = re.findall(r"Not all ranks joining collective, sequence number: (\d+)\n(?:.*\n)*?group info: (\S+)\n"
+                       r"collective: (\S+)\nmissing ranks: (\{[\d, ]*\})", out)
+    return "; ".join(f"group {g} seq {n} {op} missing ranks {m}" for n, g, op, m in found)
 
 
 def _fr_trace(args: list[str]) -> str:
@@ -346,16 +400,24 @@ def _collect(cfg: Config, job: Launch, tool: str, tmp: str, keep: str, planted: 
     """Every source's first verdict after PLANTED, timed and judged, earliest first."""
     t0 = planted["time"]
     verdicts = [v for v in _verdicts_in_lines(job, tool) if v["when"] >= t0 - 1]
-    for v in verdicts:
-        if v["by"].startswith("HANG"):
-            v["names"], v["link"] = _hang_names(tmp)
+    collect_names(verdicts, tmp)
     if tool == "torchrun":
         verdicts += _fr_verdicts(tmp, keep) if not cfg.cpu else \
-            [{"by": "FR", "when": None, "names": None, "line": "n/a: no Flight Recorder on gloo"}]
+            [{"by": "FR", "when": None, "names": None,
+              "line": "n/a: gloo records into FR but nothing dumps it (bench/deadlock_race.py dumps it)"}]
     for v in verdicts:
         v["after_s"] = None if v["when"] is None else round(v["when"] - t0, 1)
         v["right"] = judge(v.get("names"), planted["rank"])
     return sorted(verdicts, key=lambda v: (v["after_s"] is None, v["after_s"] or 0))
+
+
+def collect_names(verdicts: list[dict], tmp: str) -> None:
+    """The collector's culprits into its verdicts: HANG's from hang.json, FAILED's from failure.json."""
+    for v in verdicts:
+        if v["by"].startswith("HANG"):
+            v["names"], v["link"] = _hang_names(tmp)
+        elif v["by"] == "FAILED":
+            v["names"] = _failure_names(tmp)
 
 
 def judge(names, planted: int) -> str:
@@ -367,14 +429,16 @@ def judge(names, planted: int) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    out = [f"{'fault':7} {'tool':9} {'by':18} {'after_s':>8}  {'names':14} {'right':6} what it said"]
+    fw = max([7] + [len(r["fault"]) for r in rows])
+    bw = max([18] + [len(v["by"]) for r in rows for v in r["verdicts"]])
+    out = [f"{'fault':{fw}} {'tool':9} {'by':{bw}} {'after_s':>8}  {'names':14} {'right':6} what it said"]
     for r in rows:
         if not r["verdicts"]:
-            out.append(f"{r['fault']:7} {r['tool']:9} {'-':18} {'-':>8}  {'-':14} {'-':6} {r['note'][:150]}")
+            out.append(f"{r['fault']:{fw}} {r['tool']:9} {'-':{bw}} {'-':>8}  {'-':14} {'-':6} {r['note'][:150]}")
         for i, v in enumerate(r["verdicts"]):
             after = "-" if v["after_s"] is None else f"{v['after_s']:.1f}" + ("*" if i == 0 else " ")
             names = v.get("link") or ("-" if not v.get("names") else ",".join(map(str, v["names"])))
-            out.append(f"{r['fault']:7} {r['tool']:9} {v['by']:18} {after:>8}  {names[:14]:14} {v['right']:6} "
+            out.append(f"{r['fault']:{fw}} {r['tool']:9} {v['by']:{bw}} {after:>8}  {names[:14]:14} {v['right']:6} "
                        f"{v['line'][:150]}")
     return "\n".join(out)
 
