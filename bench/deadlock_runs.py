@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.launch_job import ROOT, Launch  # noqa: E402
+from diag.common.net import free_port  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "deadlock.py")
 WITHIN_S = 10.0
@@ -43,7 +44,9 @@ VARIANTS = {
 
 def one(name: str, workdir: str) -> dict:
     args, rule, culprits = VARIANTS[name]
-    job = Launch(["--nproc-per-node", "3", "--timeline-path", os.path.join(workdir, "tl"), SCRIPT, *args],
+    # A port of its own: torchrun's default (29500) is every concurrent job's store
+    job = Launch(["--nproc-per-node", "3", "--master-port", str(free_port()),
+                  "--timeline-path", os.path.join(workdir, "tl"), SCRIPT, *args],
                  env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
     try:
         if rule is None:

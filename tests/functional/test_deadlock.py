@@ -20,6 +20,7 @@ import sys
 
 import pytest
 
+from diag.common.net import free_port
 from tests.functional.launch import SCRIPTS, module_launches  # noqa: F401 (fixture)
 from tests.functional.test_launch import event_dirs
 from tests.waiting import wait_for
@@ -37,7 +38,8 @@ def jobs(module_launches, tmp_path_factory):
                        ("first", ["--mode", "skip-default", "--at", "1"]),
                        ("healthy", ["--mode", "async-compute", "--at", "4", "--compute-s", "8", "--steps", "8"])):
         out = tmp_path_factory.mktemp(name)
-        job = module_launches(["--nproc-per-node", "3", "--timeline-path", str(out / "tl"), DEADLOCK, *args],
+        job = module_launches(["--nproc-per-node", "3", "--master-port", str(free_port()),
+                               "--timeline-path", str(out / "tl"), DEADLOCK, *args],
                               env=FAST_DUMPS)
         started[name] = (job, out)
     return started
