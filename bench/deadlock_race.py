@@ -21,9 +21,10 @@ The tools, each with its defaults:
 - torchrun: `python -m torch.distributed.run --standalone`, the script under
   bench/gloo_user_worker.py: init_process_group(timeout=--pg-timeout), as a
   user would set it (gloo's default, 30 minutes, says nothing for half an
-  hour), and Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000,
-  TORCH_FR_DUMP_TEMP_FILE). torch 2.13 records gloo collectives in FR but
-  never writes them out (the dump on timeout is the NCCL watchdog's; the CPU
+  hour), and Flight Recorder (TORCH_FR_BUFFER_SIZE=2000, torch 2.13's
+  default, and TORCH_FR_DUMP_TEMP_FILE). torch 2.13 records gloo
+  collectives in FR but never writes them out (the dump on timeout is the
+  NCCL watchdog's; the CPU
   build has no TORCH_NCCL_DUMP_ON_TIMEOUT): the worker dumps each rank's
   buffer when an exception, its exit or torchrun's SIGTERM ends it. After the
   job, fr_trace reads the dumps as shipped; gloo's dumps carry no usable
@@ -36,10 +37,13 @@ The tools, each with its defaults:
 
 Printed per run and source (bench/verdict_race.py's table): by (`error`: the
 first exception a worker printed, naming the rank that printed it; `root
-cause`: torchrun's "Root Cause (first observed failure)"; `FR dump`, `FR
-analyzer`; `HANG <rule>`, `FAILED`), after_s from the fault, the ranks named,
+cause`: torchrun's "Root Cause (first observed failure)"; `FR analyzer`,
+timed by the last dump, or `FR dump` where no rank wrote one; `HANG
+<rule>`, `FAILED`), after_s from the fault, the ranks named,
 right (`yes`: the planted rank alone; `partly`: among others; `no`: only
-others; `-`: no one).
+others; `-`: no one). docs/collector.md, "Side by side with what PyTorch
+gives", reads one run (docs/bench-runs/s21-deadlock-race.txt): about 5.5
+minutes on 2 cores, most of it torchrun's hangs waiting out --pg-timeout.
 """
 
 from __future__ import annotations

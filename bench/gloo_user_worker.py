@@ -11,8 +11,9 @@ Two things, neither of which changes what SCRIPT does:
   Groups made by ``new_group`` keep their own default, as in a user's job
   that sets the timeout only where it inits.
 - Flight Recorder's dump. torch 2.13 records gloo collectives in Flight
-  Recorder when ``TORCH_FR_BUFFER_SIZE`` is set (every all-reduce with its
-  group, seq and sizes), but nothing writes the records out: the dump on
+  Recorder (on by default, 2000 entries; ``TORCH_FR_BUFFER_SIZE`` sets the
+  size): each all-reduce with its group, seq and sizes. But nothing writes
+  the records out: the dump on
   timeout is the NCCL watchdog's (``TORCH_NCCL_DUMP_ON_TIMEOUT``, absent
   from the CPU build) and gloo has no watchdog. So this worker writes
   ``torch._C._distributed_c10d._dump_fr_trace()`` to
