@@ -65,6 +65,7 @@ sys.path.insert(0, ROOT)
 from bench.launch_job import Launch  # noqa: E402
 from bench.verdict_race import _fr_verdicts, _verdicts_in_lines, collect_names, judge, table  # noqa: E402
 from diag.common.atomic import write_atomic  # noqa: E402
+from diag.common.net import free_port  # noqa: E402
 
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
 WORKER = os.path.join(ROOT, "bench", "gloo_user_worker.py")
@@ -131,7 +132,9 @@ def command(cfg: Config, case: Case, tool: str, tmp: str) -> tuple[list[str] | N
                "TORCH_FR_DUMP_TEMP_FILE": os.path.join(tmp, "fr", FR_PREFIX)}
         return ([sys.executable, "-m", "torch.distributed.run"],
                 ["--standalone", "--nproc-per-node", str(NPROC), WORKER, *script], env)
-    return None, ["--nproc-per-node", str(NPROC), "--timeline-path", os.path.join(tmp, "tl"), *script], {}
+    # a port of its own: torchrun's default 29500 is taken by any other job on the host
+    return None, ["--nproc-per-node", str(NPROC), "--master-port", str(free_port()),
+                  "--timeline-path", os.path.join(tmp, "tl"), *script], {}
 
 
 def fill_pg_config(src: str, dst: str, world: int) -> int:
