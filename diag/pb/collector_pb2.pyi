@@ -387,16 +387,18 @@ class PerfTotal(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[OpKind, str]] = ..., comm_id: _Optional[int] = ..., count: _Optional[int] = ..., timed_count: _Optional[int] = ..., timed_ns: _Optional[int] = ..., bytes: _Optional[int] = ..., flops: _Optional[int] = ...) -> None: ...
 
 class PerfCommBusy(_message.Message):
-    __slots__ = ("producer", "comm_id", "all_comms", "busy_ns")
+    __slots__ = ("producer", "comm_id", "all_comms", "busy_ns", "open_ns")
     PRODUCER_FIELD_NUMBER: _ClassVar[int]
     COMM_ID_FIELD_NUMBER: _ClassVar[int]
     ALL_COMMS_FIELD_NUMBER: _ClassVar[int]
     BUSY_NS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_NS_FIELD_NUMBER: _ClassVar[int]
     producer: Producer
     comm_id: int
     all_comms: bool
     busy_ns: int
-    def __init__(self, producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., all_comms: bool = ..., busy_ns: _Optional[int] = ...) -> None: ...
+    open_ns: int
+    def __init__(self, producer: _Optional[_Union[Producer, str]] = ..., comm_id: _Optional[int] = ..., all_comms: bool = ..., busy_ns: _Optional[int] = ..., open_ns: _Optional[int] = ...) -> None: ...
 
 class PerfRank(_message.Message):
     __slots__ = ("window_s", "ops", "launches", "steps", "step_ns", "last_step_ns", "step_name", "totals", "launches_total", "steps_total", "comm_busy")
@@ -429,7 +431,7 @@ class PerfViewRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PerfRankView(_message.Message):
-    __slots__ = ("rank", "local_rank", "node_rank", "hostname", "age_s", "perf", "gpu")
+    __slots__ = ("rank", "local_rank", "node_rank", "hostname", "age_s", "perf", "gpu", "in_flight", "in_flight_group", "verdict")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -437,6 +439,9 @@ class PerfRankView(_message.Message):
     AGE_S_FIELD_NUMBER: _ClassVar[int]
     PERF_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_GROUP_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
     rank: int
     local_rank: int
     node_rank: int
@@ -444,7 +449,10 @@ class PerfRankView(_message.Message):
     age_s: float
     perf: PerfRank
     gpu: GpuIdentity
-    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., age_s: _Optional[float] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ...) -> None: ...
+    in_flight: InFlightOp
+    in_flight_group: str
+    verdict: str
+    def __init__(self, rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., age_s: _Optional[float] = ..., perf: _Optional[_Union[PerfRank, _Mapping]] = ..., gpu: _Optional[_Union[GpuIdentity, _Mapping]] = ..., in_flight: _Optional[_Union[InFlightOp, _Mapping]] = ..., in_flight_group: _Optional[str] = ..., verdict: _Optional[str] = ...) -> None: ...
 
 class PerfView(_message.Message):
     __slots__ = ("job_id", "ranks")
