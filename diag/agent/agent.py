@@ -129,13 +129,15 @@ class Agent:
             ranks = [(r, s.local_rank, self.state.perf_message(r))
                      for r, s in sorted(self.state.ranks.items())]
             names = {r: dict(s.comms.names) for r, s in self.state.ranks.items()}   # the group label (docs/metrics.md)
+            open_ops = {r: self.state.in_flight_op(r) for r in self.state.ranks}
         claims = self.device_claims()
         health = {r: self.gpus.health_for(claims.get(r)) for r, _, _ in ranks}
         gpu = {r: h.identity.pci_bus_id if h is not None else "" for r, h in health.items()}
         cfg = self.config
         rows = [(cfg.job_id, cfg.hostname, r, local, health[r], self.gpus.xid_counts(health[r].identity.index))
                 for r, local, _ in ranks if health[r] is not None]
-        self.exporter.publish([(r, local, perf, gpu[r], names[r]) for r, local, perf in ranks if perf is not None],
+        self.exporter.publish([(r, local, perf, gpu[r], names[r], open_ops[r]) for r, local, perf in ranks
+                               if perf is not None],
                               rows)
         self._published = time.monotonic()
 

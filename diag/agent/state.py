@@ -23,6 +23,7 @@ from diag.records.inflight import OpenOps
 # ops per lane), so the collector can compare the members of a hung group;
 # while it keeps up, its reports stay small.
 FINGERPRINTS_AFTER_NS = 1_000_000_000
+IN_FLIGHT_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)   # the /metrics gauge's ops
 
 
 @dataclasses.dataclass
@@ -238,8 +239,31 @@ class NodeState:
         if self.perf is None:
             return None
         state = self.ranks.get(rank)
-        return self.perf.message(rank, totals=totals,
-                                 series=state.comms.series if state is not None else None)
+        if state is None:
+            return self.perf.message(rank, totals=totals)
+        # The comm ops still in flight count as waiting (a hung rank waits);
+        # a dead worker's are not in flight, they are lost.
+        open_since: dict[int, int] = {}
+        for op in state.in_flight.values() if state.alive else ():
+            if op.kind in fmt.COMM_LANES:
+                open_since[op.producer] = min(op.start_ns, open_since.get(op.producer, op.start_ns))
+        return self.perf.message(rank, totals=totals, series=state.comms.series, open_since=open_since)
+
+    def in_flight_op(self, rank: int) -> tuple[str, int, int, float] | None:
+        """(name, kind, group id, age in s) of the rank's oldest collective, p2p
+        or host-function call in flight, as the report's oldest_in_flight
+        picks it; None: none, or the worker is gone. Kernels and GEMMs are
+        left out: their names are not metric labels (docs/metrics.md)."""
+        state = self.ranks.get(rank)
+        if state is None or not state.alive or not state.in_flight:
+            return None
+        ops = [op for op in state.in_flight.values() if op.kind in IN_FLIGHT_KINDS]
+        if not ops:
+            return None
+        unshadowed = [op for op in ops if not state.comms.shadowed(op.producer, op.comm_id)] or ops
+        op = min(unshadowed, key=lambda o: o.start_ns)
+        comm = state.comms.group_of(op.producer, op.comm_id) if op.kind in fmt.COMM_LANES else 0
+        return op.name, op.kind, comm, max(0, self.clock() - op.start_ns) / 1e9
 
     def pid_of(self, rank: int) -> int | None:
         state = self.ranks.get(rank)

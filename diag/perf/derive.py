@@ -7,8 +7,9 @@
   union of their intervals, so ops in flight at once count once) / window
   wall time, from the hook's device-timed ops when the rank has them, else
   from the Python tracer's host-timed calls (never both: they are the same
-  calls). From an older agent, which sends no union, the sum of the ops'
-  estimated times.
+  calls), plus the time the rank's comm op still in flight has covered
+  since (``open_ns``: a hung rank waits, whatever its ENDs said). From an
+  older agent, which sends no union, the sum of the ops' estimated times.
 - busbw: timed bytes / timed time x the nccl-tests factor (diag.common.busbw);
   None where undefined (one rank, a size not known, nothing timed), and the
   rank's all-reduce figure 0 then.
@@ -84,6 +85,15 @@ def scaled_busy_ns(union: float, count: int, timed: int, summed: float) -> float
     return min(union * count / timed, summed) if timed else 0.0
 
 
+def open_ns(perf: pb.PerfRank, producer: int | None) -> int:
+    """How much of the window ``producer``'s comm ops still in flight cover
+    beyond its union; where it has none open (or None: no comm op ended in
+    the window), the most any producer's do (the tracer and the hook see the
+    same call)."""
+    opens = {b.producer: b.open_ns for b in perf.comm_busy if b.all_comms and b.open_ns}
+    return opens[producer] if producer in opens else max(opens.values(), default=0)
+
+
 def figures(rank: int, perf: pb.PerfRank) -> RankFigures:
     window = perf.window_s
     gemms = [op for op in perf.ops if op.kind == fmt.KIND_GEMM]
@@ -93,6 +103,7 @@ def figures(rank: int, perf: pb.PerfRank) -> RankFigures:
     waited_ns = busy_ns(perf, comms)
     if waited_ns is None:
         waited_ns = summed_ns(comms)
+    waited_ns += open_ns(perf, comms[0].producer if comms else None)
     share = min(1.0, waited_ns / (window * 1e9)) if window > 0 else 0.0
     reduces = [op for op in comms if op.name in busbw.ALL_REDUCE and op.timed_ns
                and busbw.defined(op.comm_size)]

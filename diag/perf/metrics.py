@@ -30,7 +30,9 @@ OP_KINDS = (fmt.KIND_COLLECTIVE, fmt.KIND_P2P, fmt.KIND_HOST_FUNC)
 class Snapshot:
     job: str
     node: str
-    ranks: tuple = ()            # ((rank, local_rank, pb.PerfRank, gpu[, {comm id: group name}]), ...)
+    # ((rank, local_rank, pb.PerfRank, gpu[, {comm id: group name}[, in flight]]), ...); in flight:
+    # (name, kind, group id, age s) of the rank's oldest op in flight, or None.
+    ranks: tuple = ()
     gpus: tuple = ()             # diag.gpu.metrics.families rows
 
 
@@ -59,7 +61,12 @@ class PerfCollector:
         fams = _families()
         for rank, local_rank, perf, *rest in snap.ranks:
             base = [snap.job, snap.node, str(rank), str(local_rank), rest[0] if rest else ""]
-            _rank_metrics(fams, base, rank, perf, rest[1] if len(rest) > 1 else {})
+            names = rest[1] if len(rest) > 1 else {}
+            _rank_metrics(fams, base, rank, perf, names)
+            if len(rest) > 2 and rest[2] is not None:
+                name, kind, comm_id, age_s = rest[2]
+                fams["in_flight"].add_metric(base + [name, comm_label(comm_id), group_label(kind, comm_id, names)],
+                                             age_s)
         out = list(fams.values())
         if snap.gpus:
             from diag.gpu import metrics as gpu_metrics
@@ -99,6 +106,10 @@ def _families() -> dict:
                               "p99 over the window; _sum and _count since the rank started", "summary"),
         "busbw": g("xpu_diag_op_busbw_bytes_per_second", "Bus bandwidth over the window "
                    "(nccl-tests factors)", labels=OP_LABELS),
+        # One series per rank while it is in an op: a hung rank's age grows
+        # where the window's figures (ENDs only) would look healthy.
+        "in_flight": g("xpu_diag_op_in_flight_seconds", "Age of the rank's oldest collective, p2p or "
+                       "host-function call still in flight; no series while it is in none", labels=OP_LABELS),
     }
 
 
@@ -112,7 +123,8 @@ def _rank_metrics(fams: dict, base: list, rank: int, perf, names: dict) -> None:
     # No wait share before the rank's first collective and no step time before
     # its first step: a 0 there would make it "the rank that waits least" or
     # "the fastest step" on every dashboard while it is still starting up.
-    if fig.window_s > 0 and any(t.kind in derive.COMM_KINDS and t.count for t in perf.totals):
+    if fig.window_s > 0 and (any(t.kind in derive.COMM_KINDS and t.count for t in perf.totals)
+                             or derive.open_ns(perf, None)):   # hung in its first collective
         fams["wait"].add_metric(base, fig.wait_share)
     if fig.step_s > 0:
         fams["step"].add_metric(base, fig.step_s)

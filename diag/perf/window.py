@@ -221,7 +221,7 @@ class PerfWindow:
             bucket = bucket_of(timed)
             hist[bucket] = hist.get(bucket, 0) + 1
 
-    def message(self, rank: int, totals: bool = True, series=None) -> pb.PerfRank | None:
+    def message(self, rank: int, totals: bool = True, series=None, open_since=None) -> pb.PerfRank | None:
         """The rank's window as it stands now (None if never seen). ``totals``:
         with the cumulative counters, which only the agent's Prometheus
         endpoint needs (the reports to the collector leave them out).
@@ -231,7 +231,13 @@ class PerfWindow:
         merged. The agent passes one that makes one op one series: the hook's
         communicators under their process group's id, and the tracer's calls
         of a group the hook also covers left out (the hook's are the same
-        calls, device-timed). None: every key as recorded."""
+        calls, device-timed). None: every key as recorded.
+
+        ``open_since``: {producer: start (monotonic ns) of its oldest comm op
+        still in flight}. The window counts only ENDs, so a rank hung in a
+        collective would read as waiting less and less; the span from that
+        start (or from the union's reach, if later) to now is sent as the
+        producer's ``open_ns``."""
         state = self.ranks.get(rank)
         if state is None or state.first_ns is None:
             return None
@@ -278,8 +284,11 @@ class PerfWindow:
                         flops=acc[FLOPS], timed_flops=acc[TIMED_FLOPS],
                         p50_ns=min(percentile(hist, 0.5), acc[MAX_NS]),
                         p99_ns=min(percentile(hist, 0.99), acc[MAX_NS]), max_ns=acc[MAX_NS])
-        for producer, ns in sorted(busy_all.items()):
-            msg.comm_busy.add(producer=producer, all_comms=True, busy_ns=ns)
+        open_ns = {producer: max(0, now - max(start, state.covered_all.get(producer, 0), since))
+                   for producer, start in (open_since or {}).items()}
+        for producer in sorted(set(busy_all) | {p for p, ns in open_ns.items() if ns}):
+            msg.comm_busy.add(producer=producer, all_comms=True, busy_ns=busy_all.get(producer, 0),
+                              open_ns=open_ns.get(producer, 0))
         for (producer, comm_id), ns in sorted(busy_comm.items()):
             msg.comm_busy.add(producer=producer, comm_id=comm_id, busy_ns=ns)
         kept = state.totals if series is None else _relabel(state.totals, series, _merge_total)
