@@ -121,6 +121,7 @@ class CollectorServer:
                                 maximum_concurrent_rpcs=calls, options=options)
         self.servicer = CollectorServicer(self.config, self.state, self.registry, self.events, self.timelines,
                                           self._pool)
+        self.servicer.hang_marks = self.watchdog.hang_marks   # top's hung and culprit marks
         pb_grpc.add_CollectorServicer_to_server(self.servicer, inner)
         self.relay = None
         if self.config.nodes_per_relay:   # the servicer asks agents to serve relays and sends the rest to them

@@ -124,6 +124,7 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         self._pool = pool             # concurrent.futures executor for blocking work (None: the loop's default)
         self.streams: collections.Counter = collections.Counter()   # how Connect streams ended (logs, bench)
         self.relays = None   # diag.collector.relays.RelayBoard under --nodes-per-relay
+        self.hang_marks = dict   # () -> {rank: "hung" | "culprit"} while a hang lasts (Watchdog.hang_marks)
 
     async def _blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -231,15 +232,18 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         copying 100,000 ranks' windows must not hold up the reports)."""
         snap = self._state.snapshot(time.monotonic())
         view = pb.PerfView(job_id=self._config.job_id)
+        marks = self.hang_marks()
         for rank in sorted(snap.ranks):
             entry = snap.ranks[rank]
             if entry.perf is None:
                 continue
             agent = snap.agents.get(entry.node_rank)
-            view.ranks.add(rank=rank, local_rank=entry.progress.local_rank,
-                           node_rank=entry.node_rank, hostname=agent.hostname if agent else "",
-                           age_s=max(0.0, snap.now - entry.perf_at), perf=entry.perf,
-                           gpu=entry.progress.gpu.identity if entry.progress.HasField("gpu") else None)
+            row = view.ranks.add(rank=rank, local_rank=entry.progress.local_rank,
+                                 node_rank=entry.node_rank, hostname=agent.hostname if agent else "",
+                                 age_s=max(0.0, snap.now - entry.perf_at), perf=entry.perf,
+                                 gpu=entry.progress.gpu.identity if entry.progress.HasField("gpu") else None,
+                                 verdict=marks.get(rank, ""))
+            _add_in_flight(row, entry, snap.now)
         return view
 
     async def UploadStacks(self, request, context):
@@ -280,3 +284,18 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         except UploadError as exc:
             await context.abort(exc.code, exc.message)
         return pb.TimelineReply(trace_json=data, ranks=ranks, nodes_missing=missing)
+
+
+def _add_in_flight(row: pb.PerfRankView, entry, now: float) -> None:
+    """The rank's oldest op in flight, aged to ``now`` (the report was built
+    ``now - entry.received`` ago), and its group by the HANG line's name."""
+    progress = entry.progress
+    if not progress.alive or not progress.HasField("oldest_in_flight"):
+        return
+    row.in_flight.CopyFrom(progress.oldest_in_flight)
+    row.in_flight.age_ns += int(max(0.0, now - entry.received) * 1e9)
+    op = progress.oldest_in_flight
+    if op.kind in (pb.OP_KIND_COLLECTIVE, pb.OP_KIND_P2P):
+        row.in_flight_group = next((c.group_name for c in progress.comms
+                                    if c.comm_id == op.comm_id and c.group_name),
+                                   "default" if op.comm_id == 0 else "")

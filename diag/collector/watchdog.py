@@ -73,6 +73,7 @@ class Watchdog:
         self.idle_detector = IdleDetector()
         self._probe_at, self._probe_cost = float("-inf"), 0.0   # the evidence rules' last look (_waits)
         self.declared: list[HangEvent] = []
+        self._marks: dict[int, str] = {}   # the last HANG's ranks: "hung" or "culprit" (hang_marks)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stats_at: float | None = None
@@ -222,6 +223,12 @@ class Watchdog:
         """A declared hang (or idle stall) lasts: the detector is disarmed until progress resumes."""
         return not self.detector.armed or not self.idle_detector.armed
 
+    def hang_marks(self) -> dict[int, str]:
+        """While a declared hang lasts, rank -> "hung" (in the stuck op) or
+        "culprit" (the ranks the others wait for), as its HANG line names
+        them; else empty (``xpu-diag top`` marks its rows with it)."""
+        return self._marks if self.hang_active() else {}
+
     def _run_deferred(self) -> None:
         work, self._deferred = self._deferred, []
         with gc_paused(bool(work)):
@@ -363,6 +370,8 @@ class Watchdog:
         if self.timelines is not None:   # the agents answer it on a thread of its own
             self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
         self._say(doc["verdict"])
+        self._marks = {**dict.fromkeys(doc.get("hung_ranks") or (), "hung"),
+                       **dict.fromkeys(doc.get("culprits") or (), "culprit")}
         self._line_at, self._line_cpu = time.monotonic(), time.thread_time()
         log.info("event %s: asked %d agent(s) for stacks", event_id, sent)
         self._deferred.append((lambda: self._write_document(event, doc, findings, snap), "writing hang.json"))

@@ -4,7 +4,10 @@ Reaches the collector with ``--job <timeline-path>/<job>`` (its collector.json)
 or ``--collector HOST:PORT`` with $XPU_TIMER_JOB_TOKEN. Keys while it runs:
 t / b / w / s / r sort by GEMM TFLOP/s, all-reduce busbw, wait share, step
 time, rank; q quits. Cells far from the column's median are highlighted
-(docs/metrics.md says how).
+(docs/metrics.md says how). Each row shows the rank's oldest op in flight
+and for how long, and while a hang lasts, whether the collector's verdict
+names the rank hung or a culprit. Into a pipe it prints a plain table each
+interval, as ``top -b`` does.
 """
 
 from __future__ import annotations
@@ -96,9 +99,21 @@ def _outliers(figs: list[RankFigures], field: str) -> tuple[float, set[int]]:
     return median, far
 
 
-HEADS = ("rank", "node", "gpu", "TFLOP/s", "GEMM/s", "AR busbw GB/s", "wait %", "step ms",
-         "launch/s", "slowest p99", "age s")
-LEFT = ("node", "slowest p99")
+HEADS = ("rank", "hang", "node", "gpu", "TFLOP/s", "GEMM/s", "AR busbw GB/s", "wait %", "step ms",
+         "launch/s", "slowest p99", "in flight", "for s", "age s")
+LEFT = ("hang", "node", "slowest p99", "in flight")
+COMPARED = ("TFLOP/s", "AR busbw GB/s", "wait %", "step ms")   # highlighted by distance from the median
+STUCK_S = 5.0   # an op in flight this long is highlighted, verdict or not
+MARKS = {"hung": "HUNG", "culprit": "CULPRIT"}
+
+
+def in_flight_text(view_rank) -> str:
+    """``all_reduce "default" seq 11``: the op, its group as the HANG line names it, its seq."""
+    if not view_rank.HasField("in_flight"):
+        return "-"
+    op = view_rank.in_flight
+    group = f' "{view_rank.in_flight_group}"' if view_rank.in_flight_group else ""
+    return f"{op.name}{group}{f' seq {op.seq}' if op.seq else ''}"
 
 
 def table_rows(view, sort: str) -> list[list[tuple[str, str]]]:
@@ -128,14 +143,28 @@ def table_rows(view, sort: str) -> list[list[tuple[str, str]]]:
             cell(f"{1e3 * f.step_s:.1f}" if f.steps else "-", "step_s", low_is_bad=False),
             (f"{f.launches_per_s:.0f}", ""),
             (f"{slow.name} {1e3 * slow.p99_s:.2f} ms" if slow else "-", ""),
+            (in_flight_text(view_rank), ""), _age_cell(view_rank),
             (f"{view_rank.age_s:.1f}", "")])
+        out[-1].insert(1, (MARKS.get(view_rank.verdict, ""), "bold red" if view_rank.verdict else ""))
     return out
 
 
-def title(view, sort: str, now_text: str = "") -> str:
-    return (f"xpu-diag top · job {view.job_id} · {len(view.ranks)} ranks · sort: {sort} "
-            f"(keys t b w s r, q quits) {now_text}\nTFLOP/s: GEMMs; AR busbw: all-reduce; "
-            f"wait: share of wall time in collectives; red/yellow: >20% from the median")
+def _age_cell(view_rank) -> tuple[str, str]:
+    if not view_rank.HasField("in_flight"):
+        return "-", ""
+    age = view_rank.in_flight.age_ns / 1e9
+    return f"{age:.1f}", "bold red" if view_rank.verdict or age >= STUCK_S else ""
+
+
+def title(view, sort: str, now_text: str = "", plain_text: bool = False) -> str:
+    """The heading; ``plain_text``: for a pipe or a file, no keys to press,
+    and the ``*`` marks explained instead of the colours."""
+    keys = "" if plain_text else "(keys t b w s r, q quits) "
+    marks = ("*: >20% from the column's median" if plain_text
+             else "red/yellow: >20% from the median")
+    return (f"xpu-diag top · job {view.job_id} · {len(view.ranks)} ranks · sort: {sort} {keys}{now_text}".rstrip()
+            + "\nTFLOP/s: GEMMs; AR busbw: all-reduce; wait: share of wall time in collectives; "
+            f"in flight: the oldest op not ended, for s seconds; hang: the collector's verdict; {marks}")
 
 
 def render(view, sort: str, now_text: str = ""):
@@ -168,18 +197,22 @@ def as_json(view, sort: str) -> dict:
             "wait_share": f.wait_share, "step_s": f.step_s if f.steps else None,
             "launches_per_s": f.launches_per_s,
             "slowest_p99": {"op": slow.name, "seconds": slow.p99_s} if slow else None,
+            "in_flight": {"op": r.in_flight.name, "group": r.in_flight_group or None, "seq": r.in_flight.seq,
+                          "seconds": r.in_flight.age_ns / 1e9} if r.HasField("in_flight") else None,
+            "verdict": r.verdict or None,
             "window_s": f.window_s, "age_s": r.age_s})
     return {"job_id": view.job_id, "sort": sort, "ranks": out}
 
 
-def plain(view, sort: str) -> str:
-    """The same table as text, where rich is not installed (outliers marked *)."""
-    cells = [list(HEADS)] + [[t + ("*" if s else "") for t, s in row]
+def plain(view, sort: str, now_text: str = "") -> str:
+    """The same table as text, for a pipe or a file (outliers marked *)."""
+    # Only the median comparisons get a "*": the hang marks and the age say themselves.
+    cells = [list(HEADS)] + [[(t or "-") + ("*" if s and HEADS[i] in COMPARED else "") for i, (t, s) in enumerate(row)]
                              for row in table_rows(view, sort)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(HEADS))]
     lines = ["  ".join(c.ljust(w) if HEADS[i] in LEFT else c.rjust(w)
                        for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
-    return title(view, sort) + "\n" + "\n".join(lines) + "\n"
+    return title(view, sort, now_text, plain_text=True) + "\n" + "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager
@@ -213,6 +246,8 @@ def main(argv=None) -> int:
             return 0
         if ns.once:
             return _once(source.fetch(), ns.sort)
+        if not sys.stdout.isatty():
+            return _batch(source, ns)
         return _live(source, ns)
     except (ConfigError, PerfError) as exc:
         sys.stderr.write(f"xpu-diag top: {exc}\n")
@@ -234,6 +269,25 @@ def _once(view, sort: str) -> int:
         return 0
     Console().print(render(view, sort))
     return 0
+
+
+def _batch(source: Source, ns) -> int:
+    """Into a pipe or a file: a plain table each interval (``top -b``), each
+    written whole and flushed, so a reader sees it at once; a collector that
+    does not answer is one line on stderr per try, and it goes on."""
+    try:
+        while True:
+            try:
+                text = plain(source.fetch(), ns.sort, time.strftime("%H:%M:%S")) + "\n"
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            except PerfError as exc:
+                sys.stderr.write(f"xpu-diag top: {exc} (retrying)\n")
+            time.sleep(ns.interval)
+    except BrokenPipeError:   # | head: the reader is done
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _live(source: Source, ns) -> int:

@@ -164,7 +164,7 @@ def test_top_once_and_its_plain_text_form(job):
     assert out.returncode == 0, out.stderr
     assert "…" not in out.stdout, out.stdout
     lines = out.stdout.splitlines()
-    head = next(ln for ln in lines if ln.split()[:3] == ["rank", "node", "gpu"])
+    head = next(ln for ln in lines if ln.split()[:3] == ["rank", "hang", "node"])
     assert all(h in head for h in top.HEADS), out.stdout
     got = [ln.split() for ln in lines[lines.index(head) + 1:]]
     assert [r[0] for r in got] == ["0", "1"] and all(len(r) >= len(top.HEADS) for r in got), out.stdout
@@ -175,6 +175,11 @@ def test_top_once_and_its_plain_text_form(job):
     doc = json.loads(js.stdout)
     assert doc["job_id"] == "perfjob" and [r["rank"] for r in doc["ranks"]] == [0, 1], js.stdout
     assert all(r["hostname"] and 0 <= r["wait_share"] <= 1 and r["window_s"] > 0 for r in doc["ranks"]), js.stdout
+    # A healthy job: nothing marked, and an op caught in flight is a young one.
+    assert all(r["verdict"] is None and (r["in_flight"] is None or r["in_flight"]["seconds"] < 1)
+               for r in doc["ranks"]), js.stdout
+    ages = re.findall(r'^xpu_diag_op_in_flight_seconds\{[^}]*\} (\S+)$', _get(job["url"]), re.M)
+    assert all(float(a) < 1 for a in ages), ages
     view = top.Source(None, str(job["dir"])).fetch()
     assert view.job_id == "perfjob" and [r.rank for r in view.ranks] == [0, 1]
     text = top.plain(view, "rank").splitlines()
