@@ -36,6 +36,7 @@ import torch
 from diag.recover import api, checksum, layout, store
 from diag.recover.devcopy import HOST_REGISTER_PORTABLE, clear_cuda_error, copy_all, cuda_error_name
 from diag.recover.restore import restore as _restore
+from diag.recover.dsengine import Unsupported
 from diag.recover.state import Adapter, dist_info, has_dtensor, partial_state
 
 _PREHOOK_TIMEOUT_S = 120.0
@@ -153,15 +154,24 @@ class Checkpointer:
         if name in self.shared or name in self.local:
             raise ValueError(f"Checkpointer: {name!r} is registered twice; give each object its own name")
         why = partial_state(obj)
+        try:
+            adapter = None if why else Adapter(obj)
+        except Unsupported as exc:
+            why = str(exc)
         if why:   # a partial snapshot restored would resume another job: none at all, said once
             self._refused = True
             self._off(f"Checkpointer: {name!r} is {why} (docs/recovery.md, Limits); snapshots are off")
             return
-        where[name] = Adapter(obj)
-        hook = getattr(obj, "register_step_pre_hook", None)
-        if hasattr(obj, "param_groups") and hook is not None and id(obj) not in self._hooked:
-            hook(lambda *_: self._before_optimizer_step())
-            self._hooked.add(id(obj))
+        if adapter.sharded and where is self.shared and self.replicated:
+            raise ValueError(f"Checkpointer: {name!r} is a {type(obj).__name__}, which holds this rank's "
+                             f"partition; leave replicated unset (or False)")
+        where[name] = adapter
+        for line in (adapter.view.notes() if adapter.view is not None else ()):
+            self._say(f"{name!r}: {line}")
+        for opt in adapter.optimizers():
+            if id(opt) not in self._hooked:
+                opt.register_step_pre_hook(lambda *_: self._before_optimizer_step())
+                self._hooked.add(id(opt))
 
     # -- save ---------------------------------------------------------------
 
@@ -246,7 +256,7 @@ class Checkpointer:
 
     def _names_kept(self, rank: int) -> list[str]:
         if self.replicated is None:
-            self.replicated = not any(has_dtensor(a.state_dict()) for a in self.shared.values())
+            self.replicated = not any(a.sharded or has_dtensor(a.state_dict()) for a in self.shared.values())
         keep_shared = not self.replicated or rank == self.holder
         return (sorted(self.shared) if keep_shared else []) + sorted(self.local)
 
@@ -262,12 +272,13 @@ class Checkpointer:
         """Storage of tensors only the optimizer changes: the pre-hook guards
         them. Recomputed when the optimizers' state grows (Adam's first step)
         and every 100 saves (a parameter's storage swapped by hand)."""
-        opts = [a.obj for a in self.shared.values() if id(a.obj) in self._hooked]
+        opts = [o for a in self.shared.values() for o in a.optimizers() if id(o) in self._hooked]
         key = tuple((len(o.param_groups), sum(len(g["params"]) for g in o.param_groups), len(o.state))
                     for o in opts)
         if self._guard is not None and self._guard[0] == key and self.stats["saved"] % 100:
             return self._guard[1]
         ptrs = self._compute_guarded(opts)
+        ptrs.update(layout.local(t)[0].data_ptr() for a in self.shared.values() for t in a.guarded())
         self._guard = (key, ptrs)
         return ptrs
 
@@ -572,7 +583,7 @@ class Checkpointer:
             return api.RestoreResult(None, "none", None, 0.0, 0)
         rank, world = self._dist()
         if self.replicated is None:
-            self.replicated = not any(has_dtensor(a.state_dict()) for a in self.shared.values())
+            self.replicated = not any(a.sharded or has_dtensor(a.state_dict()) for a in self.shared.values())
         try:
             result = _restore(self, rank, world)
         except (api.RecoverError, OSError) as exc:

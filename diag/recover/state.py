@@ -17,19 +17,43 @@ class Adapter:
     (saved as is, updated in place on restore)."""
 
     def __init__(self, obj):
-        if not isinstance(obj, dict) and not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+        # A framework's engine or sharded optimizer: a view of this rank's
+        # partition (dsengine.py, mcore.py); raises Unsupported where it
+        # keeps state the view cannot reach.
+        self.view = framework_view(obj)
+        if self.view is None and not isinstance(obj, dict) and not (
+                hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
             raise TypeError(f"Checkpointer: a {type(obj).__name__} has no state_dict()/load_state_dict(); "
                             f"register a module, an optimizer, a Stateful or a dict")
         self.obj = obj
         self._tensors = modstate.ModuleTensors(obj) if isinstance(obj, torch.nn.Module) else None
 
+    @property
+    def sharded(self) -> bool:
+        """Each rank holds its own partition (never a replica to broadcast)."""
+        return self.view is not None and self.view.sharded
+
+    def optimizers(self) -> list:
+        """The torch optimizers whose step changes this object's tensors."""
+        if self.view is not None:
+            return self.view.optimizers()
+        return [self.obj] if hasattr(self.obj, "param_groups") and hasattr(self.obj, "register_step_pre_hook") else []
+
+    def guarded(self) -> list:
+        """Tensors only those optimizers' steps change, beyond their params and state."""
+        return self.view.guarded() if self.view is not None else []
+
     def state_dict(self) -> dict:
+        if self.view is not None:
+            return self.view.state_dict()
         if self._tensors is not None:
             return self._tensors.state_dict()
         return dict(self.obj) if isinstance(self.obj, dict) else self.obj.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        if isinstance(self.obj, dict):
+        if self.view is not None:
+            self.view.load_state_dict(state)
+        elif isinstance(self.obj, dict):
             self.obj.clear()
             self.obj.update(state)
         else:
@@ -37,22 +61,31 @@ class Adapter:
 
     def flat_params(self) -> list:
         """An optimizer's parameters in its state_dict's numbering."""
+        if self.view is not None:
+            return []
         return [p for group in getattr(self.obj, "param_groups", ()) for p in group["params"]]
 
 
+def framework_view(obj):
+    """The view of a DeepSpeed engine or a Megatron-Core distributed/chained
+    optimizer, None for anything else. Raises dsengine.Unsupported."""
+    from diag.recover import dsengine, mcore
+    if dsengine.is_engine(obj):
+        return dsengine.EngineState(obj)
+    if mcore.is_megatron_optimizer(obj):
+        return mcore.OptimizerState(obj)
+    return None
+
+
 # State holders whose state_dict() leaves out what a resume needs (module, class
-# names: the frameworks are never imported here). A snapshot of them would be
-# partial without a word; register() refuses them and says so once.
+# names: the frameworks are never imported here), registered on their own. A
+# snapshot of them would be partial without a word; register() refuses them
+# and says so once. (The engine that holds them is registered instead:
+# dsengine.py; Megatron's distributed optimizer has a view of its own: mcore.py.)
 PARTIAL = {
-    ("deepspeed.", "DeepSpeedEngine"): "its ZeRO partitions and optimizer state are outside "
-                                       "state_dict(); use engine.save_checkpoint()",
-    ("deepspeed.", "ZeROOptimizer"): "its partitioned optimizer state is outside state_dict(); "
-                                     "use engine.save_checkpoint()",
-    ("megatron.core.", "DistributedOptimizer"): "its sharded optimizer state is outside state_dict() "
-                                                "(Megatron saves it with sharded_state_dict); use "
-                                                "Megatron's dist_checkpointing",
-    ("megatron.core.", "ChainedOptimizer"): "it chains Megatron optimizers whose sharded state is outside "
-                                            "state_dict(); use Megatron's dist_checkpointing",
+    ("deepspeed.", "ZeROOptimizer"): "its partition is restored only with the engine's counters and "
+                                     "16-bit parameters; register the engine instead: "
+                                     "ckpt.register(engine=engine)",
 }
 
 
@@ -63,9 +96,12 @@ def partial_state(obj) -> str:
         for (module, name), why in PARTIAL.items():
             if cls.__name__ == name and cls.__module__.startswith(module):
                 return f"a {type(obj).__name__}: {why}"
-    if isinstance(obj, torch.nn.Module) and any(hasattr(p, "ds_status") for p in obj.parameters()):
+    from diag.recover import dsengine
+    if (isinstance(obj, torch.nn.Module) and not dsengine.is_engine(obj)
+            and any(hasattr(p, "ds_status") for p in obj.parameters())):
         return (f"a {type(obj).__name__} with DeepSpeed ZeRO-3 partitioned parameters: this rank holds a "
-                f"partition, state_dict() empty placeholders; use engine.save_checkpoint()")
+                f"partition, state_dict() empty placeholders; register the engine instead: "
+                f"ckpt.register(engine=engine)")
     return ""
 
 
@@ -82,6 +118,9 @@ class RNGState:
             out["numpy"] = np.random.get_state()
         except ImportError:
             pass
+        tracker = _megatron_tracker()
+        if tracker is not None:
+            out["megatron_tracker"] = tracker.get_states()
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -92,6 +131,24 @@ class RNGState:
         if "numpy" in state:
             import numpy as np
             np.random.set_state(state["numpy"])
+        if "megatron_tracker" in state:
+            tracker = _megatron_tracker()
+            if tracker is not None:
+                tracker.set_states(dict(state["megatron_tracker"]))
+
+
+def _megatron_tracker():
+    """Megatron-Core's tensor-parallel RNG tracker (dropout inside its
+    tensor-parallel layers draws from it, each TP rank its own stream), where
+    the job has imported Megatron; never imported here."""
+    import sys
+    random_mod = sys.modules.get("megatron.core.tensor_parallel.random")
+    if random_mod is None:
+        return None
+    try:
+        return random_mod.get_cuda_rng_tracker()
+    except Exception:   # not set up (no model parallel state): nothing to keep
+        return None
 
 
 def has_dtensor(tree) -> bool:
@@ -126,7 +183,8 @@ def apply(adapter: Adapter, name: str, saved: list[tuple[tuple, object]], dtenso
                         f"{where}: {name}.{'.'.join(map(str, path))} has shape {tuple(value.shape)}, this "
                         f"job's is {tuple(target.shape)}; restore with the same model and world size, "
                         f"or remove {where}")
-                target.copy_(value)
+                with torch.no_grad():    # a framework's master partition is a leaf that requires grad
+                    target.copy_(value)
                 value = have
             elif path in dtensors:
                 value = _as_dtensor(adapter, path, value, name, where)

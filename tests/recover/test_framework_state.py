@@ -1,8 +1,8 @@
-"""State a snapshot would hold only in part (issue 32): DeepSpeed's engine
-(its ZeRO partitions and optimizer state are outside state_dict()), a module
-whose parameters ZeRO-3 partitioned, Megatron-Core's distributed optimizer
-(its sharded state too). register() refuses each with one line and snapshots
-are off: never a partial snapshot, and no restore from one."""
+"""State a snapshot would hold only in part (issues 32, 42): a module whose
+parameters ZeRO-3 partitioned and a ZeRO optimizer registered without their
+engine, and an engine whose ZeRO-Offload keeps the optimizer's state outside
+what a snapshot reads. register() refuses each with one line naming the fix
+and snapshots are off: never a partial snapshot, and no restore from one."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from tests.recover import preloaded
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "framework_state.py")
 SAYS = {
-    "engine": "'state' is a DeepSpeedEngine: its ZeRO partitions and optimizer state are outside state_dict()",
-    "module": "with DeepSpeed ZeRO-3 partitioned parameters",
-    "megatron": "'state' is a DistributedOptimizer: its sharded optimizer state is outside state_dict()",
+    "module": "with DeepSpeed ZeRO-3 partitioned parameters: this rank holds a partition",
+    "zero_optimizer": "is a DeepSpeedZeroOptimizer_Stage3: its partition is restored only with the engine's counters",
+    "offload": "is a DeepSpeedEngine with zero_optimization.offload_optimizer.device=cpu: ZeRO-Offload keeps",
 }
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,7 +1,8 @@
-"""One gloo rank: DeepSpeed ZeRO-3's engine and its module, and a real
-Megatron-Core DistributedOptimizer object, each registered with a
-Checkpointer of its own. Prints RESULT: per case what save() and restore()
-did and the lines the Checkpointer said."""
+"""One gloo rank: what a snapshot would hold only in part, each registered
+with a Checkpointer of its own: a ZeRO-3 engine's module and its ZeRO
+optimizer on their own (the engine is what to register), and an engine whose
+ZeRO-Offload keeps the optimizer's state in host memory. Prints RESULT: per
+case what save() and restore() did and the lines the Checkpointer said."""
 import importlib
 import io
 import json
@@ -11,7 +12,6 @@ import sys
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
-from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer  # noqa: E402
 
 from diag.recover import Checkpointer  # noqa: E402
 
@@ -23,8 +23,12 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
 engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters()),
                                        config={"train_micro_batch_size_per_gpu": 2,
                                                "zero_optimization": {"stage": 3}})
-# The real class; its buffers need CUDA to build, and only its type is read.
-cases = {"engine": engine, "module": engine.module, "megatron": object.__new__(DistributedOptimizer)}
+small = torch.nn.Linear(8, 1)
+offloaded, _, _, _ = deepspeed.initialize(
+    model=small, optimizer=torch.optim.AdamW(small.parameters()),
+    config={"train_micro_batch_size_per_gpu": 2, "zero_force_ds_cpu_optimizer": False,
+            "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+cases = {"module": engine.module, "zero_optimizer": engine.optimizer, "offload": offloaded}
 results = {}
 for which, target in cases.items():
     store, log = os.path.join(sys.argv[1], which), io.StringIO()
