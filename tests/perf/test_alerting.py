@@ -95,6 +95,10 @@ def _value(stack, promql):
     return float(result[0]["value"][1]) if result else None
 
 
+def _alerts_list(stack) -> list:
+    return json.loads(_get(f"{stack['prom']}/api/v1/alerts"))["data"]["alerts"]
+
+
 def _alerts(stack) -> dict:
     body = json.loads(_get(f"{stack['prom']}/api/v1/alerts"))
     return {a["labels"]["alertname"]: a for a in body["data"]["alerts"]}
@@ -123,9 +127,13 @@ def test_slow_then_hang_reach_the_collectors_metrics_and_the_alerts(stack):
     # While it is open, every dashboard query answers; those of this job's data with series.
     answers = _dashboard_queries(stack)
     empty = sorted(q for q, r in answers.items() if not r)
-    # A CPU job: no GEMM rate (no 0.0 series) and no GPUs; nothing is hung yet.
-    assert all("gemm_flops_per_second" in q or "gpu_clocks" in q for q in empty), empty
-    assert len(empty) == 2, empty
+    # A CPU job: no GEMM rate (no 0.0 series) and no GPUs; nothing is hung yet
+    # (an op in flight is caught or not, and a young one).
+    assert all("gemm_flops_per_second" in q or "gpu_clocks" in q or "in_flight" in q for q in empty), empty
+    assert len([q for q in empty if "in_flight" not in q]) == 2, empty
+    assert "XpuDiagRankStuck" not in _alerts(stack)
+    ages = _query(stack["prom"], f'max_over_time(xpu_diag_op_in_flight_seconds{{job="{JOB}"}}[1m])')
+    assert all(float(r["value"][1]) < 1 for r in ages), ages
     stack["flag"].write_text("")
     assert launch.wait_line(r"HANG", 60), launch.output()
     assert wait_for(lambda: _value(stack, f'xpu_diag_hang_active{{job="{JOB}"}}') == 1,
@@ -134,5 +142,14 @@ def test_slow_then_hang_reach_the_collectors_metrics_and_the_alerts(stack):
     alert = wait_for(lambda: (a := _alerts(stack).get("XpuDiagHang")) and a["state"] == "firing" and a,
                      "XpuDiagHang firing", timeout=30)
     assert alert["labels"] == {"alertname": "XpuDiagHang", "job": JOB, "severity": "page"}
+    # The ranks in the all-reduce: named with their group, and waiting (before: 0.005).
+    stuck = wait_for(lambda: [a for a in _alerts_list(stack) if a["labels"]["alertname"] == "XpuDiagRankStuck"
+                              and a["state"] == "firing"] or None, "XpuDiagRankStuck firing", timeout=30)
+    assert sorted((a["labels"]["rank"], a["labels"]["op"], a["labels"]["group"]) for a in stuck) == [
+        ("0", "all_reduce", "default"), ("1", "all_reduce", "default")], stuck
+    assert "on group \"default\"" in stuck[0]["annotations"]["description"], stuck
+    waits = {r["metric"]["rank"]: float(r["value"][1])
+             for r in _query(stack["prom"], f'xpu_diag_collective_wait_ratio{{job="{JOB}"}}')}
+    assert waits["0"] > 0.5 and waits["1"] > 0.5 and waits["2"] < 0.5, waits
     text = _get(stack["collector"])
     assert "# TYPE xpu_diag_hangs_total counter" in text and "# TYPE xpu_diag_hang_active gauge" in text
