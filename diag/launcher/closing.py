@@ -44,6 +44,7 @@ class Closing:
         self.kills: list[str] = []                # KillWorkers reasons
         self.failures: dict[int, int] = {}        # global rank -> exit code, torchrun's last round
         self.detection_off = ""                   # why there was no hang detection, if there was none
+        self.unwatched = ""                       # this node's ranks never watched, and why (watched.py)
 
     def start(self) -> None:
         self.started_unix = time.time()
@@ -92,7 +93,7 @@ class Closing:
         slows = len(events) - hangs
         if not events:
             head = (f"no hang detection in this run ({self.detection_off})" if self.detection_off
-                    else "no hang or slow rank seen")
+                    else "no hang or slow rank seen" + (" among the ranks watched" if self.unwatched else ""))
         else:
             head = ", ".join(filter(None, [_count(hangs, "hang"), _count(slows, "slow-rank event")])) + " in this run"
         killed = self.killed_by_us(status)
@@ -110,6 +111,8 @@ class Closing:
             lines.append(f"the workers were stopped by xpu-diag (SIGKILL, --hang-action {self._config.hang_action})"
                          f" because of the hang{' (' + culprit + ')' if culprit else ''}: torchrun's "
                          f"'exitcode -9' above is that kill, not a crash of {killed}")
+        if self.unwatched:
+            lines.append(self.unwatched)
         lines.append(f"exit {status} ({meaning(status, bool(killed))})")
         return lines, status
 

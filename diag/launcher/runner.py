@@ -24,7 +24,7 @@ from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from diag.common import envnames, options, owned_dirs
 from diag.common.atomic import probe_writable_dir
-from diag.launcher import collector_proc, exits, torchrun
+from diag.launcher import collector_proc, exits, torchrun, watched
 from diag.launcher.closing import Closing
 from diag.launcher.collector_keeper import CollectorKeeper
 from diag.launcher.config import Config
@@ -138,6 +138,7 @@ def _run(config: Config, closing: Closing) -> int:
         agent.submit = closing.noting(agent.submit)   # every command the collector sends, seen first
         agent.start()
         closing.start()
+        expected, free = watched.local_world_size(config.torchrun_argv), watched.free_bytes(shm_dir)
         outcome: dict = {}   # torchrun's own result: how each worker ended (exits.py)
         oom_before, stopped_by = exits.oom_kills(), None
         try:
@@ -153,6 +154,7 @@ def _run(config: Config, closing: Closing) -> int:
             for sig in STOP_SIGNALS:  # torchrun left its handlers installed
                 signal.signal(sig, _raise_stopped)
             note_exits(agent, outcome, oom_before, stopped_by)   # before the agent's last report
+            closing.unwatched = _unwatched(agent, config, expected, shm_dir, free)
             agent.stop()
         if untrusted.reason is not None:
             say(untrusted.message)
@@ -168,6 +170,18 @@ def _run(config: Config, closing: Closing) -> int:
         if addr_dir != shm_dir:
             owned_dirs.remove(addr_dir)
         recovery.close()
+
+
+def _unwatched(agent: Agent, config: Config, expected: int | None, shm_dir: str, free: int | None) -> str:
+    """The closing summary's line on this node's ranks never watched; never raises."""
+    try:
+        with agent.lock:
+            seen = {s.local_rank for s in agent.state.ranks.values()}
+        later = watched.free_bytes(shm_dir)
+        least = min((f for f in (free, later) if f is not None), default=None)
+        return watched.unwatched_line(expected, seen, shm_dir, least, config.nnodes_max <= 1, config.node_rank)
+    except Exception:
+        return ""
 
 
 def note_exits(agent: Agent, outcome: dict, oom_before: int | None, stopped_by: int | None) -> None:
