@@ -93,6 +93,9 @@ class Connection:
         self._stub = pb_grpc.CollectorStub(self._channel)
         self._call = None
         self._call_lock = threading.Lock()
+        # Events whose directory the collector refused (FAILED_PRECONDITION):
+        # one line for the event, not one per rank and file, and no more sent.
+        self._refused_events: set[str] = set()
         self.interval = config.report_interval   # as paced by the collector
         self.perf_every = 1
         self._paced_at = 0.0                      # when the pace last changed
@@ -288,10 +291,24 @@ class Connection:
             self._sessions.forget(self.config.collector)
 
     def upload(self, dump) -> bool:
-        """UploadStacks with a timeout and a few retries; never raises."""
+        """UploadStacks with a timeout and a few retries; never raises. The
+        collector's refusal of the event's directory (FAILED_PRECONDITION:
+        another user's link, a full disk) holds for every rank's file: it is
+        said once and the event's other stacks are not sent."""
+        if dump.event_id in self._refused_events:
+            return False
         what = f"stacks of rank {dump.rank}"
         return self._unary("UploadStacks", dump, 30, 3, 1.0, f"{what} not uploaded", f"uploading {what} failed",
-                           refused=f"collector refused {what}")
+                           refused=f"collector refused {what}", final=lambda exc: self._event_refused(dump, exc))
+
+    def _event_refused(self, dump, exc) -> None:
+        with self._call_lock:
+            first = dump.event_id not in self._refused_events
+            self._refused_events.add(dump.event_id)
+        if first:
+            detail = exc.details() if hasattr(exc, "details") else ""
+            self.agent.log(f"uploading the stacks of event {dump.event_id} failed: {exc.code().name}: {detail}; "
+                           f"this node sends no more of them", every=0)
 
     def upload_timeline(self, upload) -> bool:
         """UploadTimeline once, with a timeout; never raises. Not retried: the
@@ -306,13 +323,14 @@ class Connection:
                            f"answering last words of {done.event_id} failed")
 
     def _unary(self, method: str, request, timeout_s: float, tries: int, pause_s: float, not_sent: str,
-               failed: str, refused: str | None = None, details: bool = False) -> bool:
+               failed: str, refused: str | None = None, details: bool = False, final=None) -> bool:
         """The ``ok`` of the collector's reply to one unary call, tried up to
         ``tries`` times (``pause_s`` times the try's number apart) until the
         agent stops; never raises. False when unanswered: logged as
         "<not_sent>: <why>" for an impostor, "<failed>: <code>" (and the
         details with ``details``) when the last try failed; with ``refused``,
-        a reply that is not ok is logged as "<refused>: <its message>"."""
+        a reply that is not ok is logged as "<refused>: <its message>";
+        with ``final``, a FAILED_PRECONDITION is handed to it, untried again."""
         for attempt in range(tries):
             try:
                 ack = getattr(self._stub, method)(request, metadata=self._metadata(), timeout=timeout_s)
@@ -324,6 +342,9 @@ class Connection:
                 return False
             except grpc.RpcError as exc:
                 self._refused(exc)
+                if final is not None and exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    final(exc)
+                    return False
                 if attempt == tries - 1 or self.agent.stopping.is_set():
                     detail = ""
                     if details:

@@ -79,6 +79,7 @@ class HangEvent:
         self.last_words_expected: set[int] = set()   # node ranks asked to persist (PersistLastWords)
         self.last_words: dict[int, pb.LastWordsDone] = {}
         self.last_words_said = False
+        self.refused = ""                 # why its directory could not be made; "": made
         self._doc = doc
         self._dumps: dict[int, list[str]] = {}
         self._complete: set[int] = set()
@@ -141,6 +142,8 @@ class HangEvent:
         passed): how many ranks, and the command that shows them."""
         with self._lock:
             got, missing = len(self._dumps), sorted(self.expected - set(self._dumps))
+        if self.refused:
+            return f"STACKS: event {self.event_id}: no stacks written ({self.refused})"
         where = shlex.quote(os.path.abspath(self.path))
         gap = f"; no stacks from ranks {fold(missing)}" if missing else ""
         return (f"STACKS: event {self.event_id}: stacks of {got} rank(s) are in{gap}; "
@@ -184,6 +187,7 @@ class EventStore:
         self._job_dir = os.path.join(config.timeline_path, config.safe_job_id)
         self._events: dict[str, HangEvent] = {}
         self._issued: set[str] = set()   # ids handed out, their directory made or not
+        self.refused: dict[str, str] = {}   # event id -> why its directory could not be made (one line)
         self._lock = threading.Lock()
         self._accept_s = max(MIN_UPLOAD_WINDOW_S, 2 * config.dump_timeout_s)
 
@@ -209,6 +213,7 @@ class EventStore:
                 continue
             except OSError as exc:
                 safe_dirs.say_once(log.warning, exc)
+                self.refused[event_id] = str(exc).removesuffix("; nothing is written there")
             self._issued.add(event_id)
             return event_id, path
         raise OSError(f"no free event directory name for {base} under {self._job_dir}")
@@ -274,3 +279,11 @@ class EventStore:
     def events(self) -> list[HangEvent]:
         with self._lock:
             return list(self._events.values())
+
+
+def stacks_not_written(line: str, why: str) -> str:
+    """A verdict line whose event directory could not be made: its closing
+    "; stacks in DIR/" would point at a directory refused and never written
+    (another user's link), so it says they were not written, and why."""
+    head, sep, _ = line.rpartition("; stacks in ")
+    return f"{head if sep else line}; stacks not written ({why})"

@@ -23,7 +23,7 @@ from diag import faultlist
 from diag.collector import gpus, idle, verdict
 from diag.hang.api import Findings
 from diag.collector.config import Config
-from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
+from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent, stacks_not_written
 from diag.collector.failures import FailureWatch
 from diag.collector.pace import Pacer
 from diag.collector.passes import FULL_EVERY_S, FULL_RANKS_PER_S, INDEX_SLACK_S, all_passes  # noqa: F401
@@ -352,9 +352,13 @@ class Watchdog:
                        verdict=idle.idle_line(stall, self._config.idle_timeout_s, path))
         # Before open_event: the culprits' GPU faults go into the line and faults.json.
         self._no_throw(gpus.annotate_hang, "naming the culprits' GPUs", doc, snap, path)
+        refused = self._events.refused.get(event_id, "")
+        if refused:   # not "stacks in" a directory refused and never written (another user's link)
+            doc["verdict"] = stacks_not_written(doc["verdict"], refused)
         silent = set(findings.silent_ranks)
         expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
         event = self._events.open_event(event_id, path, doc, expected, snap.now)
+        event.refused = refused
         # Who is asked for last words, set before any command goes out: the
         # commands are pushed at once, and an answer may come back at once.
         event.last_words_expected = set(self._registry.node_ranks())
@@ -389,7 +393,7 @@ class Watchdog:
 
     def _maybe_say_stacks(self, event: HangEvent, now: float) -> None:
         """Once per event: the stacks are all in, or the dump deadline passed."""
-        if event.dumps_in(now) or now - event.declared >= self._config.dump_timeout_s:
+        if event.refused or event.dumps_in(now) or now - event.declared >= self._config.dump_timeout_s:
             event.stacks_said = True
             self._say(event.stacks_line())
 

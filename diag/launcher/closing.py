@@ -129,12 +129,14 @@ class Closing:
     def events(self) -> list["Event"]:
         """This run's events: the documents on disk (node 0), then any the
         agent heard of whose document this node cannot read."""
+        self._refused = ""
         found = {e.event_id: e for e in self._from_disk()}
         with self._lock:
             heard = list(self.event_ids)
         for event_id in heard:
             if event_id not in found:
                 found[event_id] = Event(event_id, "hang", "", [], os.path.join(self._job_dir(), event_id))
+                found[event_id].refused = self._refused   # not where the stacks are: refused, never written
         return sorted(found.values(), key=lambda e: e.event_id)
 
     def _job_dir(self) -> str:
@@ -151,6 +153,7 @@ class Closing:
             return []
         except safe_dirs.Unwritable as exc:
             safe_dirs.say_once(self._say, exc)
+            self._refused = str(exc).removesuffix("; nothing there is read")
             return []
         out = []
         try:
@@ -189,6 +192,7 @@ class Closing:
 class Event:
     def __init__(self, event_id: str, kind: str, verdict: str, culprits: list[int], path: str) -> None:
         self.event_id, self.kind, self.verdict, self.culprits, self.path = event_id, kind, verdict, culprits, path
+        self.refused = ""   # why its directory was refused (another user's): its files are not there
 
     def culprit_phrase(self) -> str:
         return f"culprit rank(s) {fold(self.culprits)}" if self.culprits else ""
@@ -199,7 +203,7 @@ class Event:
         for tag in ("HANG: ", "SLOW: "):
             if text.startswith(tag):
                 text = text[len(tag):]
-        for tail in ("; stacks in ", "; details in "):
+        for tail in ("; stacks in ", "; details in ", "; stacks not written ("):
             if tail in text:
                 text = text[:text.rindex(tail)]
         return text
@@ -209,6 +213,8 @@ def event_line(event: Event) -> str:
     what = event.what() or "its verdict is in the collector's log (node 0)"
     culprit = f"; {event.culprit_phrase()}" if event.culprit_phrase() else ""
     where = "stacks" if event.kind == "hang" else "details"
+    if event.refused:
+        return f"{event.kind.upper()} event {event.event_id}: {what}{culprit}; {where} not written ({event.refused})"
     return (f"{event.kind.upper()} event {event.event_id}: {what}{culprit}; {where} in {event.path}/ "
             f"(stack-viewer --path {event.path})")
 
