@@ -10,6 +10,12 @@ launcher would. Prints ns per op both ways, the difference (the tracer's cost
 per traced collective) and the ratio, plus records dropped (should be 0).
 
     .venv/bin/python bench/tracer_overhead.py [--worlds 1,2] [--ops 500] [--rounds 20]
+    .venv/bin/python bench/tracer_overhead.py --wrapper [--before REV]
+
+``--wrapper`` prints only the in-process figure (the tracer's own cost on a
+no-op collective); ``--before REV`` adds the wrappers of REV's
+diag/tracer/collectives.py (git show), timed in the same process in
+interleaved blocks, so the change between the two is a paired figure.
 
 The rings get 65536 slots (XPU_TIMER_RING_CAPACITY) so that no record is
 dropped even at this rate of tiny collectives: a dropped record is cheaper
@@ -69,11 +75,31 @@ def worker(ops: int, rounds: int, numel: int) -> None:
     dist.destroy_process_group()
 
 
-def wrapper_cost(calls: int = 20000, rounds: int = 15) -> tuple[float, float]:
+def load_collectives(rev: str | None):
+    """diag/tracer/collectives.py of this tree (rev None) or of git revision
+    ``rev``, the latter on this tree's other tracer modules."""
+    from diag.tracer import collectives
+    if rev is None:
+        return collectives
+    import importlib.util
+    src = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:diag/tracer/collectives.py"], check=True,
+                         capture_output=True, text=True).stdout
+    path = os.path.join(tempfile.mkdtemp(prefix="tracer-before-"), "collectives_before.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location("collectives_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def wrapper_cost(calls: int = 20000, rounds: int = 15, before: str | None = None) -> dict[str, float]:
     """The tracer's own cost, in process: torch.distributed.all_reduce on a
     1-rank gloo group with its work replaced by a no-op, traced vs untraced,
     alternating blocks (min of blocks). Gloo's own time, which swings between
-    14 and 80 us per op on a shared 2-core VM, is taken out of the figure."""
+    14 and 80 us per op on a shared 2-core VM, is taken out of the figure.
+    ``before``: also traced by that revision's wrappers, in the same rounds.
+    Returns ns per call: "off", "on" and, with ``before``, "before"."""
     import torch
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
@@ -81,7 +107,6 @@ def wrapper_cost(calls: int = 20000, rounds: int = 15) -> tuple[float, float]:
     from diag.records import format as fmt
     from diag.records.reader import RegionReader
     from diag.records.writer import RecordWriter
-    from diag.tracer import collectives
     from diag.tracer.core import Tracer
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
@@ -95,23 +120,29 @@ def wrapper_cost(calls: int = 20000, rounds: int = 15) -> tuple[float, float]:
                           capacity=1 << 16)
     reader = RegionReader(writer.path)
     tracer, tensor = Tracer(writer, 0), torch.ones(1)
-    best = {"off": float("inf"), "on": float("inf")}
+    variants = {"off": None, "on": load_collectives(None)}
+    if before:
+        variants["before"] = load_collectives(before)
+    best = {mode: float("inf") for mode in variants}
     for i in range(rounds):
-        for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
-            if mode == "on":
-                collectives.patch(tracer)
+        # Alternate the order, so that no mode always runs in the same place.
+        for mode in (list(variants) if i % 2 == 0 else list(reversed(variants))):
+            module = variants[mode]
+            if module is not None:
+                module.patch(tracer)
             fn = c10d.all_reduce
             start = time.perf_counter_ns()
             for _ in range(calls):
                 fn(tensor)
             best[mode] = min(best[mode], (time.perf_counter_ns() - start) / calls)
-            collectives.unpatch()
+            if module is not None:
+                module.unpatch()
             reader.poll()  # the agent's job: keep the ring from filling
     c10d.all_reduce = real
     dist.destroy_process_group()
     writer.close()
     shutil.rmtree(shm, ignore_errors=True)
-    return best["off"], best["on"]
+    return best
 
 
 def run(args, world: int) -> dict:
@@ -147,15 +178,22 @@ def main() -> None:
                    "many of them: load drifting on a shared machine hits both modes alike)")
     p.add_argument("--numel", type=int, default=1, help="float32 elements per all_reduce")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--wrapper", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--wrapper", action="store_true",
+                   help="only the in-process figure (the tracer's own cost on a no-op collective)")
+    p.add_argument("--before", metavar="REV", help="with --wrapper: also REV's wrappers, paired")
     args = p.parse_args()
     if args.worker:
         worker(args.ops, args.rounds, args.numel)
         return
     if args.wrapper:
-        off, on = wrapper_cost()
+        best = wrapper_cost(before=args.before)
+        off, on = best["off"], best["on"]
         print(f"tracer cost in process (no-op collective, min of blocks): untraced {off:.0f} ns, "
               f"traced {on:.0f} ns, tracer {on - off:.0f} ns per traced collective")
+        if args.before:
+            was = best["before"]
+            print(f"  before ({args.before}): traced {was:.0f} ns, tracer {was - off:.0f} ns; "
+                  f"change {on - was:+.0f} ns ({on / was:.3f}x)")
         return
     for world in (int(w) for w in args.worlds.split(",")):
         report(args, world, run(args, world))

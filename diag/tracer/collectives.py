@@ -242,8 +242,15 @@ def _wrap(tracer, groups, original, name, kind, size_param, share=hooked.HookSha
                 tracer.disable(f"tracing {name} failed: {exc!r}")
             if op is None:
                 return original(*args, **kwargs)
+            # Inline, not a helper: every frame between the user's call and
+            # torch's shows in each traceback the op raises (see _needs_autograd).
             try:
-                result = _call_traced(original, args, kwargs)
+                below = dispatch.below_autograd()
+                if below is None or _needs_autograd(args, kwargs):
+                    result = original(*args, **kwargs)
+                else:
+                    with below():
+                        result = original(*args, **kwargs)
             except BaseException:
                 tracer.finish(op, failed=True)
                 raise
@@ -261,9 +268,10 @@ def _wrap(tracer, groups, original, name, kind, size_param, share=hooked.HookSha
     return rename(wrapper)
 
 
-def _call_traced(original, args, kwargs):
-    """Call an op this wrapper has recorded, past the C++-issued collectives'
-    kernel (dispatch.py) where that changes nothing.
+def _needs_autograd(args, kwargs) -> bool:
+    """Whether a recorded op must go through autograd; if not, the wrappers
+    call it past the C++-issued collectives' kernel (dispatch.py), inline,
+    so that a traceback the op raises holds one frame of ours, the wrapper's.
 
     That kernel sits at the AutogradCPU key; for a call already recorded it
     only hands on, and boxing the call there and back cost 13 us of a 17 us
@@ -273,14 +281,6 @@ def _call_traced(original, args, kwargs):
     autograd had nothing to do: grad mode off (DDP's hooks, FSDP, Megatron's
     autograd functions, the optimizer) or no tensor argument requiring grad.
     Otherwise the call goes through autograd as it would without us."""
-    below = dispatch.below_autograd()
-    if below is None or _needs_autograd(args, kwargs):
-        return original(*args, **kwargs)
-    with below():
-        return original(*args, **kwargs)
-
-
-def _needs_autograd(args, kwargs) -> bool:
     if not _grad_enabled():
         return False
     for value in (*args, *kwargs.values()):
@@ -314,8 +314,13 @@ def _wrap_batch(tracer, groups, original, share=hooked.HookShare()):
                 tracer.disable(f"tracing batch_isend_irecv failed: {exc!r}")
             if op is None:
                 return original(p2p_op_list, *args, **kwargs)
-            try:
-                result = _call_traced(original, (p2p_op_list, *args), kwargs)
+            try:   # inline, as in _wrap: no second frame of ours in a traceback
+                below = dispatch.below_autograd()
+                if below is None or _needs_autograd((p2p_op_list, *args), kwargs):
+                    result = original(p2p_op_list, *args, **kwargs)
+                else:
+                    with below():
+                        result = original(p2p_op_list, *args, **kwargs)
             except BaseException:
                 tracer.finish(op, failed=True)
                 raise
