@@ -91,16 +91,25 @@ def show_timeline(path: str) -> None:
 
 
 def innermost_python(path: str) -> str:
-    """The innermost Python frames of the main thread, for a one-line summary."""
+    """The innermost Python frames of the main thread, for a one-line summary;
+    xpu-diag's own (the tracer's wrapper between train.py and torch) left out."""
     try:
         with open(path) as f:
             threads = json.load(f)
         frames = next((t["frames"] for t in threads if t.get("thread_name") == "MainThread"),
                       threads[0]["frames"])
-        names = [fr["name"] for fr in frames if fr.get("filename", "").endswith(".py")]
+        names = [fr["name"] for fr in frames
+                 if fr.get("filename", "").endswith(".py") and not ours(fr["filename"])]
         return " <- ".join(names[:4]) or "(no Python frames)"
     except (OSError, ValueError, KeyError, IndexError, StopIteration) as exc:
         return f"(unreadable: {exc})"
+
+
+def ours(filename: str) -> bool:
+    """A file of xpu-diag's package, wherever the rank had it: the part from
+    its last ``diag/`` is a file of this checkout's diag/."""
+    _, sep, rel = filename.replace(os.sep, "/").rpartition("/diag/")
+    return bool(sep) and os.path.isfile(os.path.join(ROOT, "diag", rel))
 
 
 def ranks_with_stacks(event_dir: str) -> set[int]:

@@ -5,7 +5,9 @@ a 4-rank gloo job with rank 2 stalled, plus hang.json; formats = gdb, eu-stack,
 py-spy text and json in one event, with a rank behind in seq; plain = a bare
 directory of py-spy text dumps named without the rank-of-world pattern;
 corrupt = truncated JSON, junk lines, binary junk; gloo4_allformats = py-spy, gdb and
-eu-stack dumps of one real stalled gloo job (gdb then gives the native view). Re-record: see goldens.py.
+eu-stack dumps of one real stalled gloo job (gdb then gives the native view); traced4 = `make demo`'s
+job under xpu_timer_launch (py-spy --native and eu-stack dumps, the tracer's frames between the user's
+call and torch's, the collector's hang.json). Re-record: see goldens.py.
 """
 
 import pytest

@@ -3,9 +3,11 @@
 import json
 
 from viewer.api import PYTHON, Frame
-from viewer.kinds import user_frame
+from viewer.kinds import is_ours, user_frame
 from viewer.outputs.summary import Context, Summary
 from viewer.parsers import pyspy_json
+
+from tests.viewer.goldens import CASES, outputs
 
 LIB = "/usr/lib/python3.11"
 SITE = "/venv/lib/python3.11/site-packages"
@@ -53,3 +55,19 @@ def test_summary_shows_raw_and_user_frames_and_takes_the_verdict_from_hang_json(
     assert "  culprits: none named" in text
     assert "NEVER ENTERED" not in text and "BEHIND" not in text
     assert "mismatch" not in text
+
+
+def test_the_first_frame_outside_torch_and_xpu_diag_is_the_users():
+    # Real dumps of `make demo`'s traced job: between train() and torch's
+    # all_reduce sit the tracer's frames (xpu_diag_traced, and _call_traced in
+    # the tracer of before issue 43), which summary.txt called "your code".
+    summary = outputs(CASES / "traced4")["summary.txt"]
+    assert "       in  train@train_stall.py:48   (your code)\n" in summary
+    assert "diag/tracer" not in summary
+
+
+def test_xpu_diag_files_are_ours_wherever_they_were_installed():
+    assert is_ours("/work/main/diag/tracer/collectives.py", "diag/tracer/collectives.py")
+    assert is_ours("/venv/lib/python3.11/site-packages/diag/tracer/core.py", "diag/tracer/core.py")
+    assert not is_ours("/home/me/diag/train.py", "diag/train.py")     # a user's own "diag" folder
+    assert not is_ours("/home/me/mydiag/tracer/core.py", "mydiag/tracer/core.py")

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from viewer.api import ROOT, THREAD, Frame
 from viewer.atomic import write_text
-from viewer.kinds import COLOURS, LEGEND, LIBC, colour, is_hot, kind_of
+from viewer.kinds import COLOURS, LEGEND, colour, is_hot, is_wait, kind_of
 from viewer.load import MAIN
 from viewer.merge import Node, RankLabels, Tree
 from viewer.outputs.flame_js import SCRIPT
@@ -165,6 +165,10 @@ class FlameSvg:
 
         Below each fork into a minority, every distinct stack end is one
         group; its zoom target is the highest frame that holds exactly it.
+        A thread other than the main one that waits in libc is parked, not
+        stuck: a gloo runLoop waiting for work or for its peer, a pool
+        thread. Each rank's main thread says where that rank is stuck; linking
+        its parked threads made a one-rank hang read as one per rank.
         """
         out = []
         for fork, thread in self.forks:
@@ -175,7 +179,7 @@ class FlameSvg:
                 for c in node.children.values():
                     below |= c.ranks
                 own = node.ranks & ~below
-                if own:
+                if own and (thread == MAIN or not is_wait(node.frame)):
                     out.append((target if target is not None and target.ranks == own else node, node, thread))
                 for c in reversed(node.sorted_children()):
                     todo.append((c, target if target is not None and target.ranks == c.ranks else c))
@@ -189,12 +193,9 @@ class FlameSvg:
 
     def _relevance(self, group) -> tuple:
         """Sort key, most relevant first: the main thread (where a hang shows);
-        then groups with ranks hang.json blames; then threads not parked in a
-        libc wait (an idle gloo runLoop or pool thread of a healthy rank is
-        noise); then fewest ranks."""
-        target, leaf, thread = group
-        idle = thread != MAIN and kind_of(leaf.frame) == LIBC
-        return (thread != MAIN, not target.ranks & self.culprits, idle, target.width)
+        then groups with ranks hang.json blames; then fewest ranks."""
+        target, _, thread = group
+        return (thread != MAIN, not target.ranks & self.culprits, target.width)
 
     def _odd_links(self, labels: RankLabels) -> list[str]:
         """Header links to the minority groups, most relevant first (click: zoom)."""
