@@ -169,6 +169,18 @@ def yes_no(value: str, name: str) -> bool:
     return word in TRUE
 
 
+def duration_at_least(floor_s: float, why: str, example: str) -> Callable[[str, str], float]:
+    """A duration of at least ``floor_s`` seconds; the message gives the
+    floor and ``why`` (below it the option would judge what it cannot see)."""
+    def parse(value: str, name: str) -> float:
+        seconds = duration(value, name)
+        if seconds < floor_s:
+            raise ConfigError(f"{name}: {value!r} is below its floor of {floor_s:g}s ({why}); "
+                              f"use {floor_s:g}s or more, e.g. {example}")
+        return seconds
+    return parse
+
+
 def duration_within(low: float, high: float, example: str) -> Callable[[str, str], float]:
     """A duration in [low, high] seconds; "0" or "off" switches the feature off (0.0)."""
     def parse(value: str, name: str) -> float:
@@ -350,13 +362,24 @@ def flags_taking_value(options: Iterable[Option]) -> dict[str, bool]:
 
 # -- the declarations --
 
+# The floors of the hang options. Each judges what the agents' reports show,
+# and they come once a second (REPORT_INTERVAL): below its floor an option
+# reads a healthy job as hung (--idle-timeout 1e-9 once declared a job idle at
+# its first report). tests/common/test_option_floors.py ties them to the
+# report interval and --silent-after.
+HANG_TIMEOUT_FLOOR_S = 1.0     # one report interval: a report sees an op end
+BLOCKED_AFTER_FLOOR_S = 2.0    # quiet is the counters unchanged from one report to the next
+IDLE_TIMEOUT_FLOOR_S = 5.0     # --silent-after's default: a report that late is not silence yet
 HANG_TIMEOUT = Option(
-    "--hang-timeout", envnames.HANG_TIMEOUT, "300s", duration, metavar="D",
+    "--hang-timeout", envnames.HANG_TIMEOUT, "300s",
+    duration_at_least(HANG_TIMEOUT_FLOOR_S, "the agents report once a second", "300s"), metavar="D",
     help="a rank in one op longer than this is hung", dest="hang_timeout_s", format=seconds_text)
 # Longer than any legitimate pause with no op at all: model loading before the
 # first collective, a checkpoint save outside a named host function.
 IDLE_TIMEOUT = Option(
-    "--idle-timeout", envnames.IDLE_TIMEOUT, "10m", duration, metavar="D",
+    "--idle-timeout", envnames.IDLE_TIMEOUT, "10m",
+    duration_at_least(IDLE_TIMEOUT_FLOOR_S, "a node's report may come that late, and a late report reads "
+                      "as idle", "10m"), metavar="D",
     help="no rank starting or finishing any op for this long, none in flight, is a hang",
     dest="idle_timeout_s", format=seconds_text)
 # Issue 36: a hang proven by its evidence is declared once the proof has held
@@ -368,7 +391,9 @@ VERDICTS = Option(
 # Above any pause of a rank that does nothing at all while its peers wait; a
 # rank that evaluates, compiles, writes or loads is busy, whatever its length.
 BLOCKED_AFTER = Option(
-    "--blocked-after", envnames.BLOCKED_AFTER, "30s", duration, metavar="D",
+    "--blocked-after", envnames.BLOCKED_AFTER, "30s",
+    duration_at_least(BLOCKED_AFTER_FLOOR_S, "quiet is read between two reports a second apart", "30s"),
+    metavar="D",
     help="ranks the others wait for, with no op in flight and no CPU, I/O or kernel launch anywhere in their "
          "process trees for this long, are hung (--verdicts evidence)", dest="blocked_after_s",
     format=seconds_text)

@@ -23,7 +23,7 @@ def test_one_config_error_everywhere():
 @pytest.mark.parametrize("config", [
     collector_config.Config(job_id="j-1", token="tok"),
     collector_config.Config(job_id="job.2", token="tok", listen="[::1]:5000", timeline_path="/tmp/x y",
-                            hang_timeout_s=0.1 + 0.2, hang_action="kill", address_file="/tmp/a",
+                            hang_timeout_s=1.1 + 2.2, hang_action="kill", address_file="/tmp/a",
                             silent_after_s=7.25, dump_timeout_s=1e-3, max_dump_bytes=12345,
                             max_agents=3, stats_interval_s=86400.0),
 ])
