@@ -27,8 +27,8 @@ A list read from a file is input from whoever could write it, and its words
 reach a terminal: :func:`load` escapes control characters in every name
 (``\x1b`` stays visible, it is never sent), cuts each reason to one line of
 ``REASON_MAX`` characters, and takes ``created_unix`` only when it is a finite
-number; one dated in the future beyond ``CLOCK_SKEW_S`` has an unknown age and
-counts as stale (:meth:`FaultList.stale`). The full text stays in the file.
+number no more than ``CLOCK_SKEW_S`` in the future: a later date would never
+go stale (a list dated 1e18 was trusted forever). The full text stays in the file.
 """
 
 from __future__ import annotations
@@ -198,8 +198,10 @@ def _parse_faulty(path: str, raw: Any, shown: bool = False) -> list[FaultEntry]:
     return out
 
 
-def parse(text: str, path: str = "<string>") -> FaultList:
-    """Parse fault-list JSON text. Raises FaultListError (one line, naming ``path``)."""
+def parse(text: str, path: str = "<string>", now: float | None = None) -> FaultList:
+    """Parse fault-list JSON text. Raises FaultListError (one line, naming
+    ``path``); a list dated more than CLOCK_SKEW_S after ``now`` (default:
+    the clock) is refused."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -214,6 +216,11 @@ def parse(text: str, path: str = "<string>") -> FaultList:
         raise _fail(path, "missing or bad 'created_unix'; regenerate it with netcheck --output")
     if not math.isfinite(created):   # json reads NaN and Infinity; either would never go stale
         raise _fail(path, f"'created_unix' is {created}, not a time; regenerate it with netcheck --output")
+    ahead = created - (time.time() if now is None else now)
+    if ahead > CLOCK_SKEW_S:   # never stale, so it would be trusted forever; or a wrong clock
+        raise _fail(path, f"'created_unix' {created:g} is {ahead / 3600:.3g} h in the future (more than the "
+                          f"{CLOCK_SKEW_S:g} s of clock skew allowed); check this node's clock and the one "
+                          f"that wrote it, or regenerate it with netcheck --output")
     records = doc.get("records", [])
     if not isinstance(records, list):
         raise _fail(path, "'records' must be a list")

@@ -83,12 +83,16 @@ def test_a_hostile_reason_reaches_the_terminal_escaped_and_cut_to_one_line(tmp_p
     assert "(matched by hostname): \\x1b[2J\\x1b[H\\x1b[32mall good, node healthy\\x1b[0m\\nAAA" in lines[0]
 
 
-def test_a_list_dated_in_the_future_warns_as_stale(tmp_path, capsys):
+def test_a_list_dated_in_the_future_is_a_one_line_error(tmp_path, capsys):
+    # Issue 43: dated 1e18 it was taken; a listed node was then kept out with
+    # no word about the date, an unlisted one only warned. Refused, like NaN.
     path = tmp_path / "faults.json"
-    faultlist.write(path, {"elsewhere": "x"}, [], created_unix=1e18)
-    assert check_fault_list(config_for(path, "1h")) is None
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "warning: fault list" in err and "in the future" in err, err
+    for faulty in ({"elsewhere": "x"}, {socket.gethostname(): "busbw 1.2 GB/s"}):
+        faultlist.write(path, faulty, [], created_unix=1e18)
+        assert check_fault_list(config_for(path, "1h")) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err, err
+        assert "'created_unix' 1e+18 is 2.78e+14 h in the future (more than the 300 s of clock skew" in err, err
 
 
 def test_a_nan_dated_list_is_a_one_line_error(tmp_path, capsys):

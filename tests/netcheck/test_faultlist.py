@@ -121,16 +121,26 @@ def test_printable_is_idempotent_and_keeps_plain_text():
 
 
 @pytest.mark.parametrize("created, stale", [
-    (1e18, "in the future"),                 # never goes stale otherwise
-    (1000.0 + 3 * 3600, "in the future"),    # 3 h ahead: beyond any clock skew
     (1000.0 + 60.0, None),                   # a minute ahead: clocks differ
     (1000.0, None),
     (1000.0 - 2 * 3600, "is 2.0 h old"),
 ])
-def test_a_list_dated_in_the_future_is_stale(created, stale):
-    fl = faultlist.parse(json.dumps({"version": 1, "created_unix": created, "faulty": []}))
+def test_a_list_is_stale_past_its_max_age(created, stale):
+    fl = faultlist.parse(json.dumps({"version": 1, "created_unix": created, "faulty": []}), now=1000.0)
     got = fl.stale(3600.0, now=1000.0)
     assert (got is None) if stale is None else (stale in got), got
+
+
+@pytest.mark.parametrize("created, ahead", [
+    (1e18, "2.78e+14 h"),                    # would never go stale
+    (1000.0 + 3 * 3600, "3 h"),              # beyond any clock skew
+    (1000.0 + faultlist.CLOCK_SKEW_S + 1, "0.0836 h"),
+])
+def test_a_list_dated_in_the_future_is_refused_like_nan(created, ahead):
+    with pytest.raises(faultlist.FaultListError) as err:
+        faultlist.parse(json.dumps({"version": 1, "created_unix": created, "faulty": []}), "f.json", now=1000.0)
+    assert str(err.value).startswith(f"fault list f.json: 'created_unix' {created:g} is {ahead} in the future "
+                                     f"(more than the 300 s of clock skew allowed); ")
 
 
 def test_preflight_prints_a_listed_reason_escaped_and_cut(tmp_path):
