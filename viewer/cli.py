@@ -82,6 +82,12 @@ def run(cfg: Config) -> int:
 
     event = scan(cfg.path, cfg.event)
     loaded = load(event, cfg.jobs)
+    if cfg.out is None and not loaded.views["py"] and not loaded.views["native"] \
+            and all(f.fmt == "error" for f in event.files):
+        # Nothing of ours belongs in a directory without a dump (it may be
+        # any directory at all); the error pictures go only where --out says.
+        raise NoStacks(f"--path {event.path}: no stack dumps in it; give an event directory "
+                       f"that holds rank*.py.json (or other dumps), or --out for the error pictures")
     out = cfg.out or event.path
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -111,11 +117,14 @@ def run(cfg: Config) -> int:
 
 
 def _error_pictures(cfg: Config, message: str) -> str:
-    """Write the error SVGs for input with no stacks; say where (or why not)."""
+    """Write the error SVGs for input with no stacks into --out, only where
+    the user named one (never into --path, which then holds no dump); say where."""
     from viewer.atomic import write_text
     from viewer.outputs.flame_svg import error_svg
 
-    out = cfg.out or cfg.path
+    out = cfg.out
+    if out is None:
+        return ""
     try:
         out.mkdir(parents=True, exist_ok=True)
         for stem in ("py_stack", "cpp_stack"):

@@ -34,6 +34,24 @@ def test_empty_dir_gives_error_svg_and_nonzero_exit(tmp_path):
     assert "ERROR: --path" in svg and "no stack dumps" in svg
 
 
+def test_a_folder_without_dumps_gets_one_line_and_nothing_written_into_it(tmp_path):
+    # Issue 43: run on an empty folder, it wrote py_stack.svg and cpp_stack.svg there.
+    proc = viewer("--path", tmp_path)
+    assert proc.returncode == 1
+    assert_one_clean_line(proc, "no stack dumps")
+    assert "wrote" not in proc.stderr and list(tmp_path.iterdir()) == []
+    # An event directory with hang.json and a rank's error but no dump: the same.
+    event = tmp_path / "job" / "20261122T120000Z"
+    event.mkdir(parents=True)
+    shutil.copy(CASES / "gloo4" / "hang.json", event)
+    (event / "rank00000-of-00004.error.txt").write_text("py-spy: permission denied\n")
+    for path in (tmp_path, event):
+        proc = viewer("--path", path)
+        assert proc.returncode == 1
+        assert_one_clean_line(proc, f"--path {event}: no stack dumps in it")
+        assert sorted(p.name for p in event.iterdir()) == ["hang.json", "rank00000-of-00004.error.txt"]
+
+
 def test_missing_path(tmp_path):
     proc = viewer("--path", tmp_path / "nope")
     assert proc.returncode == 1
