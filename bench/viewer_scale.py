@@ -103,13 +103,34 @@ def make_dumps(d: Path, world: int) -> int:
     return total
 
 
+HOSTILE_THREADS, HOSTILE_DEPTH = 40, 60
+
+
+def make_hostile(d: Path, world: int) -> int:
+    """Dumps no real job makes: ``world`` ranks of 40 threads of 60 frames,
+    every frame of every thread of every rank distinct, so nothing merges and
+    every frame is its own narrow box (issue 45: 64 ranks, 28 MB)."""
+    total = 0
+    for r in range(world):
+        threads = [{"pid": 100000 + r, "thread_id": 200000 + r * 64 + t, "thread_name": f"worker-{t}",
+                    "os_thread_id": 200000 + r * 64 + t, "active": False, "owns_gil": False,
+                    "frames": [_py(f"step_r{r}_t{t}_d{i}", f"train/r{r}/t{t}/module_{i}.py", 10 + i)
+                               if i % 2 else _native(f"native_r{r}_t{t}_d{i}", f"/opt/lib/r{r}/libt{t}.so")
+                               for i in range(HOSTILE_DEPTH)],
+                    "process_info": None} for t in range(HOSTILE_THREADS)]
+        text = json.dumps(threads, indent=2)
+        (d / f"rank{r:05d}-of-{world:05d}.py.json").write_text(text)
+        total += len(text)
+    return total
+
+
 def _cpu() -> float:
     """User + system CPU seconds of this process and its finished workers."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def one(world: int, keep: Path | None, fast: bool = True) -> dict:
+def one(world: int, keep: Path | None, fast: bool = True, hostile: bool = False) -> dict:
     """Measure one rank count in this process; returns the figures."""
     from viewer.parsers import pyspy_json
     from viewer.discover import scan
@@ -118,8 +139,9 @@ def one(world: int, keep: Path | None, fast: bool = True) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix=f"viewer-bench-{world}-"))
     try:
-        size = make_dumps(tmp, world)
+        size = make_hostile(tmp, world) if hostile else make_dumps(tmp, world)
         pyspy_json.FAST_PATH = fast
+        rss0 = _rss_mb()
         c0 = _cpu()
         t0 = time.perf_counter()
         event = scan(tmp)
@@ -136,17 +158,25 @@ def one(world: int, keep: Path | None, fast: bool = True) -> dict:
             times[fmt] = time.perf_counter() - s
         t2 = time.perf_counter()
         kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        return {"cpu_s": _cpu() - c0, "worker_rss_mb": kids / 1024,"ranks": world, "input_mb": size / 2**20, "parse_group_s": t1 - t0, "render_s": t2 - t1,
+        largest = max((f.stat().st_size for f in out.iterdir() if f.suffix == ".svg"), default=0)
+        return {"start_rss_mb": rss0, "largest_svg_mb": largest / 2**20, "cpu_s": _cpu() - c0, "worker_rss_mb": kids / 1024,"ranks": world, "input_mb": size / 2**20, "parse_group_s": t1 - t0, "render_s": t2 - t1,
                 "per_format_s": times, "total_s": t2 - t0,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run(world: int, keep: Path | None, slow: bool) -> dict:
+def _rss_mb() -> float:
+    """This process's resident set now (the interpreter and the viewer's imports, before the input)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _run(world: int, keep: Path | None, slow: bool, hostile: bool = False) -> dict:
     """One rank count in a fresh process (its own peak RSS); prints its row."""
     cmd = [sys.executable, __file__, "--one", str(world)] + (["--keep", str(keep)] if keep else [])
-    r = json.loads(subprocess.run(cmd + (["--slow"] if slow else []), capture_output=True, text=True,
+    cmd += ["--slow"] if slow else []
+    r = json.loads(subprocess.run(cmd + (["--hostile"] if hostile else []), capture_output=True, text=True,
                                   check=True).stdout)
     if not slow:
         per = " ".join(f"{k}={v:.2f}" for k, v in r["per_format_s"].items())
@@ -162,11 +192,23 @@ def main(argv=None) -> int:
     p.add_argument("--keep", type=Path, help="keep the rendered outputs under this directory")
     p.add_argument("--baseline", action="store_true",
                    help="also run each rank count with the py-spy JSON template fast path off")
+    p.add_argument("--hostile", action="store_true",
+                   help="every frame distinct (64 ranks x 40 threads x 60 frames by default): peak memory "
+                        "against the input, and the largest SVG")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     p.add_argument("--slow", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one:
-        print(json.dumps(one(a.one, a.keep, fast=not a.slow)))
+        print(json.dumps(one(a.one, a.keep, fast=not a.slow, hostile=a.hostile)))
+        return 0
+    if a.hostile:
+        for world in map(int, (a.ranks if a.ranks != "64,1024,16384" else "64").split(",")):
+            r = _run(world, a.keep, slow=False, hostile=True)
+            grown = r["peak_rss_mb"] - r["start_rss_mb"]
+            print(f"hostile {world} ranks x {HOSTILE_THREADS} threads x {HOSTILE_DEPTH} frames, every frame "
+                  f"distinct: input {r['input_mb']:.1f} MB; {r['total_s']:.1f} s; peak RSS {r['peak_rss_mb']:.0f} MB "
+                  f"({r['start_rss_mb']:.0f} MB before the input: +{grown:.0f} MB = "
+                  f"{grown / r['input_mb']:.1f}x the input); largest SVG {r['largest_svg_mb']:.1f} MB", flush=True)
         return 0
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     print(f"{'ranks':>6} {'input MB':>9} {'parse+group s':>14} {'render s':>9} {'total s':>8} {'CPU s':>6} "

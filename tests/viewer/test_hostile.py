@@ -216,3 +216,32 @@ def test_dot_limits_are_checked_on_the_command_line():
         with pytest.raises(SystemExit) as info:
             parse_args(["--path", "x", *bad])
         assert info.value.code == 2
+
+
+def test_dumps_in_which_every_frame_differs_give_a_bounded_picture_that_says_what_it_merged(tmp_path):
+    # 16 ranks x 40 threads x 60 frames, none shared: 38,400 boxes unmerged (a 14 MB SVG,
+    # 56 MB at the issue's 64 ranks); the narrow ones merge until the picture holds MAX_BOXES
+    from bench.viewer_scale import HOSTILE_DEPTH, HOSTILE_THREADS, make_hostile
+    from viewer.outputs.flame_svg import MAX_BOXES
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    size = make_hostile(ev, 16)
+    proc, wall, rss = viewer(tmp_path, "--path", ev, "--out", tmp_path / "out", "--format", "svg,folded")
+    clean_lines(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert rss < MAX_RSS_KB, rss
+    for name in ("py_stack.svg", "cpp_stack.svg"):
+        svg = (tmp_path / "out" / name).read_text()
+        boxes = svg.count('<g id="f')
+        assert boxes <= MAX_BOXES and len(svg) < 10 << 20, (name, boxes, len(svg))
+        assert "frames narrower than" in svg and "merged into" in svg and "(the folded output has them all)" in svg
+    # the folded output keeps every frame of every thread of every rank
+    folded = (tmp_path / "out" / "cpp_stack.folded").read_text()
+    assert folded.count("\n") == 16 * HOSTILE_THREADS and "native_r15_t39_d58" in folded, folded[:300]
+    assert size > 5 << 20
+
+
+def test_a_real_jobs_dumps_merge_nothing(tmp_path):
+    proc, _, _ = viewer(tmp_path, "--path", GLOO4, "--out", tmp_path / "out", "--format", "svg")
+    assert proc.returncode == 0, proc.stderr
+    assert "merged into" not in (tmp_path / "out" / "py_stack.svg").read_text()

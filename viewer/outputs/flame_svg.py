@@ -1,8 +1,13 @@
 """Interactive flame graph (icicle: root on top, thread names below it).
 
-Width of a frame = number of ranks whose stack passes through it. Frames are
-never dropped for being narrow (one rank of 16,384 still gets a 0.5 px sliver
-in its saturated "hot" colour); click a frame to zoom to it.
+Width of a frame = number of ranks whose stack passes through it. A frame is
+not dropped for being narrow (one rank of 16,384 still gets a 0.5 px sliver
+in its saturated "hot" colour); click a frame to zoom to it. Only where the
+boxes would pass ``MAX_BOXES`` (dumps in which nothing agrees: every frame
+of every thread distinct) are a node's children narrower than a width merged
+into one box that says how many it holds, as flamegraph.pl's --minwidth
+does, the narrowest width that keeps the picture under the cap; the subtitle
+says so, and the folded output keeps every frame.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Sequence
 
-from viewer.api import ROOT, THREAD, Frame
+from viewer.api import NATIVE, ROOT, THREAD, Frame
 from viewer.atomic import write_text
 from viewer.kinds import COLOURS, LEGEND, colour, is_hot, is_wait, kind_of
 from viewer.load import MAIN
@@ -20,6 +25,10 @@ from viewer.outputs.flame_js import SCRIPT
 
 WIDTH, PAD, ROW, HEADER, FOOTER, CHAR = 1200, 10, 17, 76, 34, 6.6
 MAX_ODD = 6  # header links to the groups of ranks that went another way
+# A box is 350-800 bytes of SVG (its label and rank list twice): at this many
+# the picture stays under 10 MB, which a browser opens at ease.
+MAX_BOXES = 12_000
+MIN_PX_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 _CSS = """
 text { font-family: monospace; font-size: 11px; fill: #000; }
 g.f text { pointer-events: none; }
@@ -116,9 +125,8 @@ class FlameSvg:
     def _frames(self) -> tuple[list[str], int]:
         tree = self.tree
         labels = RankLabels(self.world, table=self.table)
-        weights = self._weights()
+        weights, scale = self._scale()
         units = max(sum(t.width * weights.get(id(t), 1) for t in tree.root.children.values()), 1)
-        scale = (WIDTH - 2 * PAD) / units
         self.units = units
         out, max_depth, ident, thread_name = [], 0, 0, ""
         top = HEADER + ROW * len(self.odd)
@@ -207,10 +215,68 @@ class FlameSvg:
                        f'y="{HEADER + ROW * i + 2}">▶ {escape(text)}</text>')
         return out
 
+    def _scale(self) -> tuple[dict[int, int], float]:
+        weights = self._weights()
+        units = max(sum(t.width * weights.get(id(t), 1) for t in self.tree.root.children.values()), 1)
+        return weights, (WIDTH - 2 * PAD) / units
+
+    def _boxes(self, min_px: float, weights: dict[int, int], scale: float) -> int:
+        """The boxes drawn were the children narrower than ``min_px`` merged."""
+        count, todo = 1, [(self.tree.root, 1)]
+        while todo:
+            node, k = todo.pop()
+            narrow = False
+            for c in node.children.values():
+                ck = weights.get(id(c), 1) if node is self.tree.root else k
+                if c.width * ck * scale < min_px:
+                    narrow = True
+                else:
+                    count += 1
+                    todo.append((c, ck))
+            count += narrow
+            if count > MAX_BOXES:
+                break
+        return count
+
+    def _merge_narrow(self) -> str:
+        """Past MAX_BOXES, merge each node's children narrower than the least
+        width that keeps the picture under it into one box; returns what the
+        subtitle says of it ("" when nothing was merged)."""
+        weights, scale = self._scale()
+        if self._boxes(0.0, weights, scale) <= MAX_BOXES:
+            return ""
+        min_px = next((px for px in MIN_PX_STEPS if self._boxes(px, weights, scale) <= MAX_BOXES), MIN_PX_STEPS[-1])
+        merged, boxes, todo = 0, 0, [(self.tree.root, 1)]
+        while todo:
+            node, k = todo.pop()
+            narrow = []
+            for key, c in node.children.items():
+                ck = weights.get(id(c), 1) if node is self.tree.root else k
+                if c.width * ck * scale < min_px:
+                    narrow.append(key)
+                else:
+                    todo.append((c, ck))
+            if not narrow:
+                continue
+            kinds = {node.children[key].frame.kind for key in narrow}
+            kind = kinds.pop() if len(kinds) == 1 else NATIVE
+            box = Node(Frame(f"({len(narrow)} frames under {min_px:g} px, merged)", "", 0, kind))
+            for key in narrow:
+                c = node.children.pop(key)
+                box.ranks |= c.ranks
+                box.width += c.width
+            node.children[box.frame] = box
+            merged += len(narrow)
+            boxes += 1
+        return f"; {merged} frames narrower than {min_px:g} px merged into {boxes} boxes (the folded output has them all)"
+
     def render(self) -> str:
         if not self.tree.root.children:
             return error_svg(self.title, "no usable stacks")
         self.tree.finish()
+        merged = self._merge_narrow()
+        if merged:
+            self.subtitle += merged
         self.odd, self.forks = [], []
         self._frames()  # first pass finds the forks, which sit in the header
         self.odd = self._odd()

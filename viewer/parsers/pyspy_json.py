@@ -35,6 +35,10 @@ def _elements(text: str):
 
 
 _cache: dict[tuple, Frame] = {}
+# The memo holds its keys' strings: dumps in which every frame differs would
+# keep a copy of each, more than the input itself. Past this many it starts
+# over; frames that repeat (ranks stuck alike) come back at once.
+_MAX_CACHED = 1 << 16
 
 
 def _frame(f: dict) -> Frame:
@@ -42,6 +46,8 @@ def _frame(f: dict) -> Frame:
     key = (f["name"], f.get("module"), f.get("short_filename"), f.get("filename"), f.get("line"))
     fr = _cache.get(key)
     if fr is None:
+        if len(_cache) >= _MAX_CACHED:
+            _cache.clear()
         module = f.get("module")
         if module:
             fr = frame(native_name(str(f["name"])), basename(module), 0, NATIVE)
@@ -66,7 +72,11 @@ def _thread(obj: dict) -> ThreadStack:
 # key of a parsed template, so json decoding runs once per distinct dump. The
 # split has a literal prefix, so it scans ~5x faster than json.loads decodes.
 _NUMBERS = re.compile(r'("(?:pid|thread_id|os_thread_id|name)": (?:\d+|"0x[0-9a-fA-F]+"))')
-_templates: dict[str, tuple[list[tuple[str, tuple[Frame, ...]]], int]] = {}
+# Keyed by the shape's hash, length and a sparse sample of it, not the shape
+# itself: 64 distinct dumps of 1 MB each would keep 64 MB of text. (The str
+# hash is what a dict keyed by the text computed anyway; a digest of every
+# byte cost 2.4 CPU-seconds at 16,384 ranks.)
+_templates: dict[tuple, tuple[list[tuple[str, tuple[Frame, ...]]], int]] = {}
 _MAX_TEMPLATES = 64
 FAST_PATH = True  # off only to measure against (bench/viewer_scale.py)
 
@@ -87,7 +97,9 @@ def parse(text: str) -> ParseResult:
     if not FAST_PATH:
         return _parse_json(text)
     pieces = _NUMBERS.split(text)
-    shape, (pid, tids) = "".join(pieces[::2]), _ids(pieces[1::2])
+    text_shape = "".join(pieces[::2])
+    shape = (hash(text_shape), len(text_shape), text_shape[::4093])
+    pid, tids = _ids(pieces[1::2])
     tpl = _templates.get(shape)
     if tpl is not None and len(tpl[0]) == len(tids):
         threads = [ThreadStack(name, tid, frames, is_main=(tid == pid)) for (name, frames), tid in zip(tpl[0], tids)]
