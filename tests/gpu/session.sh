@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -60,6 +60,10 @@
 # cross-group deadlock variant of bench/deadlock_runs.py 20 times through the launcher's
 # defaults (6 at a time), the healthy crossing waits beside them: right means rule
 # deadlock, the variant's culprits, within 10 s of the break.
+# x1tracercost: issue 45 item 3: the tracer's cost per traced op where it means
+# something, the device host's idle cores: gloo at 2 ranks and NCCL at world size 1
+# with the hook preloaded (in-process alternating blocks), then whole gloo jobs,
+# torchrun against the launcher (docs/tracer.md "Cost", docs/bench-runs/).
 # x1s21: the hook's one-GPU tests alone, after the completion probes and the END a full
 # ring keeps (issue 41 items 4 and 5).
 # x1fw: Lightning, HF Trainer, FSDP2 and pipelining on one GPU under the launcher
@@ -152,6 +156,9 @@ case $label in
   x1s17) run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json
       mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 400 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
   cpudeadlock) run deadlock_runs 330 python3 bench/deadlock_runs.py --runs 20 --parallel 10 --out $R/deadlock_runs.json ;;
+  x1tracercost) run tracer_async_step_gloo 100 python3 bench/tracer_async_step.py --backend gloo --world 2 --rounds 12
+      run tracer_async_step_nccl_hook 100 python3 bench/tracer_async_step.py --backend nccl --world 1 --hook --rounds 12
+      run tracer_async_step_launcher_gloo 160 python3 bench/tracer_async_step.py --backend gloo --world 2 --launcher --runs 3 ;;
   x1s21) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py ;;
   stuckkernel) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run stuck_kernel 110 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_stuck_kernel_gpu.py ;;
   x1nosetdev) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
