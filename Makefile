@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The demo's own set-up: torch and the package alone. The test extra (Lightning,
+# transformers, Megatron-Core, DeepSpeed built from source) is make test's.
+DEMO_STAMP := $(VENV)/.demo-stamp
 # The CPU wheel first: an unpinned torch would pull gigabytes of CUDA packages.
 # numpy beside it: without it torch warns on import, into our one-line errors.
 TORCH  ?= torch==2.13.0
@@ -17,7 +20,7 @@ DEEPSPEED := deepspeed==0.19.8
 GRPC_TOOLS := grpcio-tools==1.60.0
 PROTOC_VENV := build/protoc-venv
 
-.PHONY: setup system-deps demo-deps hook proto protoc-tools demo test soak test-gpu bench clean
+.PHONY: setup demo-setup system-deps demo-deps hook proto protoc-tools demo test soak test-gpu bench clean
 
 setup: $(STAMP)
 
@@ -28,6 +31,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q setuptools wheel
 	$(BIN)/pip install -q --no-build-isolation --no-deps $(DEEPSPEED)
+	touch $@ $(DEMO_STAMP)
+
+# The package's install builds the hook (setup.py); a venv of make setup has
+# all of it already.
+demo-setup: $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q $(TORCH) numpy
+	$(BIN)/pip install -q -e .
 	touch $@
 
 # Debian tools, as "command:package" pairs; root only, skipped otherwise, and
@@ -73,7 +87,8 @@ $(PROTOC_VENV)/.stamp-$(GRPC_TOOLS):
 proto: protoc-tools
 	$(PROTOC_VENV)/bin/python -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. protos/diag/pb/*.proto
 
-demo: demo-deps setup hook
+demo: demo-deps demo-setup
+	$(MAKE) -C kernel_hook
 	$(BIN)/python examples/demo.py
 
 # Most tests wait on real processes: two workers, a file each at a time

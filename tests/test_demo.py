@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACED = os.path.join(ROOT, "tests", "viewer", "data", "cases", "traced4")   # real dumps of the demo's job
@@ -23,3 +29,54 @@ def test_the_innermost_frames_skip_the_tracers_wrappers():
     assert line == "all_reduce <- _exception_logger.<locals>.wrapper <- train <- <module>", line
     assert demo.innermost_python(os.path.join(TRACED, "rank00002-of-00004.py.json")) == \
         "load_next_batch <- train <- <module>"
+
+
+def make_dry_run(target: str, venv) -> list[str]:
+    """The commands ``make <target>`` would run with its venv at ``venv`` (make -n: nothing runs)."""
+    proc = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_demo_installs_torch_then_the_package_and_no_test_extra(tmp_path):
+    # It installed the whole test extra (Lightning, transformers, Megatron-Core,
+    # DeepSpeed built from source) to run a demo that needs torch and the package.
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        torch = re.search(r"^TORCH\s+\?=\s+(\S+)", f.read(), re.M).group(1)
+    pip = f"{tmp_path}/bin/pip install -q"
+    demo = make_dry_run("demo", tmp_path)
+    assert [line for line in demo if line.startswith(pip)] == [
+        f"{pip} --upgrade pip", f"{pip} {torch} numpy", f"{pip} -e ."], demo
+    assert demo[-1] == f"{tmp_path}/bin/python examples/demo.py"
+    # make test's set-up is as it was.
+    setup = [line for line in make_dry_run("setup", tmp_path) if line.startswith(pip)]
+    assert setup[1:3] == [f"{pip} {torch} numpy", f"{pip} -e '.[test]'"] and "deepspeed" in setup[-1], setup
+
+
+def test_a_fresh_editable_install_prints_no_package_data_warning(tmp_path):
+    # `pip install -e .` of a fresh clone printed 40 lines: setup.py's hook
+    # build makes diag/lib after the packages were found, and its libraries
+    # came back as data of a package "diag.lib" missing from `packages`. The
+    # PEP 660 hook pip calls, on a copy without diag/lib, with a stand-in make.
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), tree)
+    skip = shutil.ignore_patterns("__pycache__", "lib", "*.so")
+    for name in ("diag", "viewer"):
+        shutil.copytree(os.path.join(ROOT, name), tree / name, ignore=skip)
+    (tree / "kernel_hook").mkdir()
+    fake = tmp_path / "bin" / "make"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n# the hook's build: its two libraries in diag/lib\n"
+                    "mkdir -p diag/lib && : > diag/lib/libxpu_timer_hook.so && : > diag/lib/libxpu_nccl_profiler.so\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run([sys.executable, "-c", "from setuptools import build_meta as b; "
+                           f"print(b.build_editable({str(tmp_path / 'wheel')!r}))"],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (tree / "diag" / "lib" / "libxpu_timer_hook.so").exists()   # the stand-in ran
+    assert "diag.lib" not in proc.stdout + proc.stderr, proc.stderr
