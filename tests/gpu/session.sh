@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500prof|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1fwrecover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -68,6 +68,9 @@
 # ring keeps (issue 41 items 4 and 5).
 # x1fw: Lightning, HF Trainer, FSDP2 and pipelining on one GPU under the launcher
 # (tests/gpu/test_frameworks_gpu.py), then the per-call bench.
+# x1fwrecover: issue 42 on one GPU: DeepSpeed ZeRO 1-3 (world size 1) and Megatron-Core's
+# DistributedOptimizer (TP=PP=DP=1) killed and resumed from memory bitwise, and the paired step
+# cost of save() for DeepSpeed (tests/gpu/test_recover_frameworks_gpu.py).
 # x1recover: snapshots on one GPU (tests/gpu/test_recover_gpu.py), then
 # bench/ckpt_snapshot.py on GPT-2 small (batch 8 and 16 x 1024; docs/recovery.md).
 # x1tracer: the tracer's per-call benches, this tree against .carry/old (an older
@@ -183,6 +186,7 @@ case $label in
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
       sleep 75; py-spy record -p $pid -d 25 -r 100 --gil --nonblocking --format raw -o $R/collector_gil.txt > $R/spy.log 2>&1
       wait $bench; grep -v '^  driver\|relay: ingest\|relay of nodes' $R/relays.log | head -24 ;;
+  x1fwrecover) run recover_frameworks_gpu 900 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_frameworks_gpu.py ;;
   x1recover) run recover_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_gpu.py
       run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --out $R/ckpt_snapshot.json
       run ckpt_snapshot_b16 240 python3 bench/ckpt_snapshot.py --cuda --batch 16 --out $R/ckpt_snapshot_b16.json ;;
