@@ -79,8 +79,9 @@ class Checkpointer:
             ``$XPU_TIMER_CKPT_PERSIST_DIR``.
         replicated: True for DDP (one replica is kept, by ``holder``, and
             broadcast on restore), False when each rank owns a shard (FSDP2,
-            tensor parallel). None: False if any registered state holds a
-            DTensor, else True.
+            tensor parallel, a DeepSpeed engine, Megatron's distributed
+            optimizer). None: False if any registered state holds a DTensor
+            or is such a framework's partition, else True.
         holder: the global rank that keeps the replicated state (DP rank 0).
         every: save(step) acts when ``step % every == 0``.
         on_busy: what happens to a snapshot that cannot be copied before the
