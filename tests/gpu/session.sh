@@ -62,15 +62,15 @@
 # deadlock, the variant's culprits, within 10 s of the break.
 # x1tracercost: issue 45 item 3: the tracer's cost per traced op where it means
 # something, the device host's idle cores: gloo at 2 ranks and NCCL at world size 1
-# with the hook preloaded (in-process alternating blocks), then whole gloo jobs,
-# torchrun against the launcher (docs/tracer.md "Cost", docs/bench-runs/).
+# with the hook preloaded (in-process alternating blocks; docs/tracer.md "Cost").
 # x1s21: the hook's one-GPU tests alone, after the completion probes and the END a full
 # ring keeps (issue 41 items 4 and 5).
 # x1fw: Lightning, HF Trainer, FSDP2 and pipelining on one GPU under the launcher
 # (tests/gpu/test_frameworks_gpu.py), then the per-call bench.
 # x1fwrecover: issue 42 on one GPU: DeepSpeed ZeRO 1-3 (world size 1) and Megatron-Core's
 # DistributedOptimizer (TP=PP=DP=1) killed and resumed from memory bitwise, and the paired step
-# cost of save() for DeepSpeed (tests/gpu/test_recover_frameworks_gpu.py).
+# cost of save() for DeepSpeed (tests/gpu/test_recover_frameworks_gpu.py). Carry .whl/fw
+# (deepspeed 0.19.8 built here, megatron-core 0.16.1 and pydantic for cp312).
 # x1recover: snapshots on one GPU (tests/gpu/test_recover_gpu.py), then
 # bench/ckpt_snapshot.py on GPT-2 small (batch 8 and 16 x 1024; docs/recovery.md).
 # x1tracer: the tracer's per-call benches, this tree against .carry/old (an older
@@ -159,9 +159,8 @@ case $label in
   x1s17) run hook_launch_bench 150 python3 bench/hook_launch_bench.py --launches 200000 --timed 20000 --rounds 3 --out $R/hook_launch_bench.json
       mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 400 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
   cpudeadlock) run deadlock_runs 330 python3 bench/deadlock_runs.py --runs 20 --parallel 10 --out $R/deadlock_runs.json ;;
-  x1tracercost) run tracer_async_step_gloo 100 python3 bench/tracer_async_step.py --backend gloo --world 2 --rounds 12
-      run tracer_async_step_nccl_hook 100 python3 bench/tracer_async_step.py --backend nccl --world 1 --hook --rounds 12
-      run tracer_async_step_launcher_gloo 160 python3 bench/tracer_async_step.py --backend gloo --world 2 --launcher --runs 3 ;;
+  x1tracercost) run tracer_async_step_gloo 90 python3 bench/tracer_async_step.py --backend gloo --world 2 --rounds 12
+      run tracer_async_step_nccl_hook 90 python3 bench/tracer_async_step.py --backend nccl --world 1 --hook --rounds 12 ;;
   x1s21) run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py ;;
   stuckkernel) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run stuck_kernel 110 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_stuck_kernel_gpu.py ;;
   x1nosetdev) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run gpu_no_set_device 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_identity.py -k no_set_device ;;
@@ -186,7 +185,9 @@ case $label in
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
       sleep 75; py-spy record -p $pid -d 25 -r 100 --gil --nonblocking --format raw -o $R/collector_gil.txt > $R/spy.log 2>&1
       wait $bench; grep -v '^  driver\|relay: ingest\|relay of nodes' $R/relays.log | head -24 ;;
-  x1fwrecover) run recover_frameworks_gpu 900 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_frameworks_gpu.py ;;
+  x1fwrecover) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/fw/*.whl > $R/fw_install.log 2>&1   # deepspeed, megatron-core, pydantic: the image has none
+      python3 -c "import deepspeed, megatron.core as m; print('deepspeed', deepspeed.__version__, 'megatron-core', m.__version__)" >> $R/machine.txt 2>&1
+      run recover_frameworks_gpu 420 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_frameworks_gpu.py ;;
   x1recover) run recover_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_recover_gpu.py
       run ckpt_snapshot 300 python3 bench/ckpt_snapshot.py --cuda --persist --out $R/ckpt_snapshot.json
       run ckpt_snapshot_b16 240 python3 bench/ckpt_snapshot.py --cuda --batch 16 --out $R/ckpt_snapshot_b16.json ;;
