@@ -5,7 +5,7 @@ sends them, young ops in flight as a training job's ranks mostly have):
 
 * a quiet tick (nothing near the timeout): what every tick costs now, the
   index's look (``Watchdog.tick``), against the full pass every tick took
-  before issue 21 (snapshot + ``judge.analyse`` + the idle rule);
+  before the index (snapshot + ``decide.analyse`` + the idle rule);
 * the tick that declares a hang, by part: the rules with the divergence
   analysis, hang.json's document, the write. ``--stall one`` stalls one node
   (the rest idle: every other rank is explained as "not in any collective"),
@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from diag.collector import verdict  # noqa: E402
 from diag.hang import idle  # noqa: E402
-from diag.hang.judge import analyse  # noqa: E402
+from diag.hang.api import Limits  # noqa: E402
+from diag.hang.decide import analyse  # noqa: E402
 from diag.collector.config import Config  # noqa: E402
 from diag.collector.events import EventStore  # noqa: E402
 from diag.collector.servicer import SessionRegistry  # noqa: E402
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
 
         def full_pass():   # what every tick did before
             snap = state.snapshot(now + 1)
-            findings = analyse(snap, TIMEOUT_S, config.silent_after_s)
+            findings = analyse(snap, Limits(TIMEOUT_S, config.silent_after_s))
             idle.find_idle(snap, config.idle_timeout_s, {a.node_rank for a in findings.silent_agents})
 
         quiet, full = best(quiet_tick, 5), best(full_pass)
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
             state.ingest(report(node, world, 12.0), now + 2)
         snap = state.snapshot(now + 2.1)
         t = time.perf_counter()
-        findings = analyse(snap, TIMEOUT_S, config.silent_after_s)
+        findings = analyse(snap, Limits(TIMEOUT_S, config.silent_after_s))
         t_rules = time.perf_counter() - t
         t = time.perf_counter()
         doc = verdict.hang_document(findings, snap, job_id="bench", event_id="e", event_dir=tmp,

@@ -1,7 +1,7 @@
 """Divergence analysis at scale: 16,384 simulated ranks of one hung default
 group, each with 64 fingerprints (what the agent sends while stuck), one rank
 that skipped a collective and ran ahead. Times the collector's whole hang
-analysis on the snapshot (judge.analyse: hung groups, never-entered, the
+analysis on the snapshot (decide.analyse: hung groups, never-entered, the
 fingerprint comparison, the stuck seq) and the HANG line; prints the figures.
 
     .venv/bin/python bench/divergence_scale.py --ranks 16384
@@ -13,7 +13,8 @@ import argparse
 import time
 
 from diag.collector import verdict
-from diag.hang.judge import analyse
+from diag.hang.api import Limits
+from diag.hang.decide import analyse
 from diag.collector.state import JobState
 from diag.pb import collector_pb2 as pb
 
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     best = None
     for _ in range(args.repeat):
         t = time.perf_counter()
-        findings = analyse(state.snapshot(1.0), 10.0, 60.0)
+        findings = analyse(state.snapshot(1.0), Limits(10.0, 60.0))
         line = verdict.hang_line(findings, "/ev")
         took = time.perf_counter() - t
         best = took if best is None else min(best, took)

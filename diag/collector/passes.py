@@ -57,7 +57,7 @@ class HangPass(Pass):
                 or not wd.detector.armed)
 
     def probing(self, tick: Tick) -> bool:
-        """Whether the evidence rules look this tick (diag/hang/evidence.py):
+        """Whether the verdict rules look this tick (diag/hang/decide.py):
         their look is due and some op has waited their shortest wait."""
         if not hasattr(tick, "probing"):
             wd = self.wd

@@ -13,7 +13,6 @@ from typing import Any
 
 from diag.collector import links
 from diag.hang.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
-from diag.hang.evidence import VERDICT_RULES
 from diag.hang.not_in_collective import NOT_IN_ANY
 from diag.hang.progress import comm_lane, in_flight_age
 from diag.collector.state import Snapshot
@@ -141,11 +140,10 @@ def deadlock_clause(findings: Findings) -> str:
 
 
 def verdict_rule(findings: Findings):
-    """The rule that made the verdict (diag/hang/evidence.py: timeout,
-    diverged, exited, blocked) and its evidence; None when the findings
-    were judged without it (tests, tools reading old events)."""
-    first = findings.fired[0] if findings.fired else None
-    return first if first is not None and first.rule in VERDICT_RULES else None
+    """The rule that made the verdict (diag/hang/decide.py: timeout,
+    diverged, exited, blocked, ...) and its evidence; None when the findings
+    were not decided (tests, tools reading old events)."""
+    return findings.verdict
 
 
 MAX_COORDS_SHOWN = 4

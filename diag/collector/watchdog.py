@@ -35,8 +35,8 @@ from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
 from diag.hang.detector import HangDetector, IdleDetector
 from diag.hang.idle import find_idle
-from diag.hang import evidence
-from diag.hang.evidence import Waits
+from diag.hang.api import Limits
+from diag.hang.decide import decide
 from diag.hang.silent import silent_agents
 from diag.pb import collector_pb2 as pb
 
@@ -269,10 +269,10 @@ class Watchdog:
         rank again each tick would cost O(world) for nothing."""
         if self.detector.armed:
             # ``probe``: the evidence rules look too (their look is due, HangPass.probing)
-            waits = self._waits() if probe else None
+            limits = self._limits(silent_after, probe)
             started = time.perf_counter()
-            findings = evidence.judge(snap, self._config.hang_timeout_s, silent_after, waits)
-            if waits is not None:
+            findings = decide(snap, limits)
+            if limits.proofs:
                 self._probe_at, self._probe_cost = snap.now, time.perf_counter() - started
         else:
             findings = Findings(world_size=snap.world_size, silent_agents=silent_agents(snap, silent_after))
@@ -286,13 +286,12 @@ class Watchdog:
             self._declare(findings, snap, unix)
         return findings.is_hang or not self.detector.armed
 
-    def _waits(self) -> Waits | None:
-        """The evidence rules' waits (--verdicts evidence), or None: the timeout alone."""
-        if self._config.verdicts != "evidence":
-            return None
-        return Waits(blocked_s=self._config.blocked_after_s)
+    def _limits(self, silent_after: float, probe: bool) -> Limits:
+        """The rules' bounds; the verdict rules look only with --verdicts evidence, and when ``probe``."""
+        return Limits(self._config.hang_timeout_s, silent_after, proofs=probe and self._config.verdicts == "evidence",
+                      blocked_s=self._config.blocked_after_s)
 
-    def probe_due(self, now: float) -> Waits | None:
+    def probe_due(self, now: float) -> Limits | None:
         """The evidence rules' waits when their next look is due, else None.
         A look explains every stuck group, which costs O(world) (0.7 s at
         16,384 ranks); while an op is waited on longer than their shortest
@@ -300,7 +299,8 @@ class Watchdog:
         times their own last cost, whichever is longer."""
         if now - self._probe_at < max(PROBE_EVERY_S, 4 * self._probe_cost):
             return None
-        return self._waits()
+        limits = self._limits(self._config.silent_after_s, True)
+        return limits if limits.proofs else None
 
     def _judge_idle(self, snap: Snapshot, unix: float, silent_after: float) -> None:
         """The idle rule on the snapshot the hang pass judged (its silent

@@ -382,8 +382,8 @@ IDLE_TIMEOUT = Option(
                       "as idle", "10m"), metavar="D",
     help="no rank starting or finishing any op for this long, none in flight, is a hang",
     dest="idle_timeout_s", format=seconds_text)
-# Issue 36: a hang proven by its evidence is declared once the proof has held
-# its minimum wait (diag/hang/evidence.py), not after --hang-timeout.
+# A hang proven by its evidence is declared once the proof has held
+# its minimum wait (diag/hang/decide.py), not after --hang-timeout.
 VERDICTS = Option(
     "--verdicts", envnames.VERDICTS, "evidence", choice("evidence", "timeout"), metavar="HOW",
     help="evidence: a hang its evidence proves is declared at once (diverged, exited: 5 s; blocked: "

@@ -1,11 +1,9 @@
 """Contracts of the hang rules: what a rule sees, what it finds, and the rule itself.
 
-Pure data and one abstract class, no behaviour beyond a few derived views.
-The rules (one module each: silent.py, stalled.py, divergence.py,
-never_entered.py, deadlock.py, not_in_collective.py, idle.py) read a :class:`View`, a
-read-only copy of every rank's progress and in-flight op, and add to one
-:class:`Findings`; judge.py runs them in order. The collector turns the
-Findings into the HANG line and hang.json (diag/collector/verdict.py).
+Pure data and one abstract class. The rules (one module each) read a
+:class:`View`, a read-only copy of every rank's progress and in-flight op,
+and add to one :class:`Findings`; decide.py runs them and returns the
+verdict. The collector renders it (diag/collector/verdict.py).
 """
 
 from __future__ import annotations
@@ -181,7 +179,7 @@ class SilentAgent:
 @dataclasses.dataclass(frozen=True)
 class IdleStall:
     """No live rank started or finished any op for longer than --idle-timeout,
-    and none has one in flight: all blocked outside any op (issue 13, item 5).
+    and none has one in flight: all blocked outside any op.
 
     ``idle_s`` is the job-wide idle time (that of the most recently active
     rank); ``last_ops`` maps each idle rank to the name of its last op ("" if
@@ -250,6 +248,7 @@ class Findings:
     idle: IdleStall | None = None          # the idle rule's stall (idle.py)
     deadlock: Deadlock | None = None       # collectives waiting for one another (deadlock.py)
     fired: tuple[Finding, ...] = ()        # what each rule found, in the order they ran
+    verdict: Finding | None = None         # the verdict rule that decided the hang (decide.py), first in fired
 
     @property
     def rule(self) -> str | None:
@@ -262,6 +261,11 @@ class Findings:
 
     def label(self, comm_id: int) -> GroupLabel | None:
         return next((g for g in self.groups if g.comm_id == comm_id), None)
+
+    @property
+    def waited_s(self) -> float:
+        """How long the oldest hung op has been in flight (0 when none hangs)."""
+        return max((g.max_age_s for g in self.hung), default=0.0)
 
     @property
     def is_hang(self) -> bool:
@@ -331,14 +335,31 @@ class View(typing.Protocol):
     def agents(self) -> typing.Mapping[int, AgentView]: ...
 
 
+# Waits a proof holds are bounded by the timeout: an op past it is a verdict anyway.
+PROOF_WAITS = ("proof_s", "blocked_s")
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """The user's bounds, in seconds: --hang-timeout, --silent-after (already
-    widened by the pacer under overload) and --idle-timeout."""
+    """The bounds, in seconds, that the rules' waits name (``Rule.wait``):
+    --hang-timeout, --silent-after (already widened by the pacer under
+    overload), --idle-timeout; ``proof_s`` how long the proof of a verdict
+    rule must hold (diverged, deadlock, exited, frozen_link, gpu_fault,
+    stuck_kernel); ``blocked_s`` --blocked-after. ``proofs``: whether the
+    verdict rules look before the timeout at all (--verdicts evidence, and
+    the collector's look is due)."""
 
     hang_timeout_s: float
     silent_after_s: float
     idle_timeout_s: float = float("inf")
+    proof_s: float = 5.0
+    blocked_s: float = 30.0
+    proofs: bool = True
+
+    @property
+    def probe_s(self) -> float:
+        """The least time an op must have waited before any verdict rule looks."""
+        return min(self.proof_s, self.blocked_s)
 
 
 @dataclasses.dataclass
@@ -358,22 +379,23 @@ class Rule(abc.ABC):
     """One hang rule: a pure function of a :class:`Case`.
 
     ``name`` is what a finding says fired; ``evidence`` what the rule reads,
-    in words (docs/collector.md lists them); ``timeout`` which of
-    :class:`Limits` bounds its wait; ``min_wait_s`` the least time its
-    evidence must hold before it may fire (None: the whole ``timeout``, as
-    every rule waits today). ``explains``: the rule only explains a hang that
-    another found (it runs only while some op hangs)."""
+    in words (docs/collector.md lists them); ``wait`` which of
+    :class:`Limits` its evidence must hold (:meth:`wait_s`).
+    ``explains``: the rule explains a hang that another found (it runs only
+    while some op hangs). ``decides``: a verdict rule, whose finding makes
+    the verdict (decide.py tries them in order, each once the hung op has
+    waited its wait; the first that proves the hang decides)."""
 
     name: typing.ClassVar[str]
     evidence: typing.ClassVar[str]
-    timeout: typing.ClassVar[str] = "hang_timeout_s"
-    min_wait_s: typing.ClassVar[float | None] = None
+    wait: typing.ClassVar[str] = "hang_timeout_s"
     explains: typing.ClassVar[bool] = False
+    decides: typing.ClassVar[bool] = False
 
     def wait_s(self, limits: Limits) -> float:
-        """How long the evidence must hold: ``min_wait_s``, never past the bound."""
-        bound = getattr(limits, self.timeout)
-        return bound if self.min_wait_s is None else min(self.min_wait_s, bound)
+        """How long the evidence must hold: the ``wait`` it names, a proof's never past the timeout."""
+        wait = getattr(limits, self.wait)
+        return min(wait, limits.hang_timeout_s) if self.wait in PROOF_WAITS else wait
 
     def explained(self, found: Findings, what: str | None, **fields) -> Findings:
         """``found`` with ``fields`` set and, unless ``what`` is None, this
@@ -382,40 +404,16 @@ class Rule(abc.ABC):
         fired = found.fired + ((Finding(self.name, what),) if what is not None else ())
         return dataclasses.replace(found, fired=fired, **fields)
 
+    def decided(self, found: Findings, what: str | None) -> Findings:
+        """``found`` decided by this rule, ``what`` its evidence in a phrase;
+        ``found`` itself when ``what`` is None (no proof): the return of
+        every verdict rule (``decides``)."""
+        if what is None:
+            return found
+        finding = Finding(self.name, what)
+        return dataclasses.replace(found, verdict=finding, fired=(finding,) + found.fired)
+
     @abc.abstractmethod
     def judge(self, case: Case) -> Findings:
         """``case.findings`` with what this rule found added (the same object
         when it found nothing). Raises nothing on well-formed views."""
-
-
-# -- evidence rules (evidence.py): verdicts before the timeout --
-
-@dataclasses.dataclass(frozen=True)
-class Waits:
-    """How long each proof must hold, in seconds (--verdicts evidence)."""
-
-    proof_s: float = 5.0      # diverged, exited, frozen_link, gpu_fault: the ops can never complete
-    blocked_s: float = 30.0   # blocked (--blocked-after): no activity anywhere in the culprits' trees
-
-    @property
-    def probe_s(self) -> float:
-        """The least time an op must have waited before any rule here looks."""
-        return min(self.proof_s, self.blocked_s)
-
-
-class Proof(abc.ABC):
-    """One evidence rule: ``name`` is what the HANG line's rule clause says,
-    ``evidence`` what it reads (docs/collector.md, "Verdicts"), ``wait``
-    which of :class:`Waits` its proof must hold. ``proves`` is a pure
-    function of the probe's findings, the view and that wait: the evidence
-    in a phrase, or None."""
-
-    name: typing.ClassVar[str]
-    evidence: typing.ClassVar[str]
-    wait: typing.ClassVar[str] = "proof_s"
-
-    def wait_s(self, waits: Waits) -> float:
-        return getattr(waits, self.wait)
-
-    @abc.abstractmethod
-    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None: ...

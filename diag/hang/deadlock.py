@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from diag.common.ranks import fold
 from diag.hang import order
 from diag.hang.api import (KIND_COLLECTIVE, MAX_GROUPS_EXPLAINED, Case, Deadlock, DeadlockWait, Findings,
                            NeverEntered, Rule, View)
@@ -37,7 +38,7 @@ class DeadlockRule(Rule):
                 "each of them is blocked in another group's collective, and the order of its groups' ops in its "
                 "earlier steps")
     explains = True
-    min_wait_s = 5.0   # as the evidence rules' proofs (evidence.Waits.proof_s): the waits are settled by then
+    wait = "proof_s"   # each rank of the cycle blocked this long: the waits are settled
 
     def judge(self, case: Case) -> Findings:
         found = case.findings
@@ -62,6 +63,25 @@ class DeadlockRule(Rule):
         what = (f"{len(ranks)} rank(s) wait for each other"
                 + (f"; {len(culprits)} broke the order of their steps" if culprits else ""))
         return self.explained(found, what, deadlock=deadlock, never_entered=never)
+
+
+class DeadlockedRule(Rule):
+    """The ``deadlock`` verdict: the deadlock rule's cycle, every rank of it blocked."""
+
+    name = "deadlock"
+    evidence = ("every rank of a set blocked in a collective whose missing members are blocked in another "
+                "collective of the set (the deadlock rule, diag/hang/deadlock.py)")
+    wait = "proof_s"
+    decides = True
+
+    def judge(self, case: Case) -> Findings:
+        dead = case.findings.deadlock
+        if dead is None or not dead.blocked:
+            return case.findings
+        ranks = dead.ranks
+        who = f"ranks {fold(ranks)}" if len(ranks) > 1 else f"rank {ranks[0]}"
+        return self.decided(case.findings, f"{who} each blocked in a collective that waits for ranks blocked in "
+                                           f"another: a cycle no wait can end")
 
 
 def _waits(case: Case) -> list[DeadlockWait]:

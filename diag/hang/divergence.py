@@ -53,6 +53,24 @@ MAX_SKIPPED = 4        # ops one side may have skipped, for the shift evidence
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
+class DivergedRule(Rule):
+    """The ``diverged`` verdict: the divergence rule's mismatch in a stuck
+    group, with culprits. Those ops can never complete."""
+
+    name = "diverged"
+    evidence = "the divergence rule's mismatch in a stuck group, with its culprits"
+    wait = "proof_s"
+    decides = True
+
+    def judge(self, case: Case) -> Findings:
+        for m in case.findings.mismatches:
+            if m.diverged_seq is not None and m.culprits:   # a tie with no evidence names no one: no proof
+                ranks = ", ".join(map(str, m.culprits[:4])) + (" ..." if len(m.culprits) > 4 else "")
+                return self.decided(case.findings, f"group {m.group or m.comm_id} diverged at seq "
+                                                   f"{m.diverged_seq} (rank {ranks}): those ops can never complete")
+        return case.findings
+
+
 class DivergenceRule(Rule):
     """Explains a hang: for each hung collective or p2p group, the stuck seq,
     where the members' fingerprints first differ, who ran ahead and who

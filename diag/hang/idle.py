@@ -20,12 +20,12 @@ from diag.hang.api import Case, Finding, Findings, IdleStall, Rule, View
 
 
 class IdleRule(Rule):
-    """Not one of judge.RULES: it judges the whole job, hung op or not, and
+    """Not one of decide.RULES: it judges the whole job, hung op or not, and
     its verdict is an idle stall (:class:`IdleStall` in ``Findings.idle``)."""
 
     name = "idle"
     evidence = "each live rank's time since it last started or finished an op, and whether one is in flight"
-    timeout = "idle_timeout_s"
+    wait = "idle_timeout_s"
 
     def judge(self, case: Case) -> Findings:
         silent_nodes = {a.node_rank for a in case.findings.silent_agents}

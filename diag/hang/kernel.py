@@ -1,5 +1,5 @@
-"""The stuck_kernel evidence rule: a rank the others wait for is stuck behind
-a GPU kernel that never ends (issue 41, item 5).
+"""The stuck_kernel verdict rule: a rank the others wait for is stuck behind
+a GPU kernel that never ends.
 
 Such a rank's host thread waits for the device in a copy back to the host
 (``.item()``), which the driver spins on: it uses CPU, so ``blocked`` never
@@ -19,7 +19,7 @@ It is proof when all of these hold for a rank the others wait for:
 
 from __future__ import annotations
 
-from diag.hang.api import Findings, Proof, View
+from diag.hang.api import Case, Findings, Rule
 
 STUCK_KERNEL = "stuck_kernel"
 MIN_AGE_S = 20.0       # a kernel this old, at least ...
@@ -27,21 +27,24 @@ PAST_HISTORY = 10.0    # ... and this many times its longest earlier run
 MIN_RUNS = 3           # earlier runs that ended: fewer is no history
 
 
-class StuckKernel(Proof):
+class StuckKernelRule(Rule):
     name = STUCK_KERNEL
     evidence = (f"a rank the others wait for, in no op, whose kernel has run {MIN_AGE_S:g} s and "
                 f"{PAST_HISTORY:g} times its longest earlier run (the hook's completion probes), "
                 f"and which launched nothing for {MIN_AGE_S:g} s")
+    wait = "proof_s"   # when it looks; the kernel's own age is the proof (MIN_AGE_S)
+    decides = True
 
-    def proves(self, probe: Findings, view: View, wait_s: float) -> str | None:
-        for rank in probe.culprits:
+    def judge(self, case: Case) -> Findings:
+        view = case.view
+        for rank in case.findings.culprits:
             entry = view.ranks.get(rank)
             if entry is None:
                 continue
-            found = stuck(rank, entry.progress, max(0.0, view.now - entry.received))
-            if found is not None:
-                return found
-        return None
+            what = stuck(rank, entry.progress, max(0.0, view.now - entry.received))
+            if what is not None:
+                return self.decided(case.findings, what)
+        return case.findings
 
 
 def stuck(rank: int, p, since_report_s: float) -> str | None:

@@ -1,10 +1,10 @@
 """The stuck link behind a hang where every member waits at one seq
 (docs/link.md): the members' NCCL step counters compared (diag.link.analysis).
-The HANG line's link clause and the frozen_link rule (evidence.py) read it."""
+The HANG line's link clause and the frozen_link verdict rule read it."""
 
 from __future__ import annotations
 
-from diag.hang.api import Findings, View
+from diag.hang.api import Case, Findings, Rule, View
 from diag.link import analysis, wire
 from diag.link.api import LinkFinding
 
@@ -39,3 +39,23 @@ def stuck_links(findings: Findings, view: View, names: dict[int, str] | None = N
     if not per_rank:
         return LinkFinding()
     return analysis.analyse(per_rank, nodes, node_ranks)
+
+
+class FrozenLinkRule(Rule):
+    """The ``frozen_link`` verdict: every member waits at one seq and one
+    link's NCCL proxy steps froze while every other channel advanced (the
+    link plugin's counters, docs/link.md)."""
+
+    name = "frozen_link"
+    evidence = "every member at one seq; one link's NCCL proxy steps frozen while every other channel advanced"
+    wait = "proof_s"
+    decides = True
+
+    def judge(self, case: Case) -> Findings:
+        # only a link whose neighbours moved on: where every channel waits, nothing is proven
+        frozen = [link for link in stuck_links(case.findings, case.view).links if link.others_advanced]
+        if not frozen:
+            return case.findings
+        link = frozen[0]
+        return self.decided(case.findings, f"link rank {link.src_rank} -> rank {link.dst_rank} stuck at step "
+                                           f"{link.step} while every other channel advanced")

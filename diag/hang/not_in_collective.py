@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 
 from diag.hang.api import Case, Findings, NeverEntered, OpKey, Rule, SilentAgent, Suspect, View
+from diag.hang.progress import behind
 
 NOT_IN_ANY = "not in any collective"
 EXITED = "exited"
@@ -65,3 +66,25 @@ def _suspects(snap: View, skip: set[int], never: tuple[NeverEntered, ...],
 
 
 _RANK = operator.itemgetter(0)
+
+
+class ExitedRule(Rule):
+    """The ``exited`` verdict: a member of a stuck group exited and never
+    started the op the others wait in."""
+
+    name = "exited"
+    evidence = "a member of a stuck group that exited before the op the others wait in"
+    wait = "proof_s"
+    decides = True
+
+    def judge(self, case: Case) -> Findings:
+        found, view = case.findings, case.view
+        hung_comms = {g.op.comm_id for g in found.hung if g.op.is_comm_op}
+        for s in found.suspects:
+            entry = view.ranks.get(s.rank) if s.reason == EXITED else None
+            if entry is None:
+                continue
+            for c in entry.progress.comms:
+                if c.comm_id in hung_comms and behind(found, c):
+                    return self.decided(found, f"rank {s.rank} exited before the op its group waits in")
+        return found

@@ -23,3 +23,14 @@ def comm_lane(progress, comm_id: int, lane: int):
 def last_activity(entry) -> float:
     """When the rank last started or finished an op, on the collector's clock."""
     return entry.received - entry.progress.idle_ns * 1e-9
+
+
+def behind(findings, comm) -> bool:
+    """Whether a member's lane (a CommProgress) stopped before the seq its
+    group waits at in ``findings``."""
+    for g in findings.hung:
+        if g.op.comm_id == comm.comm_id and g.op.kind == comm.lane:
+            at = findings.stuck_at(g.op)
+            seq = at.seq if at is not None else g.op.seq
+            return comm.last_started_seq < seq
+    return False

@@ -15,7 +15,7 @@ from diag.hang.api import Case, Finding, Findings, Rule, SilentAgent, View
 class SilentRule(Rule):
     name = "silent"
     evidence = "when each agent last reported, and whether any of its ranks is alive"
-    timeout = "silent_after_s"
+    wait = "silent_after_s"
 
     def judge(self, case: Case) -> Findings:
         silent = silent_agents(case.view, self.wait_s(case.limits))

@@ -28,6 +28,21 @@ class StalledRule(Rule):
             Finding(self.name, f"{ranks} rank(s) in {len(hung)} op(s) in flight past {wait:g} s"),))
 
 
+class TimeoutRule(Rule):
+    """The ``timeout`` verdict: an op in flight past --hang-timeout, whatever
+    else is known. The bound for every hang no other verdict rule proves."""
+
+    name = "timeout"
+    evidence = "an op in flight past --hang-timeout"
+    decides = True
+
+    def judge(self, case: Case) -> Findings:
+        found = case.findings
+        if not found.hung:
+            return found
+        return self.decided(found, f"in flight past --hang-timeout {self.wait_s(case.limits):g} s")
+
+
 def hung_groups(view: View, timeout_s: float, silent_nodes: set[int]) -> tuple[HungGroup, ...]:
     """The ops in flight longer than ``timeout_s``, largest group first."""
     # One pass, grouped by the op's fields as a plain tuple: at 100,000 hung

@@ -43,7 +43,7 @@ class Config:
     # the option's default (declared once, in diag/common/options.py).
     hang_timeout_s: float = options.default(options.HANG_TIMEOUT)
     idle_timeout_s: float = options.default(options.IDLE_TIMEOUT)       # no op started or finished anywhere, none in flight
-    verdicts: str = options.default(options.VERDICTS)                   # evidence | timeout (diag/hang/evidence.py)
+    verdicts: str = options.default(options.VERDICTS)                   # evidence | timeout (diag/hang/decide.py)
     blocked_after_s: float = options.default(options.BLOCKED_AFTER)
     timeline_path: str = options.default(options.TIMELINE_PATH)
     collector: str | None = None      # HOST:PORT of an existing collector

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from diag.collector import verdict
-from diag.hang import judge
+from diag.hang import decide
+from diag.hang.api import Limits
 from diag.hang.detector import HangDetector
 from diag.hang.not_in_collective import EXITED, NOT_IN_ANY
 from diag.collector.config import Config
@@ -30,14 +31,14 @@ def stalled_rank2_report(age_s, *, world=4, pid_base=1000):
 
 
 def analyse(state, now):
-    return judge.analyse(state.snapshot(now), TIMEOUT, SILENT)
+    return decide.analyse(state.snapshot(now), Limits(TIMEOUT, SILENT))
 
 
 def test_not_hung_until_age_at_report_plus_time_since_receipt_exceeds_timeout():
     state = JobState()
     state.ingest(stalled_rank2_report(age_s=5.0), T0)
-    assert not judge.analyse(state.snapshot(T0 + 4.9), TIMEOUT, 60.0).is_hang  # 9.9 s in flight
-    findings = judge.analyse(state.snapshot(T0 + 5.5), TIMEOUT, 60.0)  # 10.5 s in flight
+    assert not decide.analyse(state.snapshot(T0 + 4.9), Limits(TIMEOUT, 60.0)).is_hang  # 9.9 s in flight
+    findings = decide.analyse(state.snapshot(T0 + 5.5), Limits(TIMEOUT, 60.0))  # 10.5 s in flight
     assert findings.is_hang
     assert [(g.op.name, g.op.comm_id, g.op.seq, g.ranks) for g in findings.hung] == [("all_reduce", 0, 41, (0, 1, 3))]
     assert findings.hung[0].max_age_s == pytest.approx(10.5)
@@ -140,7 +141,7 @@ def test_detector_fires_once_then_rearms_when_the_hung_ops_complete():
 
     def step(now):
         snap = state.snapshot(now)
-        return detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[:2]
+        return detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap)[:2]
 
     state.ingest(stalled_rank2_report(age_s=11.0), T0)
     assert step(T0) == (True, False)
@@ -159,26 +160,26 @@ def test_detector_rearms_when_workers_restart_with_new_pids():
     state, detector = JobState(), HangDetector()
     state.ingest(stalled_rank2_report(age_s=11.0), T0)
     snap = state.snapshot(T0)
-    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[0]
+    assert detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap)[0]
     state.ingest(stalled_rank2_report(age_s=0.5, pid_base=5000), T0 + 5)  # torchrun restarted them
     snap = state.snapshot(T0 + 5)
-    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[:2] == (False, True)
+    assert detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap)[:2] == (False, True)
 
 
 def test_detector_does_not_rearm_on_silence_and_announces_silence_once():
     state, detector = JobState(), HangDetector()
     state.ingest(stalled_rank2_report(age_s=11.0), T0)
     snap = state.snapshot(T0)
-    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[0]
+    assert detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap)[0]
     for now, expect_new in ((T0 + 6, [0]), (T0 + 7, []), (T0 + 8, [])):
         snap = state.snapshot(now)
-        fire, rearmed, newly = detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)
+        fire, rearmed, newly = detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap)
         assert (fire, rearmed, [a.node_rank for a in newly]) == (False, False, expect_new)
     state.ingest(stalled_rank2_report(age_s=20.0), T0 + 9)  # back, still stuck: no new event
     snap = state.snapshot(T0 + 9)
-    assert detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap) == (False, False, [])
+    assert detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap) == (False, False, [])
     snap = state.snapshot(T0 + 15)  # silent again: announced again
-    assert [a.node_rank for a in detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[2]] == [0]
+    assert [a.node_rank for a in detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap)[2]] == [0]
 
 
 def test_ingest_refuses_out_of_range_ranks_and_mixed_world_sizes():
@@ -200,7 +201,7 @@ def test_disconnected_agent_keeps_its_ranks_until_they_turn_silent():
     state.agent_left(1, agent_pid=8)
     snap = state.snapshot(T0 + SILENT + 1)
     assert list(snap.ranks) == [1] and not snap.agents[1].connected
-    assert [a.node_rank for a in judge.analyse(snap, TIMEOUT, SILENT).silent_agents] == [1]
+    assert [a.node_rank for a in decide.analyse(snap, Limits(TIMEOUT, SILENT)).silent_agents] == [1]
 
 
 def test_agent_whose_ranks_all_exited_may_go_quiet():

@@ -4,7 +4,8 @@ and the HANG line / hang.json it gives. The reports are what the agent sends
 (tests/agent/test_lanes.py builds them from records)."""
 
 from diag.collector import verdict
-from diag.hang.judge import analyse
+from diag.hang.api import Limits
+from diag.hang.decide import analyse
 from diag.collector.state import JobState
 from diag.pb import collector_pb2 as pb
 from tests.collector.fakes import node_report, rank_progress
@@ -44,7 +45,7 @@ def judge(ranks):
     state = JobState()
     state.ingest(node_report(0, ranks), T0)
     snap = state.snapshot(T0)
-    findings = analyse(snap, 10.0, 60.0)
+    findings = analyse(snap, Limits(10.0, 60.0))
     doc = verdict.hang_document(findings, snap, job_id="j", event_id="e", event_dir="/ev", declared_unix=0.0,
                                 timeout_s=10.0)
     return findings, verdict.hang_line(findings, "/ev"), doc

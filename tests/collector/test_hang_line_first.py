@@ -7,7 +7,8 @@ import json
 import os
 
 from diag.collector import gpus, verdict
-from diag.hang.judge import analyse
+from diag.hang.api import Limits
+from diag.hang.decide import analyse
 from diag.collector.state import JobState
 from diag.gpu import wire
 from diag.gpu.api import GpuEvent, GpuHealth, GpuIdentity, GpuSample
@@ -34,7 +35,7 @@ def _snapshot(fallen: int):
 
 
 def _document(snap, path, rows):
-    findings = analyse(snap, 10.0, 60.0)
+    findings = analyse(snap, Limits(10.0, 60.0))
     doc = verdict.hang_document(findings, snap, job_id="j", event_id="e", event_dir=path, declared_unix=0.0,
                                 timeout_s=10.0, rows=rows)
     gpus.annotate_hang(doc, snap, path)

@@ -2,8 +2,8 @@
 the culprit by (diag/hang/order.py), fed plain data: each rank's lanes with
 when each op started, its op in flight and how quiet its process tree is."""
 
-from diag.hang import evidence, judge, order
-from diag.hang.evidence import Waits
+from diag.hang import decide, order
+from diag.hang.api import Limits
 from diag.pb import collector_pb2 as pb
 from tests.hang.views import view
 
@@ -55,10 +55,10 @@ def skipped_world_all_reduce(world=3, culprit=1, kw=None):
 
 
 def judged(ranks, probe_s=5.0):
-    """The probe's findings (the rules with the evidence rules' wait) and the
-    evidence verdict on them, as diag/hang/evidence.judge makes them."""
-    found = judge.analyse(view(ranks), probe_s, 60.0)
-    return found, evidence.judge(view(ranks), 300.0, 60.0, Waits())
+    """The probe's findings (the rules with the verdict rules' wait) and the
+    verdict on them, as diag/hang/decide.decide makes them."""
+    found = decide.analyse(view(ranks), Limits(probe_s, 60.0))
+    return found, decide.decide(view(ranks), Limits(300.0, 60.0))
 
 
 def test_a_collective_skipped_on_one_group_while_the_job_went_on_in_another_is_a_deadlock_named_by_evidence():
@@ -141,7 +141,7 @@ def test_no_deadlock_where_a_waited_for_rank_is_in_no_collective_or_every_member
 def test_a_member_on_a_silent_agent_proves_nothing():
     ranks = skipped_world_all_reduce()
     v = view(ranks, nodes={1: 1}, seen={0: 1000.0, 1: 990.0})
-    found = judge.analyse(v, 5.0, 5.0)
+    found = decide.analyse(v, Limits(5.0, 5.0))
     assert found.deadlock is None
 
 

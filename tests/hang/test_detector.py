@@ -5,7 +5,8 @@ it; a collector pause does not end an event. Driven by JobState and the real
 rules with a fake clock."""
 
 from diag.collector.state import JobState
-from diag.hang import judge
+from diag.hang import decide
+from diag.hang.api import Limits
 from diag.hang.detector import HangDetector
 from diag.pb import collector_pb2 as pb
 from tests.collector.fakes import ALL_REDUCE, node_report, rank_progress
@@ -35,7 +36,7 @@ class Judged:
 
     def look(self, now):
         snap = self.state.snapshot(now)
-        return self.detector.update(judge.analyse(snap, TIMEOUT, SILENT), snap)[:2]
+        return self.detector.update(decide.analyse(snap, Limits(TIMEOUT, SILENT)), snap)[:2]
 
 
 def test_a_new_call_of_the_hung_host_function_rearms():

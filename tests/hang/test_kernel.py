@@ -1,10 +1,10 @@
-"""The stuck_kernel evidence rule (diag/hang/kernel.py), fed plain named tuples."""
+"""The stuck_kernel verdict rule (diag/hang/kernel.py), fed plain named tuples."""
 
 import dataclasses
 
-from diag.hang import evidence
-from diag.hang.api import Waits
-from diag.hang.kernel import STUCK_KERNEL, StuckKernel
+from diag.hang import decide
+from diag.hang.api import Case, Limits
+from diag.hang.kernel import STUCK_KERNEL, StuckKernelRule
 from diag.pb import collector_pb2 as pb
 from tests.hang.views import AR, NOW, Entry, progress, view
 
@@ -26,7 +26,7 @@ def job(probe=None, *, waited_s=25.0, culprit_op=None):
 
 
 def verdict(v, timeout=300.0):
-    return evidence.judge(v, timeout, 60.0, Waits())
+    return decide.decide(v, Limits(timeout, 60.0))
 
 
 def test_a_kernel_far_past_its_history_with_nothing_launched_since_is_named():
@@ -61,7 +61,7 @@ def test_healthy_runs_stay_quiet_until_the_timeout():
     for why, probe in quiet.items():
         found = verdict(job(probe))
         assert found.rule is None and not found.hung, why
-        assert verdict(job(probe, waited_s=301.0)).rule == evidence.TIMEOUT, why
+        assert verdict(job(probe, waited_s=301.0)).rule == "timeout", why
 
 
 def test_only_a_rank_the_others_wait_for_and_in_no_op():
@@ -78,8 +78,9 @@ def test_only_a_rank_the_others_wait_for_and_in_no_op():
     assert verdict(v).rule != STUCK_KERNEL
 
 
-def test_the_rule_is_a_proof_and_a_verdict_rule():
-    assert STUCK_KERNEL in evidence.VERDICT_RULES
-    assert any(isinstance(p, StuckKernel) for p in evidence.PROOFS)
-    assert StuckKernel().proves(verdict(job(kernel())), job(kernel()), 5.0) is not None
+def test_the_rule_is_a_verdict_rule():
+    assert STUCK_KERNEL in decide.VERDICT_RULES
+    assert any(isinstance(p, StuckKernelRule) for p in decide.PROOFS)
+    probe = decide.analyse(job(kernel()), Limits(5.0, 60.0))
+    assert StuckKernelRule().judge(Case(job(kernel()), Limits(300.0, 60.0), probe)).verdict is not None
     assert Entry   # the views module's plain tuples feed it

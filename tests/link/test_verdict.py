@@ -9,7 +9,8 @@ import os
 import pytest
 
 from diag.collector import gpus, verdict
-from diag.hang.judge import analyse
+from diag.hang.api import Limits
+from diag.hang.decide import analyse
 from diag.collector.state import JobState
 from diag.link import wire
 from diag.pb import collector_pb2 as pb
@@ -38,7 +39,7 @@ def judge(seqs, links=None, tmp_path=None):
     state.ingest(node_report(0, progress[:2]), T0)
     state.ingest(node_report(1, progress[2:]), T0)
     snap = state.snapshot(T0)
-    findings = analyse(snap, 10.0, 60.0)
+    findings = analyse(snap, Limits(10.0, 60.0))
     path = str(tmp_path) if tmp_path else "/ev"
     doc = verdict.hang_document(findings, snap, job_id="j", event_id="e", event_dir=path, declared_unix=0.0,
                                 timeout_s=10.0)

@@ -1,19 +1,18 @@
-"""The evidence rules (diag/hang/evidence.py) on plain data: each proves a
-hang before --hang-timeout only with its evidence, held its minimum wait;
-anything else waits for the timeout."""
+"""``decide`` (diag/hang/decide.py) on plain data: each verdict rule proves a
+hang before --hang-timeout only with its evidence, held its wait; anything
+else waits for the timeout."""
 
-from diag.hang import evidence
-from diag.hang.evidence import Waits
+from diag.hang import decide
+from diag.hang.api import Limits
 from diag.pb import collector_pb2 as pb
 from tests.hang.test_divergence import BUCKET, LOSS, SMALL, member
 from tests.hang.views import AR, progress, view
 
 TIMEOUT, SILENT = 300.0, 60.0
-WAITS = Waits()
 
 
-def _judge(v, waits=WAITS):
-    return evidence.judge(v, TIMEOUT, SILENT, waits)
+def _judge(v, proofs=True):
+    return decide.decide(v, Limits(TIMEOUT, SILENT, proofs=proofs))
 
 
 def _quiet(p, quiet_s, **kw):
@@ -34,7 +33,7 @@ def _idle(quiet_s=None, **kw):
 def test_a_rank_with_no_activity_while_the_others_wait_is_blocked_at_30_s_not_before():
     assert not _judge(_waiting_for_rank_1(29.0, _idle(29.0))).hung
     found = _judge(_waiting_for_rank_1(31.0, _idle(31.0)))
-    assert found.hung and found.rule == evidence.BLOCKED and found.culprits == [1]
+    assert found.hung and found.rule == "blocked" and found.culprits == [1]
     assert found.fired[0].evidence == "rank 1 waited for: no CPU, I/O or kernel launch for 31 s"
 
 
@@ -46,7 +45,7 @@ def test_a_busy_or_unknown_or_named_rank_waits_for_the_timeout():
     for rank1 in (busy, unknown, named):
         assert not _judge(_waiting_for_rank_1(200.0, rank1)).hung, rank1
         found = _judge(_waiting_for_rank_1(301.0, rank1))
-        assert found.hung and found.rule == evidence.TIMEOUT
+        assert found.hung and found.rule == "timeout"
         assert found.fired[0].evidence == "in flight past --hang-timeout 300 s"
 
 
@@ -54,7 +53,7 @@ def test_a_member_that_exited_before_the_op_proves_the_hang_at_5_s():
     gone = progress(1, started=4, completed=4, world=2, alive=False)
     assert not _judge(_waiting_for_rank_1(4.0, gone)).hung
     found = _judge(_waiting_for_rank_1(6.0, gone))
-    assert found.rule == evidence.EXITED_PEER and found.culprits == [1]
+    assert found.rule == "exited" and found.culprits == [1]
     # one that had started the op the others wait in is no proof
     done = progress(1, started=5, completed=5, world=2, alive=False)
     assert not _judge(_waiting_for_rank_1(6.0, done)).hung
@@ -67,7 +66,7 @@ def test_a_fatal_gpu_error_on_a_waiting_or_awaited_rank_proves_the_hang_at_5_s()
         gpu.identity.pci_bus_id = "0000:1b:00.0"
         gpu.events.add(kind="xid", code=79, text="GPU has fallen off the bus", fatal=True)
         found = _judge(v)
-        assert found.rule == evidence.GPU_FAULT and found.culprits == [1], found
+        assert found.rule == "gpu_fault" and found.culprits == [1], found
         assert found.fired[0].evidence == (f"rank {faulty}'s GPU 0000:1b:00.0 reported XID 79: "
                                            "GPU has fallen off the bus")
     # an event that is no hardware fault (an application's XID 13) is no proof
@@ -81,7 +80,7 @@ def test_ranks_that_diverged_are_proven_hung_at_5_s():
     for p in ranks.values():
         p.oldest_in_flight.age_ns = 6_000_000_000
     found = _judge(view(ranks))
-    assert found.rule == evidence.DIVERGED and found.culprits == [1]
+    assert found.rule == "diverged" and found.culprits == [1]
     assert found.fired[0].evidence.startswith("group default diverged at seq 3 (rank 1)")
     for p in ranks.values():
         p.oldest_in_flight.age_ns = 4_000_000_000
@@ -94,8 +93,8 @@ def test_members_that_agree_are_no_proof_and_verdicts_timeout_waits_for_it():
         p.oldest_in_flight.age_ns = 100_000_000_000
     assert not _judge(view(ranks)).hung
     # --verdicts timeout: no evidence rule, even where one would prove it
-    assert not _judge(_waiting_for_rank_1(31.0, _idle(31.0)), waits=None).hung
-    assert _judge(_waiting_for_rank_1(301.0, _idle(31.0)), waits=None).rule == evidence.TIMEOUT
+    assert not _judge(_waiting_for_rank_1(31.0, _idle(31.0)), proofs=False).hung
+    assert _judge(_waiting_for_rank_1(301.0, _idle(31.0)), proofs=False).rule == "timeout"
 
 
 def test_a_link_frozen_while_every_other_channel_advanced_proves_the_hang_at_5_s():
@@ -109,7 +108,7 @@ def test_a_link_frozen_while_every_other_channel_advanced_proves_the_hang_at_5_s
         p.links.extend(wire.entry_msg(e) for e in links.get(r, []))
         ranks[r] = p
     found = _judge(view(ranks, nodes={0: 0, 1: 0, 2: 1, 3: 1}))
-    assert found.rule == evidence.FROZEN_LINK, found.fired
+    assert found.rule == "frozen_link", found.fired
     assert found.fired[0].evidence == "link rank 1 -> rank 2 stuck at step 3 while every other channel advanced"
     for p in ranks.values():       # without the plugin's counters: the timeout judges it
         del p.links[:]
@@ -117,9 +116,9 @@ def test_a_link_frozen_while_every_other_channel_advanced_proves_the_hang_at_5_s
 
 
 def test_each_rule_states_its_name_evidence_and_wait():
-    waits = Waits(proof_s=5.0, blocked_s=30.0)
-    assert [(p.name, p.wait_s(waits)) for p in evidence.PROOFS] == [
+    limits = Limits(TIMEOUT, SILENT, proof_s=5.0, blocked_s=30.0)
+    assert [(p.name, p.wait_s(limits)) for p in decide.PROOFS] == [
         ("diverged", 5.0), ("deadlock", 5.0), ("exited", 5.0), ("frozen_link", 5.0), ("gpu_fault", 5.0), ("blocked", 30.0),
         ("stuck_kernel", 5.0)]
-    assert all(p.evidence for p in evidence.PROOFS)
-    assert set(evidence.VERDICT_RULES) == {p.name for p in evidence.PROOFS} | {evidence.TIMEOUT}
+    assert all(p.evidence and p.decides for p in decide.PROOFS)
+    assert set(decide.VERDICT_RULES) == {p.name for p in decide.PROOFS} | {"timeout"}
