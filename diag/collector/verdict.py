@@ -1,4 +1,7 @@
-"""Findings -> the one ``HANG: ...`` line and the hang.json document.
+"""The verdict (diag/hang/decide.py's Findings, or the idle rule's stall) ->
+the one ``HANG: ...`` line and the hang.json document, rendered here alone:
+:func:`declaration` when the hang is declared, :func:`complete` with the
+per-rank rows after the line.
 
 Rank sets are folded (``0-1,3``) so a verdict about 16,384 ranks stays one
 readable line; the culprits (ranks the others wait for) come right after the
@@ -9,19 +12,23 @@ hung ops, as in::
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from diag.collector import links
-from diag.hang.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, Mismatch, OpKey
+from diag.collector import gpus, links
+from diag.collector.events import stacks_not_written
+from diag.hang.api import KIND_COLLECTIVE, KIND_NAMES, KIND_P2P, Findings, HungGroup, IdleStall, Mismatch, OpKey
 from diag.hang.not_in_collective import NOT_IN_ANY
 from diag.hang.progress import comm_lane, in_flight_age
 from diag.collector.state import Snapshot
 from diag.common.ranks import fold
 from diag.link import analysis as link_analysis
 
+log = logging.getLogger("diag.collector")
 HANG_JSON_VERSION = 1
 MAX_GROUPS_IN_LINE = 3
 MAX_SUSPECT_CLAUSES = 4
+MAX_LAST_OPS_IN_LINE = 3
 
 
 def ranks_phrase(ranks) -> str:
@@ -231,7 +238,7 @@ def hang_document(findings: Findings, snap: Snapshot, *, job_id: str, event_id: 
         "job_id": job_id,
         "event_id": event_id,
         "declared_unix": round(declared_unix, 3),
-        "reason": "hung_op",   # or "idle" (diag/collector/idle.py)
+        "reason": "hung_op",   # or "idle" (idle_fields)
         "timeout_s": timeout_s,
         "rule": _rule_field(findings),
         "world_size": findings.world_size,
@@ -340,3 +347,59 @@ def deadlock_section(findings: Findings) -> dict[str, Any] | None:
                        "expected": {"comm_id": o.expected[0], "group": group_name(findings, o.expected[0]),
                                     "op": o.expected[1]},
                        "ops_per_step": o.period} for r, o in sorted(d.broke.items())]}
+
+
+def idle_line(stall: IdleStall, idle_timeout_s: float, event_dir: str) -> str:
+    """``HANG: idle: ranks 0-3 started or finished no op for 12.3 s (idle timeout 10.0 s), none in
+    flight; last op all_reduce on ranks 0-3; stacks in DIR/``"""
+    by_op: dict[str, list[int]] = {}
+    for rank in stall.ranks:
+        by_op.setdefault(stall.last_ops.get(rank) or "none", []).append(rank)
+    ordered = sorted(by_op.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    ops = ", ".join(f"{op} on {ranks_phrase(ranks)}" for op, ranks in ordered[:MAX_LAST_OPS_IN_LINE])
+    if len(ordered) > MAX_LAST_OPS_IN_LINE:
+        ops += f", {len(ordered) - MAX_LAST_OPS_IN_LINE} more in hang.json"
+    clauses = [f"HANG: idle: {ranks_phrase(stall.ranks)} started or finished no op for {stall.idle_s:.1f} s "
+               f"(idle timeout {idle_timeout_s:.1f} s), none in flight", f"last op {ops}"]
+    if stall.exited_ranks:
+        clauses.append(f"{ranks_phrase(stall.exited_ranks)} exited")
+    if stall.missing_ranks:
+        clauses.append(f"{ranks_phrase(stall.missing_ranks)} never reported")
+    return f"{'; '.join(clauses)}; stacks in {event_dir.rstrip('/')}/"
+
+
+def idle_fields(stall: IdleStall, idle_timeout_s: float) -> dict:
+    """What hang.json says about an idle stall, beside the per-rank rows."""
+    return {"reason": "idle", "timeout_s": idle_timeout_s, "idle_s": round(stall.idle_s, 3),
+            "idle_ranks": list(stall.ranks), "exited_ranks": list(stall.exited_ranks),
+            "missing_ranks": list(stall.missing_ranks), "culprits": []}
+
+
+def declaration(findings: Findings, snap: Snapshot, *, job_id: str, event_id: str, event_dir: str,
+                declared_unix: float, hang_timeout_s: float, dropped: dict[int, int], refused: str = "",
+                stall: IdleStall | None = None, idle_timeout_s: float = 0.0) -> dict[str, Any]:
+    """hang.json as the hang is declared, its ``verdict`` the HANG line:
+    hung ops in ``findings``, or the idle ``stall``. The culprits' GPUs are
+    named in the line and their faults written to faults.json beside it
+    (gpus.annotate_hang); a ``refused`` event directory (why, in a phrase)
+    is said instead of "stacks in". The per-rank rows are left to
+    :func:`complete`: the line needs none of them."""
+    doc = hang_document(findings, snap, job_id=job_id, event_id=event_id, event_dir=event_dir,
+                        declared_unix=declared_unix, timeout_s=hang_timeout_s, rows=False, dropped=dropped)
+    if stall is not None:
+        doc.update(idle_fields(stall, idle_timeout_s), verdict=idle_line(stall, idle_timeout_s, event_dir))
+    try:
+        gpus.annotate_hang(doc, snap, event_dir)
+    except Exception:   # the verdict goes out without its GPU clause rather than not at all
+        log.exception("collector watchdog: error while naming the culprits' GPUs; continuing")
+    if refused:   # not "stacks in" a directory refused and never written (another user's link)
+        doc["verdict"] = stacks_not_written(doc["verdict"], refused)
+    return doc
+
+
+def complete(doc: dict[str, Any], findings: Findings, snap: Snapshot) -> None:
+    """hang.json's per-rank sections and rows, and their GPUs, into ``doc``."""
+    doc.update(rank_sections(findings))
+    rows = rank_rows(findings, snap)
+    gpus.annotate_rows(rows, snap)
+    doc["ranks"] = rows

@@ -20,10 +20,10 @@ import threading
 import time
 
 from diag import faultlist
-from diag.collector import gpus, idle, verdict
+from diag.collector import gpus, verdict
 from diag.hang.api import Findings
 from diag.collector.config import Config
-from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent, stacks_not_written
+from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
 from diag.collector.failures import FailureWatch
 from diag.collector.pace import Pacer
 from diag.collector.passes import FULL_EVERY_S, FULL_RANKS_PER_S, INDEX_SLACK_S, all_passes  # noqa: F401
@@ -344,17 +344,11 @@ class Watchdog:
             dropped = self._state.dropped()
         except Exception:   # the drops pass says why; the verdict goes out without its drops clause
             dropped = {}
-        doc = verdict.hang_document(findings, snap, job_id=self._config.job_id, event_id=event_id, event_dir=path,
-                                    declared_unix=now_unix, timeout_s=self._config.hang_timeout_s, rows=False,
-                                    dropped=dropped)
-        if stall is not None:
-            doc.update(idle.idle_fields(stall, self._config.idle_timeout_s),
-                       verdict=idle.idle_line(stall, self._config.idle_timeout_s, path))
-        # Before open_event: the culprits' GPU faults go into the line and faults.json.
-        self._no_throw(gpus.annotate_hang, "naming the culprits' GPUs", doc, snap, path)
         refused = self._events.refused.get(event_id, "")
-        if refused:   # not "stacks in" a directory refused and never written (another user's link)
-            doc["verdict"] = stacks_not_written(doc["verdict"], refused)
+        doc = verdict.declaration(findings, snap, job_id=self._config.job_id, event_id=event_id, event_dir=path,
+                                  declared_unix=now_unix, hang_timeout_s=self._config.hang_timeout_s,
+                                  dropped=dropped, refused=refused, stall=stall,
+                                  idle_timeout_s=self._config.idle_timeout_s)
         silent = set(findings.silent_ranks)
         expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
         event = self._events.open_event(event_id, path, doc, expected, snap.now)
@@ -384,10 +378,7 @@ class Watchdog:
     def _write_document(event: HangEvent, doc: dict, findings, snap: Snapshot) -> None:
         """hang.json's per-rank rows and their GPUs, then the file (temp + rename)."""
         try:
-            doc.update(verdict.rank_sections(findings))
-            rows = verdict.rank_rows(findings, snap)
-            gpus.annotate_rows(rows, snap)
-            doc["ranks"] = rows
+            verdict.complete(doc, findings, snap)
         finally:   # a document without its rows rather than none
             event.flush(snap.now, force=True)
 

@@ -1,8 +1,7 @@
-"""The idle rule (diag/hang/idle.py) and its verdict (diag/collector/idle.py): every live rank blocked outside any op."""
+"""The idle rule (diag/hang/idle.py) and its verdict (diag/collector/verdict.py): every live rank blocked outside any op."""
 
 import json
 
-from diag.collector import idle
 from diag.hang.detector import IdleDetector
 from diag.hang.idle import find_idle
 from diag.collector.state import JobState
