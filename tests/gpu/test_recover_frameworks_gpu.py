@@ -68,5 +68,7 @@ def test_deepspeed_paired_step_cost_of_save(tmp_path):
     print(f"DeepSpeed ZeRO 1+2+3 step, world size 1: without save {statistics.median(off) * 1e3:.2f} ms, with "
           f"{statistics.median(on) * 1e3:.2f} ms; paired {statistics.median(pairs):+.2f} % (median of {len(pairs)}); "
           f"save() {cost['save_call_s'] / max(1, cost['saved']) * 1e3:.2f} ms a call; committed "
-          f"{cost['committed']}/{cost['saved']}; pre-hook waits over 1 ms: {cost['prehook_waits']}")
-    assert cost["committed"] == cost["saved"]
+          f"{cost['committed']}/{cost['saved']} ({cost['skipped_slot']} skipped: the agent was persisting that slot, "
+          f"--ckpt-persist-every 10); pre-hook waits over 1 ms: {cost['prehook_waits']}")
+    # a snapshot is either committed or left for the next because the agent was writing its slot to disk
+    assert cost["committed"] + cost["skipped_slot"] == cost["saved"] and cost["skipped_busy"] == 0, cost

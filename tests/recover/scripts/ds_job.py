@@ -84,5 +84,6 @@ if TIME:
     st = ckpt.stats
     say("COST " + json.dumps({"step_with_save_s": costs["on"], "step_without_s": costs["off"],
                               "save_call_s": st["save_call_s"], "saved": st["saved"], "committed": st["committed"],
+                              "skipped_slot": st["skipped_slot"], "skipped_busy": st["skipped_busy"],
                               "prehook_wait_s": st["prehook_wait_s"], "prehook_waits": st["prehook_waits"]}))
 dist.destroy_process_group()

@@ -43,8 +43,10 @@ class MLP(MegatronModule):
 torch.manual_seed(0)
 model = DistributedDataParallel(cfg, DistributedDataParallelConfig(use_distributed_optimizer=True,
                                                                    grad_reduce_in_fp32=True), MLP().cuda())
-opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-3, bf16=True, use_distributed_optimizer=True,
-                                             clip_grad=1.0), [model])
+# min_lr in the config too: get_megatron_optimizer copies it into every param group, where the
+# scheduler reads it before its own (None there: "float - NoneType" at the first decay step)
+opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=1e-3, min_lr=1e-5, bf16=True,
+                                             use_distributed_optimizer=True, clip_grad=1.0), [model])
 sched = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=1e-3, min_lr=1e-5, lr_warmup_steps=4, lr_decay_steps=steps,
                                 lr_decay_style="cosine", start_wd=0.0, end_wd=0.0, wd_incr_steps=steps,
                                 wd_incr_style="constant")
