@@ -145,7 +145,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         blob = json.dumps(doc, separators=(",", ":")).encode()
         t_json = time.perf_counter() - t
-        watchdog._expired_since.clear()   # the op just entered the window: the tick holds ingest, as live
+        watchdog.hang.expired_since.clear()   # the op just entered the window: the tick holds ingest, as live
         marks.clear()
         t = time.perf_counter()
         watchdog.tick(now=now + 2.1, now_unix=1.7e9)

@@ -2,30 +2,29 @@
 (schedule.py runs them; docs/collector.md "Passes and rules").
 
 * ``pace``: how far ingest is behind (pace.py), before anything reads ages.
-* ``hang``: the hang rules (diag/hang) on the snapshot: HANG, SILENT. Ingest
-  is held, in this pass alone, while an op that just neared the timeout is
-  judged and its line and commands go out.
-* ``idle``: the idle rule (diag/hang/idle.py) on the same snapshot.
+* ``hang``, ``idle``: the hang path (hang_pass.py): HANG, SILENT, the idle stall.
 * ``slow``: SLOW judgements and GPU lines, on the perf path's cadence
   (FULL_EVERY_S, or a second per FULL_RANKS_PER_S ranks); put off while an
   op nears the timeout or a hang lasts.
 * ``drops``, ``stats``: the DROPPED line, the ingest rate.
 * ``timeline``: timeline requests closed at their deadline.
+* ``failure``: the FAILED verdict (failures.py).
 * ``events``: hang.json rewrites, the "stacks are in" and last-words lines,
-  and --hang-action's kill once they are.
+  and --hang-action's kill once they are (the watchdog's actions).
 
-Each pass reads the watchdog that owns it (``wd``): its state, detectors
-and actions. What one pass leaves for the next is on the Tick.
+Each pass owns what it remembers from tick to tick; what one leaves for a
+later one in the same tick is a field of the Tick.
 """
 
 from __future__ import annotations
 
-from diag.collector.schedule import Pass, Tick
-from diag.hang.detector import ACTIVITY_SLACK_S
+import logging
 
-# The index files ops by the second they started, and a later report may date
-# a start a little earlier: look at ranks this much before the timeout.
-INDEX_SLACK_S = 1.5
+from diag.collector import verdict
+from diag.collector.hang_pass import HangPass, IdlePass
+from diag.collector.schedule import Pass, Tick
+
+log = logging.getLogger("diag.collector")
 FULL_EVERY_S = 2.0
 FULL_RANKS_PER_S = 20_000
 
@@ -33,89 +32,11 @@ FULL_RANKS_PER_S = 20_000
 class PacePass(Pass):
     name = "pace"
 
-    def __init__(self, wd) -> None:
-        self.wd = wd
+    def __init__(self, pacer) -> None:
+        self._pacer = pacer
 
     def run(self, tick: Tick, now: float) -> None:
-        self.wd.pacer.check(now)
-
-
-class HangPass(Pass):
-    """The state's indexes say which ranks' ops may be past the timeout and
-    which agents may be silent: only then (or while a hang lasts, or when
-    another pass wants it) is a full snapshot judged, so a tick's work does
-    not grow with the healthy ranks (issue 21)."""
-
-    name = "hang"
-
-    def __init__(self, wd) -> None:
-        self.wd = wd
-
-    def wants_snapshot(self, tick: Tick) -> bool:
-        wd = self.wd
-        return (bool(self.expired(tick)) or self.probing(tick) or self.quiet(tick) != wd._quiet
-                or not wd.detector.armed)
-
-    def probing(self, tick: Tick) -> bool:
-        """Whether the verdict rules look this tick (diag/hang/decide.py):
-        their look is due and some op has waited their shortest wait."""
-        if not hasattr(tick, "probing"):
-            wd = self.wd
-            waits = wd.probe_due(tick.now)
-            tick.probing = waits is not None and wd.detector.armed and bool(
-                wd._state.expired(tick.now - waits.probe_s + INDEX_SLACK_S))
-        return tick.probing
-
-    @staticmethod
-    def silent_after(wd, tick: Tick) -> float:
-        if not hasattr(tick, "silent_after"):
-            tick.silent_after = wd.pacer.silent_after(wd._config.silent_after_s)
-        return tick.silent_after
-
-    def expired(self, tick: Tick) -> set[int]:
-        if not hasattr(tick, "expired"):
-            tick.expired = self.wd._state.expired(tick.now - self.wd._config.hang_timeout_s + INDEX_SLACK_S)
-        return tick.expired
-
-    def quiet(self, tick: Tick) -> set[int]:
-        if not hasattr(tick, "quiet"):
-            tick.quiet = set(self.wd._state.quiet_agents(tick.now - self.silent_after(self.wd, tick)))
-        return tick.quiet
-
-    def run(self, tick: Tick, now: float) -> None:
-        wd = self.wd
-        quiet = self.quiet(tick)
-        try:
-            if tick.snapshot_wanted:
-                tick.hanging = self._judge(tick, now)
-        finally:
-            wd._quiet = quiet
-
-    def _judge(self, tick: Tick, now: float) -> bool:
-        wd = self.wd
-        snap = tick.snap
-        # An op is near the timeout: ingest holds while the rules judge and
-        # the line and commands go out (not while hang.json is built);
-        # the pacer forgives the wait it causes.
-        hold = wd.detector.armed and wd._newly_expired(self.expired(tick), now)
-        with wd.ingest_held(hold):
-            return wd._judge(snap, tick.unix, self.silent_after(wd, tick), self.probing(tick))
-
-
-class IdlePass(Pass):
-    name = "idle"
-
-    def __init__(self, wd) -> None:
-        self.wd = wd
-
-    def wants_snapshot(self, tick: Tick) -> bool:
-        wd = self.wd
-        return (not wd.idle_detector.armed
-                or tick.now - wd._state.active_at >= wd._config.idle_timeout_s - ACTIVITY_SLACK_S)
-
-    def run(self, tick: Tick, now: float) -> None:
-        if tick.snapshot_wanted:
-            self.wd._judge_idle(tick.snap, tick.unix, HangPass.silent_after(self.wd, tick))
+        self._pacer.check(now)
 
 
 class SlowPass(Pass):
@@ -125,8 +46,8 @@ class SlowPass(Pass):
 
     name = "slow"
 
-    def __init__(self, wd) -> None:
-        self.wd = wd
+    def __init__(self, state, side_work) -> None:
+        self._state, self._side_work = state, side_work
 
     def wants_snapshot(self, tick: Tick) -> bool:
         return True
@@ -134,53 +55,64 @@ class SlowPass(Pass):
     def run(self, tick: Tick, now: float) -> float:
         # The hang path first: while an op nears the timeout or a hang
         # lasts, the perf path (SLOW, GPU lines) waits for a later tick.
-        if getattr(tick, "expired", None) or tick.hanging:
+        if tick.near_timeout or tick.hanging:
             return 0.0
-        agents, ranks = self.wd._state.size
-        self.wd._side_work(tick.snap, tick.unix)
+        agents, ranks = self._state.size
+        self._side_work(tick.snap, tick.unix)
         return max(FULL_EVERY_S, ranks / FULL_RANKS_PER_S)
 
 
 class DropsPass(Pass):
+    """Says when ranks drop progress records (full rings), first at any drop
+    and then each time the job-wide total doubles, so the line stays rare."""
+
     name = "drops"
 
-    def __init__(self, wd) -> None:
-        self.wd = wd
+    def __init__(self, state, say) -> None:
+        self._state, self._say = state, say
+        self._said = 0   # job-wide dropped-record total at the last DROPPED line
 
     def run(self, tick: Tick, now: float) -> None:
-        self.wd._report_drops()
+        dropping = self._state.dropped()
+        total = sum(dropping.values())
+        if total and total >= 2 * self._said:
+            self._say(verdict.dropped_line(dropping))
+            self._said = total
 
 
 class StatsPass(Pass):
+    """Every --stats-interval: reports ingested so far and the rate since the last line."""
+
     name = "stats"
 
-    def __init__(self, wd) -> None:
-        self.wd = wd
-        self.every_s = wd._config.stats_interval_s
+    def __init__(self, config, state, pacer) -> None:
+        self._config, self._state, self._pacer = config, state, pacer
+        self.every_s = config.stats_interval_s
+        self._at: float | None = None
+        self._reports = 0
 
     def run(self, tick: Tick, now: float) -> None:
-        self.wd._log_stats(now)
+        if self._at is None:
+            self._at = now
+        if now - self._at < self._config.stats_interval_s:
+            return
+        total = self._state.reports
+        rate = (total - self._reports) / (now - self._at)
+        agents, ranks = self._state.size
+        log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks; %.2f s behind",
+                 total, rate, now - self._at, agents, ranks, self._pacer.lag_s)
+        self._at, self._reports = now, total
 
 
 class TimelinePass(Pass):
     name = "timeline"
 
     def __init__(self, wd) -> None:
-        self.wd = wd
+        self._wd = wd   # its timelines may be set after it starts (tests)
 
     def run(self, tick: Tick, now: float) -> None:
-        if self.wd.timelines is not None:
-            self.wd.timelines.tick(now)
-
-
-class EventsPass(Pass):
-    name = "events"
-
-    def __init__(self, wd) -> None:
-        self.wd = wd
-
-    def run(self, tick: Tick, now: float) -> None:
-        self.wd._events_tick(now)
+        if self._wd.timelines is not None:
+            self._wd.timelines.tick(now)
 
 
 class FailurePass(Pass):
@@ -190,13 +122,25 @@ class FailurePass(Pass):
 
     name = "failure"
 
-    def __init__(self, wd) -> None:
-        self.wd = wd
+    def __init__(self, failures) -> None:
+        self._failures = failures
 
     def run(self, tick: Tick, now: float) -> None:
-        self.wd.failures.tick(now, tick.unix)
+        self._failures.tick(now, tick.unix)
 
 
-def all_passes(wd) -> list[Pass]:
-    return [cls(wd) for cls in (PacePass, HangPass, IdlePass, SlowPass, DropsPass, StatsPass, TimelinePass,
-                                FailurePass, EventsPass)]
+class EventsPass(Pass):
+    name = "events"
+
+    def __init__(self, events_tick) -> None:
+        self._events_tick = events_tick
+
+    def run(self, tick: Tick, now: float) -> None:
+        self._events_tick(now)
+
+
+def all_passes(wd, hang: HangPass, idle: IdlePass) -> list[Pass]:
+    """The passes of watchdog ``wd``, in the order each tick runs them."""
+    return [PacePass(wd.pacer), hang, idle, SlowPass(wd.state, wd.side_work), DropsPass(wd.state, wd.say),
+            StatsPass(wd.config, wd.state, wd.pacer), TimelinePass(wd), FailurePass(wd.failures),
+            EventsPass(wd.events_tick)]

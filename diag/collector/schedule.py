@@ -37,15 +37,20 @@ class Pass:
 
 
 class Tick:
-    """What the passes of one tick share: the clocks, the passes due, and
-    the snapshot (``snap``), taken at the first read by ``take(now)``.
-    Passes leave what later ones read as attributes (the hang pass:
-    ``expired``, ``hanging``)."""
+    """What the passes of one tick share: the clocks, the passes due, the
+    snapshot (``snap``), taken at the first read by ``take(now)``, and what
+    the hang pass leaves for the later ones: ``near_timeout`` (some rank's
+    op nears the timeout) and ``hanging`` (an op hangs, or a declared hang
+    lasts), for which the perf path waits; ``silent_nodes``, the silent
+    agents it found on this snapshot (None: it judged none), which the idle
+    pass reuses."""
 
     def __init__(self, now: float, unix: float, due: list[Pass], take) -> None:
         self.now, self.unix, self.due = now, unix, due
         self._take = take
+        self.near_timeout = False
         self.hanging = False
+        self.silent_nodes: set[int] | None = None
 
     @functools.cached_property
     def snapshot_wanted(self) -> bool:

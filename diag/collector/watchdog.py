@@ -1,12 +1,12 @@
-"""The collector's watchdog: runs its passes on a timer and acts on verdicts.
+"""The collector's watchdog: the loop that runs its passes, and the actions.
 
 One thread, one ``tick`` every --eval interval (0.5 s). Each tick is a
-scheduler over registered passes (schedule.py, passes.py): pace, hang, idle,
-slow/GPU, drops, stats, timeline and events, each due on its own cadence and
-isolated from the others. The loop never dies: errors are logged and the
-next tick runs. ``tick`` takes the clock as arguments so tests can drive it
-directly. The watchdog owns what the passes act through: the detectors, the
-hang declaration (line, commands, hang.json), ingest's hold, the kills.
+scheduler over registered passes (schedule.py, passes.py, hang_pass.py),
+each due on its own cadence, owning its own state and isolated from the
+others. The loop never dies: errors are logged and the next tick runs.
+``tick`` takes the clock as arguments so tests can drive it directly. The
+watchdog owns what the passes act through: the hang declaration (line,
+commands, hang.json), ingest's hold, the perf path's thread, the kills.
 """
 
 from __future__ import annotations
@@ -21,36 +21,29 @@ import time
 
 from diag import faultlist
 from diag.collector import gpus, verdict
-from diag.hang.api import Findings
 from diag.collector.config import Config
 from diag.collector.events import MAX_EVENTS_KEPT, EventStore, HangEvent
 from diag.collector.failures import FailureWatch
 from diag.collector.pace import Pacer
-from diag.collector.passes import FULL_EVERY_S, FULL_RANKS_PER_S, INDEX_SLACK_S, all_passes  # noqa: F401
+from diag.collector.hang_pass import HangPass, IdlePass
+from diag.collector.passes import all_passes
 from diag.collector.schedule import Scheduler
 from diag.collector.servicer import SessionRegistry
 from diag.collector.slowness import SlowWatch
 from diag.collector.state import JobState, Snapshot
 from diag.common import dumpnames, safe_dirs
 from diag.common.ranks import fold
-from diag.hang.detector import HangDetector, IdleDetector
-from diag.hang.idle import find_idle
-from diag.hang.api import Limits
-from diag.hang.decide import decide
-from diag.hang.silent import silent_agents
 from diag.pb import collector_pb2 as pb
 
 log = logging.getLogger("diag.collector")
 KILLING = ("kill", "recover")   # the --hang-action values that end the workers
 SLOW_TICK_S = 1.0
-HOLD_FOR_S = INDEX_SLACK_S + 2.0   # the window's width, and a little: the ticks that may declare
 FORGIVE_S = 2.0   # reports held while a hang was judged are late by our choice, not overload
 # The watchdog waking later than asked by half the shorter of --silent-after
 # and --hang-timeout (at least this): the collector itself was paused. A
 # shorter pause cannot make a verdict on its own; a busy host's scheduling
 # delay stays far below it.
 PAUSED_MIN_S = 1.0
-PROBE_EVERY_S = 1.0   # the evidence rules' look while an op is waited on (_waits)
 # The perf path's pass takes at most this share of the GIL: at 100,000 ranks
 # reading every window costs ~4 s of Python, and taking the GIL half the time
 # for that long put ingest 3 s behind (an OVERLOAD of our own making,
@@ -59,43 +52,37 @@ PERF_PATH_SHARE = 0.25
 
 
 class Watchdog:
-    """Owns the rule evaluation, hang declaration, dump requests and kills."""
+    """The loop over the passes, and the actions they take: the hang
+    declaration (line, commands, hang.json), ingest's hold, the kills."""
 
     def __init__(self, config: Config, state: JobState, registry: SessionRegistry, events: EventStore,
                  out=None, timelines=None) -> None:
-        self._config = config
+        self.config = config
         self.timelines = timelines  # diag.collector.timelines.TimelineGatherer, or None
-        self._state = state
+        self.state = state
         self._registry = registry
         self._events = events
         self._out = out  # where verdict lines go; None means sys.stderr at print time
-        self.detector = HangDetector()
-        self.idle_detector = IdleDetector()
-        self._probe_at, self._probe_cost = float("-inf"), 0.0   # the evidence rules' last look (_waits)
         self.declared: list[HangEvent] = []
         self._marks: dict[int, str] = {}   # the last HANG's ranks: "hung" or "culprit" (hang_marks)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._stats_at: float | None = None
-        self._stats_reports = 0
-        self._drops_said = 0  # job-wide dropped-record total at the last DROPPED line
-        self.slow = SlowWatch(config, events, registry, self._say, timelines)
-        self.gpus = gpus.GpuWatch(self._say)   # start-up lines on where ranks run (docs/gpu.md)
-        self.pacer = Pacer(config, state, registry, self._say)   # overload: say it, shed, back off
-        self._quiet: set[int] = set()   # agents quiet at the last tick (silent candidates)
+        self.slow = SlowWatch(config, events, registry, self.say, timelines)
+        self.gpus = gpus.GpuWatch(self.say)   # start-up lines on where ranks run (docs/gpu.md)
+        self.pacer = Pacer(config, state, registry, self.say)   # overload: say it, shed, back off
         self._side: threading.Thread | None = None   # the perf path's pass, when one runs
         self._holding = False   # a declaring tick judges: the perf path's pass waits
         self._line_at = float("-inf")   # when the last HANG line was said (the slow-tick warning)
         self._line_cpu = 0.0            # ... and the watchdog thread's CPU time then
-        self._expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self.full_ticks = 0   # ticks that took a full snapshot (tests, bench)
         self._deferred: list = []   # a declaration's work the HANG line does not need: after the hold
         self._pauses = 0                      # the collector's own pauses not yet said (paused())
         self._pause_said_at = float("-inf")
-        self._silent_nodes: tuple[float, set[int]] = (float("nan"), set())   # (snapshot's now, nodes): hang -> idle
         self.failures = FailureWatch(config, state, events, registry,
                                      lambda: any(e.killed for e in self.declared))   # FAILED (failures.py)
-        self.scheduler = Scheduler(all_passes(self))
+        self.hang = HangPass(config, state, self.pacer, self)   # HANG, SILENT (hang_pass.py)
+        self.idle = IdlePass(config, state, self.pacer, self)
+        self.scheduler = Scheduler(all_passes(self, self.hang, self.idle))
 
     @property
     def _full_at(self) -> float:
@@ -126,8 +113,8 @@ class Watchdog:
 
     def _loop(self) -> None:
         said = float("-inf")
-        interval = self._config.eval_interval_s
-        paused_after = max(PAUSED_MIN_S, min(self._config.silent_after_s, self._config.hang_timeout_s) / 2)
+        interval = self.config.eval_interval_s
+        paused_after = max(PAUSED_MIN_S, min(self.config.silent_after_s, self.config.hang_timeout_s) / 2)
         waited_from = time.monotonic()
         while not self._stop.wait(interval):
             began, cpu = time.monotonic(), time.thread_time()
@@ -143,7 +130,7 @@ class Watchdog:
                 line = (f"; its HANG line {self._line_at - began:.1f} s into it, {self._line_cpu - cpu:.1f} s of "
                         f"it on this thread's CPU" if self._line_at >= began else "")
                 log.warning("a watchdog tick took %.1f s (%d agents, %d ranks; %.1f s behind%s)", took,
-                            *self._state.size, self.pacer.lag_s, line)
+                            *self.state.size, self.pacer.lag_s, line)
             waited_from = time.monotonic()
 
     def paused(self, paused_s: float, now: float) -> None:
@@ -153,8 +140,8 @@ class Watchdog:
         agent's silence and every rank's age (JobState.forgive_pause), and
         the backlog it leaves is not overload: nobody is blamed for our own
         pause. Said at most once a minute (a starved host pauses it often)."""
-        self._state.forgive_pause(paused_s, now)
-        self.detector.forgive(paused_s)
+        self.state.forgive_pause(paused_s, now)
+        self.hang.detector.forgive(paused_s)
         self.pacer.forgive(now + FORGIVE_S + paused_s)
         self._pauses += 1
         if now - self._pause_said_at >= 60:
@@ -178,7 +165,7 @@ class Watchdog:
 
     def _take_snapshot(self, now: float) -> Snapshot:
         self.full_ticks += 1
-        return self._state.snapshot(now)
+        return self.state.snapshot(now)
 
     @contextlib.contextmanager
     def ingest_held(self, hold: bool):
@@ -199,7 +186,7 @@ class Watchdog:
             if hold:
                 self._registry.hold(False)
                 self._holding = False
-            self._run_deferred()   # hang.json, after the line and the commands, ingest going again
+            self.run_deferred()   # hang.json, after the line and the commands, ingest going again
             if hold:
                 # The reports held, and those slowed by hang.json's build
                 # after the line, are late by our choice, not overload: the
@@ -207,7 +194,7 @@ class Watchdog:
                 done = time.monotonic()
                 self.pacer.forgive(done + FORGIVE_S + 2 * (done - held_at))
 
-    def _events_tick(self, now: float) -> None:
+    def events_tick(self, now: float) -> None:
         """hang.json rewrites and the lines and kills that wait on an event's answers."""
         for event in self._events.events():
             self._no_throw(event.flush, "writing hang.json", now)
@@ -216,12 +203,12 @@ class Watchdog:
         for event in self.declared[-MAX_EVENTS_KEPT:]:   # HANG events only: a SLOW one kills nothing
             if event.last_words_expected and not event.last_words_said:
                 self._no_throw(self._maybe_say_last_words, "saying the last words are in", event, now)
-            if self._config.hang_action in KILLING and not event.killed:
+            if self.config.hang_action in KILLING and not event.killed:
                 self._no_throw(self._maybe_kill, "sending KillWorkers", event, now)
 
     def hang_active(self) -> bool:
         """A declared hang (or idle stall) lasts: the detector is disarmed until progress resumes."""
-        return not self.detector.armed or not self.idle_detector.armed
+        return not self.hang.detector.armed or not self.idle.detector.armed
 
     def hang_marks(self) -> dict[int, str]:
         """While a declared hang lasts, rank -> "hung" (in the stuck op) or
@@ -229,22 +216,14 @@ class Watchdog:
         them; else empty (``xpu-diag top`` marks its rows with it)."""
         return self._marks if self.hang_active() else {}
 
-    def _run_deferred(self) -> None:
+    def run_deferred(self) -> None:
+        """The declarations' work the line does not need (hang.json), after ingest's hold."""
         work, self._deferred = self._deferred, []
         with gc_paused(bool(work)):
             for fn, doing in work:
                 self._no_throw(fn, doing)
 
-    def _newly_expired(self, expired: set[int], now: float) -> bool:
-        """Whether some rank's op reached the index's window lately (within
-        HOLD_FOR_S): only then is a HANG about to be declared. Ranks that stay
-        there (a silent agent's, an op the rules do not call hung) must not
-        hold ingest at every tick."""
-        since = {r: self._expired_since.get(r, now) for r in expired}
-        self._expired_since = since
-        return any(now - t <= HOLD_FOR_S for t in since.values())
-
-    def _side_work(self, snap: Snapshot, unix: float) -> None:
+    def side_work(self, snap: Snapshot, unix: float) -> None:
         """SLOW judgements and GPU lines: reading every rank's perf window costs
         seconds at 100,000 ranks, so a running watchdog hands them to a thread
         of their own (skipped while the last pass still runs) and its tick goes
@@ -262,93 +241,20 @@ class Watchdog:
         self._side = threading.Thread(target=work, name="collector-perf-path", daemon=True)
         self._side.start()
 
-    def _judge(self, snap: Snapshot, unix: float, silent_after: float, probe: bool = False) -> bool:
-        """The hang rules on a full snapshot: HANG, SILENT. True while the job hangs.
-        While a declared hang lasts, only whether it is over and who turned
-        silent (the detector's own look at the hung ranks): explaining every
-        rank again each tick would cost O(world) for nothing."""
-        if self.detector.armed:
-            # ``probe``: the evidence rules look too (their look is due, HangPass.probing)
-            limits = self._limits(silent_after, probe)
-            started = time.perf_counter()
-            findings = decide(snap, limits)
-            if limits.proofs:
-                self._probe_at, self._probe_cost = snap.now, time.perf_counter() - started
-        else:
-            findings = Findings(world_size=snap.world_size, silent_agents=silent_agents(snap, silent_after))
-        self._silent_nodes = (snap.now, {a.node_rank for a in findings.silent_agents})
-        fire, rearmed, newly_silent = self.detector.update(findings, snap)
-        for agent in newly_silent:
-            self._say(verdict.silent_line(agent))
-        if rearmed:
-            log.info("progress resumed: hang detection re-armed")
-        if fire:
-            self._declare(findings, snap, unix)
-        return findings.is_hang or not self.detector.armed
-
-    def _limits(self, silent_after: float, probe: bool) -> Limits:
-        """The rules' bounds; the verdict rules look only with --verdicts evidence, and when ``probe``."""
-        return Limits(self._config.hang_timeout_s, silent_after, proofs=probe and self._config.verdicts == "evidence",
-                      blocked_s=self._config.blocked_after_s)
-
-    def probe_due(self, now: float) -> Limits | None:
-        """The evidence rules' waits when their next look is due, else None.
-        A look explains every stuck group, which costs O(world) (0.7 s at
-        16,384 ranks); while an op is waited on longer than their shortest
-        wait (a checkpoint) they look at most every PROBE_EVERY_S or four
-        times their own last cost, whichever is longer."""
-        if now - self._probe_at < max(PROBE_EVERY_S, 4 * self._probe_cost):
-            return None
-        limits = self._limits(self._config.silent_after_s, True)
-        return limits if limits.proofs else None
-
-    def _judge_idle(self, snap: Snapshot, unix: float, silent_after: float) -> None:
-        """The idle rule on the snapshot the hang pass judged (its silent
-        agents too, found once), then the declaration's hang.json."""
-        at, silent_nodes = self._silent_nodes
-        if at != snap.now:   # the hang pass did not judge this snapshot (it failed)
-            silent_nodes = {a.node_rank for a in silent_agents(snap, silent_after)}
-        stall = find_idle(snap, self._config.idle_timeout_s, silent_nodes)
-        if self.idle_detector.update(stall, snap):
-            self._declare(Findings(world_size=snap.world_size), snap, unix, stall)
-        self._run_deferred()
-
-    def _log_stats(self, now: float) -> None:
-        """Every --stats-interval: reports ingested so far and the rate since the last line."""
-        if self._stats_at is None:
-            self._stats_at = now
-        if now - self._stats_at < self._config.stats_interval_s:
-            return
-        total = self._state.reports
-        rate = (total - self._stats_reports) / (now - self._stats_at)
-        agents, ranks = self._state.size
-        log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks; %.2f s behind",
-                 total, rate, now - self._stats_at, agents, ranks, self.pacer.lag_s)
-        self._stats_at, self._stats_reports = now, total
-
-    def _report_drops(self) -> None:
-        """Say when ranks drop progress records (full rings), first at any drop
-        and then each time the job-wide total doubles, so the line stays rare."""
-        dropping = self._state.dropped()
-        total = sum(dropping.values())
-        if total and total >= 2 * self._drops_said:
-            self._say(verdict.dropped_line(dropping))
-            self._drops_said = total
-
-    def _declare(self, findings, snap: Snapshot, now_unix: float, stall=None) -> None:
+    def declare(self, findings, snap: Snapshot, now_unix: float, stall=None) -> None:
         """A hang event: hung ops in ``findings``, or the idle ``stall``."""
         event_id, path = self._events.reserve_dir(now_unix)
         # The line first, hang.json's per-rank rows after it (a second at
         # 100,000 ranks, docs/collector.md "Scale"): the line needs none of them.
         try:
-            dropped = self._state.dropped()
+            dropped = self.state.dropped()
         except Exception:   # the drops pass says why; the verdict goes out without its drops clause
             dropped = {}
         refused = self._events.refused.get(event_id, "")
-        doc = verdict.declaration(findings, snap, job_id=self._config.job_id, event_id=event_id, event_dir=path,
-                                  declared_unix=now_unix, hang_timeout_s=self._config.hang_timeout_s,
+        doc = verdict.declaration(findings, snap, job_id=self.config.job_id, event_id=event_id, event_dir=path,
+                                  declared_unix=now_unix, hang_timeout_s=self.config.hang_timeout_s,
                                   dropped=dropped, refused=refused, stall=stall,
-                                  idle_timeout_s=self._config.idle_timeout_s)
+                                  idle_timeout_s=self.config.idle_timeout_s)
         silent = set(findings.silent_ranks)
         expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
         event = self._events.open_event(event_id, path, doc, expected, snap.now)
@@ -367,7 +273,7 @@ class Watchdog:
         self._registry.broadcast(pb.Command(persist_last_words=pb.PersistLastWords(event_id=event_id)))
         if self.timelines is not None:   # the agents answer it on a thread of its own
             self._no_throw(self.timelines.for_event, "asking for timelines", event_id, path, snap.now)
-        self._say(doc["verdict"])
+        self.say(doc["verdict"])
         self._marks = {**dict.fromkeys(doc.get("hung_ranks") or (), "hung"),
                        **dict.fromkeys(doc.get("culprits") or (), "culprit")}
         self._line_at, self._line_cpu = time.monotonic(), time.thread_time()
@@ -384,32 +290,32 @@ class Watchdog:
 
     def _maybe_say_stacks(self, event: HangEvent, now: float) -> None:
         """Once per event: the stacks are all in, or the dump deadline passed."""
-        if event.refused or event.dumps_in(now) or now - event.declared >= self._config.dump_timeout_s:
+        if event.refused or event.dumps_in(now) or now - event.declared >= self.config.dump_timeout_s:
             event.stacks_said = True
-            self._say(event.stacks_line())
+            self.say(event.stacks_line())
 
     def _maybe_say_last_words(self, event: HangEvent, now: float) -> None:
-        if event.last_words_in() or now - event.declared >= self._config.last_words_timeout_s:
+        if event.last_words_in() or now - event.declared >= self.config.last_words_timeout_s:
             event.last_words_said = True
-            if event.last_words_worth_saying(self._config.hang_action == "recover"):
-                self._say(event.last_words_line())
+            if event.last_words_worth_saying(self.config.hang_action == "recover"):
+                self.say(event.last_words_line())
             else:
                 log.debug("%s", event.last_words_line())
 
     def _maybe_kill(self, event: HangEvent, now: float) -> None:
         """Kill once the stacks AND the last words are in, each bounded by its deadline."""
         age = now - event.declared
-        stacks = event.dumps_in(now) or age >= self._config.dump_timeout_s
-        words = event.last_words_in() or age >= self._config.last_words_timeout_s
+        stacks = event.dumps_in(now) or age >= self.config.dump_timeout_s
+        words = event.last_words_in() or age >= self.config.last_words_timeout_s
         if not (stacks and words):
             return
         event.killed = True
-        action = self._config.hang_action
+        action = self.config.hang_action
         kill = pb.KillWorkers(reason=f"hang {event.event_id}: --hang-action {action}")
         if action == "recover":
             nodes = self._registry.node_ranks()
             kill.recover, kill.declared_unix, kill.nodes = True, event.declared_unix, len(nodes)
-            kill.leave_out_nodes.extend(blamed_nodes(event.path, self._state.snapshot(now), nodes))
+            kill.leave_out_nodes.extend(blamed_nodes(event.path, self.state.snapshot(now), nodes))
         sent = self._registry.broadcast(pb.Command(kill_workers=kill))
         waited = [what for what, done in (("stacks", event.dumps_in(now)), ("last words", event.last_words_in()))
                   if not done]
@@ -419,7 +325,7 @@ class Watchdog:
                     f"; node(s) {fold(list(kill.leave_out_nodes))} blamed on hardware are left out"
                     if kill.leave_out_nodes else "")
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         print(line, file=self._out or sys.stderr, flush=True)
 
 

@@ -79,7 +79,7 @@ def test_evidence_looks_are_spaced(tmp_path):
     """While an op is waited on past the evidence rules' shortest wait (a
     healthy checkpoint), they look once per PROBE_EVERY_S, or four times
     their own cost when that is longer, never at every tick."""
-    from diag.collector.watchdog import PROBE_EVERY_S
+    from diag.collector.hang_pass import PROBE_EVERY_S
     watchdog, state, _, _ = make(tmp_path)
     for node in range(NODES):
         report = healthy_node(node, 100, in_flight_s=0.003)
@@ -89,13 +89,13 @@ def test_evidence_looks_are_spaced(tmp_path):
     looks = []
     for i in range(14):    # 6 s to 9.25 s of waiting: under the 10 s timeout
         t = T0 + i * 0.25
-        at = watchdog._probe_at
+        at = watchdog.hang.probe_at
         watchdog.tick(now=t, now_unix=1.7e9 + t)
-        if watchdog._probe_at != at:
+        if watchdog.hang.probe_at != at:
             looks.append(t)
     assert not watchdog.declared          # all wait in one op, nobody is behind: no proof
     gaps = [b - a for a, b in zip(looks, looks[1:])]
-    assert len(looks) >= 3 and min(gaps) >= max(PROBE_EVERY_S, 4 * watchdog._probe_cost) - 0.25, (looks, gaps)
+    assert len(looks) >= 3 and min(gaps) >= max(PROBE_EVERY_S, 4 * watchdog.hang.probe_cost) - 0.25, (looks, gaps)
 
 
 def test_the_timeout_cutoff_is_kept_apart_from_the_evidence_rules_later_one():
@@ -225,8 +225,8 @@ def test_the_hang_line_and_commands_come_before_hang_json_and_ingest_resumes_bef
         return 0
 
     registry.hold, registry.broadcast = hold, broadcast
-    say = watchdog._say
-    watchdog._say = lambda line: (seen.append((line.split(":")[0], written(), held[0])), say(line))
+    say = watchdog.say
+    watchdog.say = lambda line: (seen.append((line.split(":")[0], written(), held[0])), say(line))
     for node in range(NODES):
         state.ingest(healthy_node(node, 100, in_flight_s=0.003), T0)
     watchdog.tick(now=T0, now_unix=1.7e9)

@@ -133,7 +133,7 @@ def test_hang_fires_again_only_after_progress_resumed(start_collector, agents, t
     assert len(server.watchdog.declared) == 1
     stop.set()
     stop = agent.report_every(0.2, healthy)
-    wait_for(lambda: server.watchdog.detector.armed, "re-arm after progress resumed")
+    wait_for(lambda: server.watchdog.hang.detector.armed, "re-arm after progress resumed")
     stop.set()
     stop = agent.report_every(0.2, lambda: stalled(pid_base=2000))
     second = agent.next_command("dump_stacks").dump_stacks.event_id
