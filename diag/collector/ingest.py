@@ -6,7 +6,7 @@ It serves the Collector service on the collector's own address beside it
 (SO_REUSEPORT: the kernel spreads the agents' connections over the ingest
 processes), with the same token check. A Connect stream's reports are not
 parsed here: they go up the link to the judge as the bytes the agent sent,
-many to a message (relay.py), and the judge's commands come down and are
+many to a message (ingest_link.py), and the judge's commands come down and are
 written to their streams as it serialized them. Every other call (uploads,
 timelines, the perf view, last words) is forwarded to the judge as is. What
 this process saves the judge is gRPC's own work per message, more than half

@@ -33,7 +33,7 @@ from diag.common import collector_access as access
 from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
-from diag.collector.relay import IngestLinkServicer
+from diag.collector.ingest_link import IngestLinkServicer
 from diag.collector.relays import RelayBoard
 from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState

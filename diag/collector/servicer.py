@@ -195,7 +195,7 @@ class CollectorServicer(pb_grpc.CollectorServicer):
     def open_session(self, report: pb.NodeReport, wake: asyncio.Event) -> tuple:
         """A stream's first report: (session, None), or (None, (code, message))
         when it is refused. ``wake`` is what wakes the stream's writer (its
-        own, or an ingest process's link: relay.py). On the loop."""
+        own, or an ingest process's link: ingest_link.py). On the loop."""
         if report.job_id and report.job_id not in (self._config.job_id, self._config.safe_job_id):
             return None, (grpc.StatusCode.FAILED_PRECONDITION,
                           f"report for job {report.job_id[:64]!r}, but this collector serves job "

@@ -37,7 +37,7 @@ def dump(event_id, rank, *, world=4, fmt=pb.StackDump.FORMAT_PYSPY_JSON, content
 def start_collector(request, start_collector):
     """Every test twice: the collector alone, and with --ingest-procs 2, where
     each agent's stream and upload goes through an ingest process's relay
-    (diag/collector/ingest.py, relay.py) and the judge holds none."""
+    (diag/collector/ingest.py, ingest_link.py) and the judge holds none."""
     return lambda **config: start_collector(**{"ingest_procs": request.param, **config})
 
 
