@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from diag.agent.config import AgentConfig  # noqa: E402
 from diag.agent.connection import HEALTHY_AFTER, MOVE_WAIT_S, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
-from diag.collector.relays import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
+from diag.collector.relay_board import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames, handshake  # noqa: E402
 from diag.pb import collector_pb2 as pb  # noqa: E402
 from diag.pb import ingest_pb2 as ipb  # noqa: E402

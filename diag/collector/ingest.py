@@ -38,7 +38,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from diag.collector.auth import TokenInterceptor
-from diag.collector.relays import RELAY_METADATA
+from diag.collector.relay_board import RELAY_METADATA
 from diag.collector.server import SERVICE_NAME, SPARE_CALLS, raise_file_limit, server_options
 from diag.common import envnames, handshake
 from diag.common.children import die_with_parent

@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from diag.collector.auth import metadata_value
-from diag.collector.relays import RELAY_METADATA
+from diag.collector.relay_board import RELAY_METADATA
 from diag.collector.servicer import AgentSession, CollectorServicer, SessionRegistry
 from diag.collector.state import JobState, ReportError
 from diag.pb import collector_pb2 as pb

@@ -34,7 +34,7 @@ from diag.collector.auth import TokenInterceptor
 from diag.collector.config import Config, ConfigError, check_timeline_writable, parse_args, parse_listen
 from diag.collector.events import EventStore
 from diag.collector.ingest_link import IngestLinkServicer
-from diag.collector.relays import RelayBoard
+from diag.collector.relay_board import RelayBoard
 from diag.collector.servicer import CollectorServicer, SessionRegistry
 from diag.collector.state import JobState
 from diag.collector.watchdog import Watchdog
@@ -111,7 +111,7 @@ class CollectorServer:
         calls = self.config.max_agents + SPARE_CALLS
         if self.config.nodes_per_relay:
             # The relays' links, beside every agent's stream before it moves;
-            # two per group: a group asked again (relays.ASK_AGAIN_S) can have
+            # two per group: a group asked again (relay_board.ASK_AGAIN_S) can have
             # a second relay link before the first is gone. Short of slots, a
             # link is refused and its group reports directly for good (seen at
             # 12,500 agents: 120 of 391 groups).

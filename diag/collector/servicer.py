@@ -21,7 +21,7 @@ import grpc
 
 from diag.collector.config import Config
 from diag.collector.events import EventStore, UploadError
-from diag.collector.relays import ADVISE_EVERY_S
+from diag.collector.relay_board import ADVISE_EVERY_S
 from diag.collector.state import AgentClock, JobState, ReportError
 from diag.pb import collector_pb2 as pb
 from diag.pb import collector_pb2_grpc as pb_grpc
@@ -123,7 +123,7 @@ class CollectorServicer(pb_grpc.CollectorServicer):
         self._timelines = timelines   # diag.collector.timelines.TimelineGatherer
         self._pool = pool             # concurrent.futures executor for blocking work (None: the loop's default)
         self.streams: collections.Counter = collections.Counter()   # how Connect streams ended (logs, bench)
-        self.relays = None   # diag.collector.relays.RelayBoard under --nodes-per-relay
+        self.relays = None   # diag.collector.relay_board.RelayBoard under --nodes-per-relay
         self.hang_marks = dict   # () -> {rank: "hung" | "culprit"} while a hang lasts (Watchdog.hang_marks)
 
     async def _blocking(self, fn, *args):
@@ -165,7 +165,7 @@ class CollectorServicer(pb_grpc.CollectorServicer):
 
     def _advise(self, session: AgentSession, now: float) -> None:
         """--nodes-per-relay: a directly reporting agent serves its group's
-        relay, or reports through it (relays.py)."""
+        relay, or reports through it (relay_board.py)."""
         session.advise_at = now + ADVISE_EVERY_S
         command = self.relays.advice(session.node_rank, now)
         if command is not None:

@@ -5,7 +5,7 @@ test_report_relays.py."""
 
 from __future__ import annotations
 
-from diag.collector.relays import ASK_AGAIN_S, PERF_EVERY, RelayBoard
+from diag.collector.relay_board import ASK_AGAIN_S, PERF_EVERY, RelayBoard
 from diag.collector import watchdog
 from diag.collector.watchdog import GilShare
 

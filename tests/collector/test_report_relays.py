@@ -25,7 +25,7 @@ from diag.agent.agent import Agent
 from diag.agent.config import AgentConfig
 from diag.collector import servicer
 from diag.collector.config import Config
-from diag.collector.relays import PERF_EVERY
+from diag.collector.relay_board import PERF_EVERY
 from diag.collector.server import create_server
 from diag.common.options import ConfigError
 from diag.records import format as fmt
