@@ -11,59 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from viewer.api import Frame, ParseResult, ViewerError
-
-_frames: dict[Frame, Frame] = {}
-_HEX = re.compile(r"^0x[0-9a-fA-F]+$")
-
-
-def frame(func: str, file: str, line: int, kind: str, lib: bool = False) -> Frame:
-    """An interned Frame: equal frames of 16k ranks share one object.
-
-    Raw addresses are replaced by ``??``: ASLR makes them differ per rank,
-    and they would split every merge at the root.
-    """
-    if _HEX.match(func):
-        func = "??"
-    f = Frame(func, file, line, kind, lib)
-    return _frames.setdefault(f, f)
-
-
-def native_name(name: str) -> str:
-    """Shorten a demangled C++ name: template arguments and inner parameter
-    lists fold to ``<…>`` / ``(…)``, the trailing parameter list goes:
-    ``c10d::Work::wait(std::chrono::duration<long, …>)`` -> ``c10d::Work::wait``.
-    Labels get short, and overloads that differ only in their arguments merge
-    (gdb, which prints no parameter types, behaves the same way).
-    """
-    if "operator" in name or not any(c in name for c in "(<"):
-        return name
-    out, depth, inner, opener = [], 0, [], ""
-    for ch in name:
-        if depth == 0 and ch in "(<":
-            depth, opener, inner = 1, ch, []
-            continue
-        if depth:
-            if ch == opener:
-                depth += 1
-            elif ch == {"(": ")", "<": ">"}[opener]:
-                depth -= 1
-                if depth == 0:
-                    kept = "".join(inner) == "anonymous namespace"
-                    out.append(f"({''.join(inner)})" if kept else ("(…)" if opener == "(" else "<…>"))
-                    continue
-            inner.append(ch)
-            continue
-        out.append(ch)
-    if depth:
-        return name
-    short = "".join(out)
-    return short[:-3] if short.endswith("(…)") and len(short) > 3 else short
-
-
-def basename(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
+from viewer.api import ParseResult, ViewerError
+from viewer.parsers import eustack_text, gdb_text, pyspy_json, pyspy_text
 
 def sniff(text: str) -> str | None:
     """Guess a format from the content: 'py-json', 'py-text', 'gdb', 'eu-stack'."""
@@ -85,8 +34,6 @@ def parse_file(path: Path, fmt: str | None) -> ParseResult:
     Raises ViewerError (one line naming the file) if the file cannot be read
     or holds no usable stack.
     """
-    from viewer.parsers import eustack_text, gdb_text, pyspy_json, pyspy_text
-
     try:
         data = path.read_bytes()
     except OSError as e:

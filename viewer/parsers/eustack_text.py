@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from viewer.api import NATIVE, ParseResult, ThreadStack
-from viewer.parsers import basename, frame, native_name
+from viewer.parsers.frames import basename, frame, native_name
 
 _PID = re.compile(r"^PID (\d+)")
 _TID = re.compile(r"^TID (\d+):\s*$")

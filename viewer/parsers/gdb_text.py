@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from viewer.api import NATIVE, ParseResult, ThreadStack
-from viewer.parsers import basename, frame, native_name
+from viewer.parsers.frames import basename, frame, native_name
 
 _THREAD = re.compile(r'^Thread (\d+) \((?:Thread 0x[0-9a-fA-F]+ )?\(?LWP (\d+)\)?(?: "(.*)")?\)?:?\s*$')
 _FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(.+?)(?: \(.*?\))?(?: (?:at|from) (\S+))?\s*$")

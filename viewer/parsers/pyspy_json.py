@@ -12,7 +12,7 @@ import re
 
 from viewer.api import NATIVE, PYTHON, Frame, ParseResult, ThreadStack
 from viewer.kinds import TRACER_FRAME, is_library
-from viewer.parsers import basename, frame, native_name
+from viewer.parsers.frames import basename, frame, native_name
 
 _decoder = json.JSONDecoder()
 

@@ -11,7 +11,7 @@ import re
 
 from viewer.api import NATIVE, PYTHON, ParseResult, ThreadStack
 from viewer.kinds import TRACER_FRAME, is_library
-from viewer.parsers import frame, native_name
+from viewer.parsers.frames import frame, native_name
 
 _THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+) \([^)]*\)(?:: "(.*)")?\s*$')
 _PROCESS = re.compile(r"^Process (\d+):")
