@@ -1,4 +1,4 @@
-"""What a rank's processes are doing, read cheaply from /proc (issue 36).
+"""What a rank's processes are doing, read cheaply from /proc.
 
 A rank that waits on nothing but looks stuck (a checkpoint write, an
 evaluation, a compile warm-up, data-loader workers starting) still burns CPU

@@ -67,7 +67,7 @@ class Agent:
         self.dumped_events: list[tuple[str, int]] = []   # a repeated request is ignored
         self.recovery = Recovery(self, config)   # persist, last words, restart timing (docs/recovery.md)
         # Called once the collector's address turns out to be another
-        # process's (issue 33); the launcher stops the node with it.
+        # process's; the launcher stops the node with it.
         self.on_untrusted = None
 
     # -- lifecycle --------------------------------------------------------
@@ -243,7 +243,7 @@ class Agent:
 
     def _add_activity(self, ranks, launches: dict) -> None:
         """Each live rank's process-tree counters (diag/agent/activity.py):
-        the evidence that tells a busy rank from a blocked one (issue 36)."""
+        the evidence that tells a busy rank from a blocked one."""
         now, seen = time.monotonic_ns(), set()
         for msg in ranks:
             if not msg.alive or msg.pid <= 0:

@@ -26,7 +26,7 @@ Before any call to a server (the collector, a relay) the agent runs the
 handshake (diag/common/handshake.py): the server proves it holds the job
 token before the agent sends anything that could be replayed, and the token
 never goes on the wire. A collector address whose server fails the proof is
-another process's (issue 33): the agent says so in one line, stops
+another process's: the agent says so in one line, stops
 reporting and tells its launcher (``Agent.collector_untrusted``), which
 stops the node. A relay that fails it is left like a relay that failed.
 """

@@ -9,7 +9,7 @@ same way. Health is not exempt: anyone who may ask whether the collector
 serves is already part of the job, and one rule with no exceptions is easier
 to audit.
 
-No message body of an unauthenticated call is read (issue 33): gRPC Python
+No message body of an unauthenticated call is read: gRPC Python
 reads a unary call's whole request before its handler runs, so a refused
 call gets a request-streaming handler that aborts without reading, and Hello
 takes its nonce from metadata. grpc core then holds no more of such a call

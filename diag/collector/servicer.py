@@ -1,7 +1,7 @@
 """The Collector gRPC service (``grpc.aio``): agents' Connect streams and uploads.
 
 All streams are served by one asyncio event loop, with no thread per stream
-(issue 21: a thread per stream topped out near 2,500 agents). A stream's
+(a thread per stream topped out near 2,500 agents). A stream's
 handler reads and ingests reports; a small writer task per stream pushes the
 commands queued for its agent as soon as they are queued (``broadcast`` may be
 called from any thread: it wakes the writers through the loop). Work that may

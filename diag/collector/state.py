@@ -4,7 +4,7 @@ Ingest is the hot path (12,500 NodeReports a second at 100,000 GPUs): it
 validates the ranks of one report and stores references to the received
 protobuf messages, O(ranks in report), under one short lock. Nothing is
 judged here. What ingest does keep is what lets the watchdog's tick cost
-nothing for healthy ranks (issue 21):
+nothing for healthy ranks:
 
 * an index of in-flight ops by the second they started, so a tick looks only
   at ranks whose op may be older than the timeout (``expired``);
@@ -155,7 +155,7 @@ class JobState:
         sent = clock.sent_at(report.sent_mono_ns, now) if clock is not None else now
         info = AgentInfo(node, report.hostname, report.agent_pid, now, tuple(ids), True)
         # The per-rank store is inlined: it runs 100,000 times a second at
-        # 12,500 nodes, and a call per rank was a tenth of ingest (issue 21).
+        # 12,500 nodes, and a call per rank was a tenth of ingest.
         new_entry = tuple.__new__   # RankEntry's own __new__ is a Python function
         with self._lock:
             entries, dropped, ops = self._ranks, self._dropped, self._ops

@@ -29,8 +29,8 @@ def factor(op: str, nranks: int) -> float:
 
 def defined(nranks: int) -> bool:
     """Whether a bus bandwidth means anything: two ranks or more. One rank's
-    collective is a local copy (a 1-rank all-reduce read 198 TB/s on an H100,
-    issue 20), and a size of 0 is a communicator whose size is unknown."""
+    collective is a local copy (a 1-rank all-reduce read 198 TB/s on an H100),
+    and a size of 0 is a communicator whose size is unknown."""
     return nranks >= 2
 
 

@@ -1,7 +1,7 @@
 """The mutual handshake over the job token (docs/collector.md, "Authentication").
 
 Whoever listens on the collector's address first gets the agents' calls: on a
-shared host that can be another user (issue 33). So no caller sends the token,
+shared host that can be another user. So no caller sends the token,
 or anything that proves it, before the server has proved that it holds the
 token, and the token itself never goes on the wire:
 

@@ -1,5 +1,5 @@
 """Write and read under a shared directory (a 1777 --timeline-path) without
-following another user's links (issue 33).
+following another user's links.
 
 Every directory on the way is opened with ``openat(O_DIRECTORY|O_NOFOLLOW)``
 relative to the one before it, from ``/``, and checked on its open fd

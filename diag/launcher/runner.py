@@ -199,7 +199,7 @@ def note_exits(agent: Agent, outcome: dict, oom_before: int | None, stopped_by: 
 
 class NodeStop:
     """Called by the agent (its connection thread) when the collector's
-    address is held by a server that failed the handshake (issue 33): stop
+    address is held by a server that failed the handshake: stop
     torchrun as recovery.leave does (SIGTERM). Its rendezvous may be inside
     a C++ wait (the static rendezvous's TCPStore connect, minutes long) where
     no signal handler runs: then, GRACE_S later, this says the line, removes

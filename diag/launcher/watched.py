@@ -1,4 +1,4 @@
-"""Which of this node's workers xpu-diag never watched, and why (issue 43).
+"""Which of this node's workers xpu-diag never watched, and why.
 
 A worker whose tracer could not make its progress ring (a full /dev/shm,
 XPU_TIMER_TRACER_DISABLE) runs untraced: nothing of it reaches the agent, so

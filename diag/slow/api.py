@@ -75,7 +75,7 @@ class Thresholds:
     # cudaLaunchKernel) and more when its CPU is busy: under that, a GPU that
     # waits for the next launch times mostly the host. A healthy Megatron-Core
     # job of hidden 256 (about 50 MFLOP a GEMM, ~1 TFLOP/s on H100) read -9 %
-    # to -41 % on one rank or another from host noise alone (issue 32). The
+    # to -41 % on one rank or another from host noise alone. The
     # rank's mean FLOPs per call is compared: 20x above that job, 2x under the
     # fake runtime's test GEMMs; a GPT-2 small step's mean is about 40 GFLOP.
     # Smaller GEMMs on a slower card may be device-bound and go unjudged: a

@@ -27,7 +27,7 @@ Looking is cheap and never waits on the training thread: a CPU future's
 stream that changes none of the user's streams. Never on a device op: ``future.value()``,
 ``wait()`` or ``add_done_callback()``, each of which makes a CUDA stream wait
 on NCCL's end event; ``value()`` on the training thread serialised Megatron's
-compute stream behind its overlapped tensor-parallel all-reduces (issue 32).
+compute stream behind its overlapped tensor-parallel all-reduces.
 And the thread blocks on a future only while the training thread is quiet:
 a thread woken by every completing op takes the GIL from the training thread
 once per op, which cost a Megatron-shaped step 30 to 45 us per op
