@@ -1,63 +1,14 @@
 """Recovery contracts: the on-node snapshot store, the persisted copy, restore.
 
-Three parties share the bytes; this module is what they agree on (no torch here).
-
-* The **worker** (train.py) opts in with :class:`diag.recover.Checkpointer`::
-
-      ckpt = Checkpointer()                          # store/persist dirs from the environment
-      ckpt.register(model=model, optim=optimizer, sched=scheduler)   # replicated or sharded
-      ckpt.register_local(rng=RNGState(), progress=progress)         # every rank its own
-      start = ckpt.restore() or 0                    # newest step every rank has, else None
-      for step in range(start, steps):
-          ...; optimizer.step(); progress["step"] = step + 1
-          ckpt.save(step + 1)                        # async; never raises, never blocks on I/O
-
-  ``save(step)`` names the number of optimizer steps *completed*, so the
-  restored value is the step to run next. DDP (``replicated=True``, the
-  default when the model is not sharded): only the holder rank (global rank 0)
-  keeps what ``register`` names; every rank keeps what ``register_local``
-  names. FSDP2 / sharded (``replicated=False``): every rank keeps its shard.
-
-* The **node agent** (launcher process) owns the store's lifetime and copies
-  it to disk: :func:`diag.recover.store.create_store_dir` at launch (before
-  the first worker; the directory outlives every torchrun restart),
-  :func:`diag.recover.store.remove_store_dir` when the launcher exits, and
-  :func:`diag.recover.persist.persist_newest` periodically
-  (``--ckpt-persist-every``, see :class:`PersistSchedule`) and as **last
-  words** on a HANG or a crash, before the workers are killed. The hung
-  workers do nothing: the newest committed snapshot is already in the store.
-
-* The launcher passes both directories to the workers in the environment:
-  ``XPU_TIMER_CKPT_DIR`` (:data:`ENV_STORE_DIR`, the node's store) and
-  ``XPU_TIMER_CKPT_PERSIST_DIR`` (:data:`ENV_PERSIST_DIR`, the disk copy,
-  shared by every node of the job). A worker with neither set keeps nothing
-  and says so once.
-
-Store layout (tmpfs, ``/dev/shm`` by default; survives the worker, not the node)::
-
-    <store_dir>/                     0700, made by create_store_dir
-      rank-00003/                    one per global rank, made by that worker
-        slot-0/ slot-1/              double buffer
-          data                       the tensors' bytes, 64-byte aligned (mmap)
-          objects.pkl                the non-tensor leaves (pickle)
-          meta.json                  SnapshotMeta; written LAST (temp + rename):
-                                     its presence is the commit marker
-          lock                       flock: the writer holds LOCK_EX while the
-                                     slot is invalid; a reader holds LOCK_SH
-
-A writer unlinks ``meta.json`` before touching a slot, so a slot that a
-killed process left half-written has no meta and is never read. The newest
-slot with a meta whose checksum matches is the rank's snapshot.
-
-Persisted layout (any filesystem; one stock DCP checkpoint per rank)::
-
-    <persist_dir>/step-00000037/rank-00003/    renamed into place when complete
-        .metadata, __0_0.distcp                torch.distributed.checkpoint (no_dist)
-        manifest.json                          Manifest: step, world size, rank, checksum
-
-``dcp.load(sd, checkpoint_id=".../step-00000037/rank-00000", no_dist=True)``
-loads one with stock torch; the state dict's keys are the names given to
-``register``/``register_local`` (``{"model": ..., "optim": ..., "rng": ...}``).
+Three parties share the bytes, and this module is what they agree on (no
+torch here): the worker, which opts in with :class:`diag.recover.Checkpointer`
+and writes its snapshots into the store; the node agent, which owns the
+store's lifetime and copies its newest committed step to disk
+(``--ckpt-persist-every``, and as last words on a HANG or a crash); and the
+launcher, which hands both directories to the workers
+(:data:`ENV_STORE_DIR`, :data:`ENV_PERSIST_DIR`). The store's and the
+persisted copy's layouts, the commit rule (``meta.json`` written last, by
+rename) and how a copy loads with stock torch are in docs/recovery.md.
 """
 
 from __future__ import annotations
