@@ -3,7 +3,9 @@ torchrun's block, with the events, culprits and stacks, and an exit status
 that tells a hang xpu-diag stopped from the job's own failure.
 
 The three jobs are independent and mostly wait (a hang timeout, the dumps),
-so one module fixture starts them together; each test judges its own.
+so one module fixture starts them together; each test judges its own. The
+subject is the launcher's summary, not torch: their ranks are torch-free
+(scripts/torchless.py), the same records through the same writer.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from diag.common.net import free_port
 from tests.functional.launch import SCRIPTS, module_launches  # noqa: F401 (fixture)
 
-STALL = os.path.join(SCRIPTS, "stall.py")   # rank 2 stalls at step 3
+STALL = os.path.join(SCRIPTS, "torchless_stall.py")   # rank 2 stalls at step 3
 FAST = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}
 pytestmark = pytest.mark.timeout(120)
 

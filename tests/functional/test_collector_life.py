@@ -3,7 +3,9 @@ the node-0 collector paused, killed, or left behind by a killed launcher.
 
 The three jobs the tests that are not `alone` act on are started together by
 one module fixture: each idles until its test kills something in it (was:
-each started in its test, one start-up after another)."""
+each started in its test, one start-up after another). The subject is the
+launcher and its collector, not torch: the ranks are torch-free
+(scripts/torchless.py), the same records through the same writer."""
 
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from tests.functional.test_launch import launches  # noqa: F401
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.timeout(240)
-STALL_ON_FILE = os.path.join(SCRIPTS, "stall_on_file.py")
-STALL = os.path.join(SCRIPTS, "stall.py")
+STALL_ON_FILE = os.path.join(SCRIPTS, "torchless_stall_on_file.py")
+STALL = os.path.join(SCRIPTS, "torchless_stall.py")
 
 
 @pytest.mark.alone   # it stops the collector for a set time and judges what is said after

@@ -1,6 +1,8 @@
 """A full --timeline-path (a filled 64 KiB tmpfs) through the real launcher:
 the hang is still named, and each file that cannot be written is one line
-naming its directory and the bytes it needed, never a traceback (issue 33)."""
+naming its directory and the bytes it needed, never a traceback (issue 33).
+The ranks are torch-free (scripts/torchless.py): the subject is the collector's
+writes, not torch."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def full_disk(tmp_path):
 
 def test_a_full_timeline_disk_names_the_hang_and_says_each_file_in_one_line(full_disk):
     job = Launch(["--nproc-per-node", "3", "--hang-timeout", "3s", "--timeline-path", full_disk,
-                  "--rdzv-id", "fulldisk", os.path.join(SCRIPTS, "stall.py"), "300", "8"],
+                  "--rdzv-id", "fulldisk", os.path.join(SCRIPTS, "torchless_stall.py"), "300", "8"],
                  env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
     try:
         hang = job.wait_line(r"^HANG: ", 120)

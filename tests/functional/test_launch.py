@@ -1,5 +1,8 @@
-"""End to end through the real xpu_timer_launch: real torchrun, real gloo
-workers, the real collector on loopback, real py-spy/gdb dumps."""
+"""End to end through the real xpu_timer_launch: real torchrun, the real
+collector on loopback, real py-spy/gdb dumps. The stalled-rank test runs real
+gloo workers (the HANG, with the stacks of torch's all_reduce); the rest are
+about the launcher, the agent and the collector, and run torch-free ranks
+that write the same records through the same writer (scripts/torchless.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from diag.common.net import free_port
 from tests.functional.launch import SCRIPTS, children_matching, launches, module_launches  # noqa: F401 (fixtures)
 
 STALL = os.path.join(SCRIPTS, "stall.py")
+TORCHLESS_STALL = os.path.join(SCRIPTS, "torchless_stall.py")   # stall.py's lines, without torch
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -38,13 +42,14 @@ def side_by_side(module_launches, tmp_path_factory):
     started = {}
     # 2 ranks (was 4): every rank's result and the clean-up are judged the same
     tmp_path, job_id = tmp_path_factory.mktemp("healthy"), f"healthy-{os.getpid()}"
-    started["healthy"] = (module_launches(["--nproc-per-node", "2", "--hang-timeout", "20s", "--rdzv-id", job_id,
-                                           "--timeline-path", str(tmp_path), STALL, "0", "20"]), tmp_path, job_id)
+    started["healthy"] = (module_launches(
+        ["--nproc-per-node", "2", "--hang-timeout", "20s", "--rdzv-id", job_id,
+         "--timeline-path", str(tmp_path), TORCHLESS_STALL, "0", "20"]), tmp_path, job_id)
     # 3 ranks (was 4): rank 2 stalls, the others hang waiting for it, all are restarted
     tmp_path = tmp_path_factory.mktemp("restarted")
     started["restarted"] = (module_launches(
         ["--nproc-per-node", "3", "--hang-timeout", "4s", "--hang-action", "kill",
-         "--max-restarts", "1", "--timeline-path", str(tmp_path), STALL, "600", "8"],
+         "--max-restarts", "1", "--timeline-path", str(tmp_path), TORCHLESS_STALL, "600", "8"],
         env={"XPU_TIMER_DUMP_TOOLS": "py-spy"}), tmp_path, None)  # gdb: seconds per rank
     return started
 
@@ -122,7 +127,7 @@ def _wait_for_stacks(timeline, world, timeout) -> str:
 def test_training_completes_when_the_collector_is_killed(launches, tmp_path):
     # 2 ranks (was 4): training goes on without the collector on each of them
     job = launches(["--nproc-per-node", "2", "--hang-timeout", "20s",
-                    "--timeline-path", str(tmp_path), STALL, "0", "80"])
+                    "--timeline-path", str(tmp_path), TORCHLESS_STALL, "0", "80"])
     assert job.wait_line(r"agent connected", 120), job.output()
     collectors = children_matching(job.proc.pid, "diag.collector")
     assert len(collectors) == 1, job.output()
@@ -171,7 +176,8 @@ def _two_nodes(launches, tmp_path, relay):
            "STALL_RELEASE": str(release)}
     common = ["--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
               "--master-port", str(port), "--hang-timeout", "4s", "--rdzv-id", "twonodes",
-              "--timeline-path", str(tmp_path)] + (["--nodes-per-relay", "2"] if relay else []) + [STALL, "120", "8"]
+              "--timeline-path", str(tmp_path)] + (["--nodes-per-relay", "2"] if relay else []) \
+        + [TORCHLESS_STALL, "120", "8"]
     node1 = launches(["--node-rank", "1"] + common, env=env)
     node0 = launches(["--node-rank", "0"] + common, env=env)
     return node0, node1, port, release

@@ -1,8 +1,10 @@
 """Honest endings (issue 43): the job's directory under a shared
 --timeline-path is another user's link (docs/security.md), through the real
-launcher and 3 gloo ranks, rank 2 stalled. Nothing is written there, and no
+launcher and 3 ranks, rank 2 stalled. Nothing is written there, and no
 line says the stacks are there: the HANG and STACKS lines say they were not
-written and why, and the agent says the refusal once, not once per file."""
+written and why, and the agent says the refusal once, not once per file.
+The ranks are torch-free (scripts/torchless.py): the subject is the
+collector's and the agent's writes, not torch."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def test_a_refused_job_dir_is_never_named_as_where_the_stacks_are():
         link = os.path.join(timeline, "refusedjob")
         as_nobody("os.symlink(sys.argv[1], sys.argv[2])", victim, link)
         job = Launch(["--nproc-per-node", "3", "--hang-timeout", "3s", "--timeline-path", timeline, "--no-hook",
-                      "--rdzv-id", "refusedjob", os.path.join(SCRIPTS, "stall.py"), "300", "8"],
+                      "--rdzv-id", "refusedjob", os.path.join(SCRIPTS, "torchless_stall.py"), "300", "8"],
                      env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
         try:
             hang = job.wait_line(r"^HANG: ", 120)

@@ -1,6 +1,8 @@
-"""Issue 13 items 5 and 7 end to end through the real xpu_timer_launch, real
-gloo workers, the real collector and py-spy: stalls outside any collective
-(the idle rule) and collectives that DDP issues from C++."""
+"""Issue 13 items 5 and 7 end to end through the real xpu_timer_launch, the
+real collector and py-spy: collectives that DDP issues from C++ (real gloo
+workers), and stalls outside any collective (the idle rule: torch-free ranks,
+scripts/torchless.py, the same records through the same writer; the idle
+rule's real gloo job is tests/functional/test_verdicts.py's)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,7 @@ from tests.functional.test_launch import _wait_for_stacks, event_dirs, frame_nam
 
 pytestmark = pytest.mark.timeout(240)
 FAST_DUMPS = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}   # gdb takes seconds per rank
-# Start-up (torch's import, the process group) runs in a named host function: it
-# is an op, so a slow start on a busy machine is not idle time (tests/scripts/ckptlib.py).
-STARTUP = "ckptlib@@start_job"
+IDLE = os.path.join(SCRIPTS, "torchless_idle.py")   # idle.py without torch: no slow start to name
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,9 +30,8 @@ def checkpoint_job(module_launches, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("checkpoint")
     idle = 5.0
     return module_launches(["--nproc-per-node", "2", "--hang-timeout", "60s", "--idle-timeout", f"{idle}s",
-                            "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "idle.py"), "checkpoint",
-                            str(2 * idle)],
-                           env={"XPU_TIMER_HOST_TRACING_FUNC": f"{STARTUP},ckptlib@@save_checkpoint"}), tmp_path
+                            "--timeline-path", str(tmp_path), IDLE, "checkpoint", str(2 * idle)],
+                           env={"XPU_TIMER_HOST_TRACING_FUNC": "ckptlib@@save_checkpoint"}), tmp_path
 
 
 def test_ddp_stall_on_gloo_is_flagged_with_the_peer_in_ddps_buffer_broadcast(launches, tmp_path):
@@ -59,8 +58,7 @@ def test_ddp_stall_on_gloo_is_flagged_with_the_peer_in_ddps_buffer_broadcast(lau
 def test_all_ranks_blocked_outside_collectives_are_flagged_after_the_idle_timeout(launches, tmp_path):
     idle = 5.0
     job = launches(["--nproc-per-node", "2", "--hang-timeout", "60s", "--idle-timeout", f"{idle}s",
-                    "--timeline-path", str(tmp_path), "--rdzv-id", "idle", os.path.join(SCRIPTS, "idle.py"),
-                    "block", "600"], env=dict(FAST_DUMPS, XPU_TIMER_HOST_TRACING_FUNC=STARTUP))
+                    "--timeline-path", str(tmp_path), "--rdzv-id", "idle", IDLE, "block", "600"], env=FAST_DUMPS)
     blocked = job.wait_line(r"^BLOCKED ", 120)
     assert blocked is not None, job.output()
     hang = job.wait_line(r"^HANG: ", idle + 30)

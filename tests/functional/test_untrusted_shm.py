@@ -1,7 +1,10 @@
 """Issue 33 items 5 and 9 through the real xpu_timer_launch and gloo workers:
 a worker that writes garbage over its progress region, and a /dev/shm with
 little room left. The stall is still named, training finishes with its
-result, and the launcher exits leaving no directory in /dev/shm."""
+result, and the launcher exits leaving no directory in /dev/shm. The
+subject is the agent, the tracer's region and the launcher, not torch: the
+ranks are torch-free (scripts/torchless.py), the same records through the
+same writer."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ pytestmark = pytest.mark.timeout(240)
 def test_a_worker_scribbling_its_region_leaves_the_stall_named_and_the_launcher_exits(launches, tmp_path):
     job_id = f"scribble-{os.getpid()}"
     job = launches(["--nproc-per-node", "2", "--hang-timeout", "3s", "--rdzv-id", job_id,
-                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "scribble.py"), "7"],
+                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "torchless_scribble.py"), "7"],
                    env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
     # Before the fix the agent spun on the region: no report after it (SILENT),
     # and the launcher never exited.
@@ -53,11 +56,11 @@ def _probe_or_skip(setup: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 def _finished_job(setup: str, tmp_path, nproc: int, steps: int) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The launcher over ``setup``'s /dev/shm, running stall.py with no stall:
+    """The launcher over ``setup``'s /dev/shm, running torchless_stall.py with no stall:
     it must exit 0 with every rank's result. Returns it and its output lines."""
     env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
     out = _unshared(setup, *launcher(), "--nproc-per-node", str(nproc), "--hang-timeout", "60s",
-                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "stall.py"), "0", str(steps),
+                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "torchless_stall.py"), "0", str(steps),
                     cwd=ROOT, env=dict(env, PYTHONWARNINGS="ignore"), timeout=180)
     lines = (out.stdout + out.stderr).splitlines()
     assert out.returncode == 0, "\n".join(lines)
