@@ -163,3 +163,20 @@ def test_the_period_is_the_whole_tail_not_its_last_two_ops():
     assert order._period([s, d, d] + [d, s] * 3) == 2      # set-up ops before the pattern
     assert order._period([d, s, d]) == 0                   # one step is no pattern
     assert order._period([]) == 0
+
+
+def test_a_cycle_of_a_thousand_ranks_reads_a_sample_of_the_large_waits_and_still_names_the_culprit():
+    # 1,000 ranks wait in the world all-reduce for rank 1, which skipped it and waits in "stats"
+    world = 1_001
+    ranks = skipped_world_all_reduce(world=world, culprit=1)
+    calls = []
+    real = order.judge
+    order.judge = lambda *a, **k: calls.append(a[1:3]) or real(*a, **k)
+    try:
+        found, verdict = judged(ranks)
+    finally:
+        order.judge = real
+    assert found.culprits == [1] and verdict.rule == "deadlock"
+    # each of the two evaluations (the probe's findings, the verdict) reads 32 of the 1,000 waiters
+    # and the culprit's wait whole
+    assert len(calls) == 2 * (32 + 1), len(calls)
