@@ -29,6 +29,7 @@ from diag.common.ranks import fold
 from diag.hang import order
 from diag.hang.api import (KIND_COLLECTIVE, MAX_GROUPS_EXPLAINED, Case, Deadlock, DeadlockWait, Findings,
                            NeverEntered, Rule, View)
+from diag.hang.never_entered import live_started
 from diag.hang.progress import comm_lane
 
 
@@ -94,7 +95,7 @@ def _waits(case: Case) -> list[DeadlockWait]:
         seq = max(group.op.seq, stuck.get((comm_id, KIND_COLLECTIVE), 0))
         in_group = set(group.ranks)
         known = case.members.get((comm_id, KIND_COLLECTIVE))
-        started = known.items() if known is not None else _live_started(view, comm_id)
+        started = known.items() if known is not None else live_started(view, comm_id)
         missing = tuple(sorted(r for r, s in started if s < seq and r not in in_group))
         if any(r in silent for r in missing):
             continue    # a silent member's seq is stale: nothing is proven of it
@@ -172,13 +173,3 @@ def _why_undecided(verdicts: dict, breakers: list[int]) -> str:
     if all(o.verdict == order.KEPT for o in verdicts.values()):
         return "each rank's op is the one its earlier steps run here: no one is named"
     return "no earlier steps show the order of their groups' ops: no one is named"
-
-
-def _live_started(view: View, comm_id: int):
-    for rank, entry in view.ranks.items():
-        if rank < view.world_size and entry.progress.alive:
-            comm = comm_lane(entry.progress, comm_id, KIND_COLLECTIVE)
-            if comm is not None:
-                yield rank, comm.last_started_seq
-            elif comm_id == 0:
-                yield rank, 0

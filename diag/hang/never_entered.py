@@ -59,7 +59,7 @@ def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
         seq = max(group.op.seq, stuck.get((comm_id, group.op.kind), 0))
         op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
         known = (members or {}).get((comm_id, KIND_COLLECTIVE))
-        for rank, started in known.items() if known is not None else _live_started(snap, comm_id):
+        for rank, started in known.items() if known is not None else live_started(snap, comm_id):
             if started < seq and rank not in in_group and rank not in silent:
                 missing.setdefault((comm_id, group.op.kind), set()).add(rank)
                 if rank not in out and not _waited_first(snap.ranks[rank], snap.now, group):
@@ -110,7 +110,7 @@ def _waited_first(entry, now: float, group: HungGroup) -> bool:
     return (op.comm_id, op.kind) != (group.op.comm_id, group.op.kind)
 
 
-def _live_started(snap: View, comm_id: int):
+def live_started(snap: View, comm_id: int):
     """(rank, the last seq it started on the collective lane of ``comm_id``)
     of its live members in the world: every live rank is one of the default
     group, at 0 before its first op there."""
