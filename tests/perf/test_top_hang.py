@@ -1,8 +1,10 @@
-"""``xpu-diag top`` during a real hang (issue 43): a 3-rank gloo job under
+"""``xpu-diag top`` during a real hang (issue 43): a 3-rank job under
 xpu_timer_launch whose rank 2 stalls before an all-reduce. Once the HANG line
 is out, top (piped, --once and --json) shows ranks 0-1 hung in that
 all-reduce with its group and age, waiting most of the window, and rank 2 as
-the culprit; piped without --once it prints a plain table each interval."""
+the culprit; piped without --once it prints a plain table each interval.
+The ranks are torch-free (scripts/torchless.py): top reads the collector,
+and their records are a gloo rank's, through the same writer."""
 
 import json
 import os
@@ -24,7 +26,7 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 def hung(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tophang")
     launch = Launch(["--nproc-per-node", "3", "--rdzv-id", "tophang", "--timeline-path", str(tmp), "--no-hook",
-                     "--hang-timeout", "3s", os.path.join(SCRIPTS, "stall.py"), "300", "8"],
+                     "--hang-timeout", "3s", os.path.join(SCRIPTS, "torchless_stall.py"), "300", "8"],
                     env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
     try:
         assert launch.wait_line(r"^HANG: ", 120), launch.output()

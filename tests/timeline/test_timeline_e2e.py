@@ -1,8 +1,10 @@
-"""End to end: a held hang of a real 4-rank gloo job under xpu_timer_launch
-(real torchrun, tracer, agent, collector on loopback). Its HANG event gets
+"""End to end: a held hang of a 4-rank job under xpu_timer_launch (real
+torchrun, tracer, agent, collector on loopback). Its HANG event gets
 timeline.json, and ``xpu-diag timeline`` fetches one from the running job.
 Both are compared with the tracer's own records, read from the ranks'
-shared-memory regions without consuming them."""
+shared-memory regions without consuming them. The ranks are torch-free
+(scripts/torchless.py: START and END through the Tracer and RecordWriter a
+gloo rank uses): the timeline is the collector's, not torch's."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def held(tmp_path_factory):
     """A job whose rank 2 stalls before its 4th all_reduce; the rest wait in it."""
     timeline = tmp_path_factory.mktemp("timeline")
     job = Launch(["--nproc-per-node", "4", "--hang-timeout", "4s", "--rdzv-id", JOB,
-                  "--timeline-path", str(timeline), os.path.join(SCRIPTS, "stall.py"), "300", "8"],
+                  "--timeline-path", str(timeline), os.path.join(SCRIPTS, "torchless_stall.py"), "300", "8"],
                  env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
     try:
         assert job.wait_line(r"^HANG: ", 150) is not None, job.output()
