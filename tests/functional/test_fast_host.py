@@ -1,8 +1,11 @@
-"""Issue 41 item 4 end to end: two real gloo ranks under xpu_timer_launch call
-a traced host function as fast as Python can between all-reduces, into a
+"""Issue 41 item 4 end to end: two ranks under xpu_timer_launch call a
+traced host function as fast as Python can between all-reduces, into a
 ring far too small for it. No HANG while both run; then rank 1 stalls before
 its next all-reduce and that stall is the one named, at the seq rank 1
-really reached, with the drops said (DROPPED, and in the HANG line)."""
+really reached, with the drops said (DROPPED, and in the HANG line). The
+subject is the writer's full ring and the verdict, not torch: the ranks are
+torch-free (scripts/torchless.py), the tracer's host function and all-reduce
+records through the same writer."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ RUN_S, STALL_S = 6, 15
 def test_a_host_function_called_flat_out_gives_no_false_hang_and_the_stall_after_it_is_named(launches, tmp_path):
     job = launches(["--nproc-per-node", "2", "--hang-timeout", "5s", "--blocked-after", "2s",
                     "--timeline-path", str(tmp_path), "--rdzv-id", "fasthost",
-                    os.path.join(SCRIPTS, "fast_host.py"), str(RUN_S), str(STALL_S), "2000"],
+                    os.path.join(SCRIPTS, "torchless_fast_host.py"), str(RUN_S), str(STALL_S), "2000"],
                    env={"XPU_TIMER_HOST_TRACING_FUNC": "ticklib@@tick", "XPU_TIMER_RING_CAPACITY": "256",
                         "XPU_TIMER_DUMP_TOOLS": "py-spy"})
     stall = job.wait_line(r"^STALL ", 90)
