@@ -123,9 +123,7 @@ def gpu_jobs(tmp_path_factory):
         for name in ("xid", "healthy"):
             # py-spy only: gdb takes CPU-seconds per rank, and no test here reads native stacks
             env = dict(stall_env, STALL_RELEASE=str(tmp / f"{name}.release"), XPU_TIMER_DUMP_TOOLS="py-spy")
-            # torch-free ranks (scripts/torchless.py): the hang's GPU is the agent's and the
-            # collector's to name; each rank names its device through its tracer all the same
-            made[name] = (tmp, _launch(tmp, name, 4, name, "torchless_stall.py", [STALL_S, "6"], env,
+            made[name] = (tmp, _launch(tmp, name, 4, name, "stall.py", [STALL_S, "6"], env,
                                        ["--hang-timeout", "4s", *apart()]))
         made["share"] = (tmp, _launch(
             tmp, "share", 2, "throttle", "slow_train.py", [],
