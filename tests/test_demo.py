@@ -33,8 +33,11 @@ def test_the_innermost_frames_skip_the_tracers_wrappers():
 
 def make_dry_run(target: str, venv) -> list[str]:
     """The commands ``make <target>`` would run with its venv at ``venv`` (make -n: nothing runs)."""
-    proc = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    # Not under the suite's own make: MAKELEVEL and MAKEFLAGS from `make test`
+    # would have this make print its directory lines among the commands.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
+    proc = subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
