@@ -293,8 +293,10 @@ class Connection:
     def upload(self, dump) -> bool:
         """UploadStacks with a timeout and a few retries; never raises. The
         collector's refusal of the event's directory (FAILED_PRECONDITION:
-        another user's link, a full disk) holds for every rank's file: it is
-        said once and the event's other stacks are not sent."""
+        another user's link) holds for every rank's file: it is said once and
+        the event's other stacks are not sent. A file that did not fit
+        (RESOURCE_EXHAUSTED: a full disk, a dump over --max-dump-size) is
+        that file's: it is not tried again, the others are sent."""
         if dump.event_id in self._refused_events:
             return False
         what = f"stacks of rank {dump.rank}"
@@ -345,7 +347,9 @@ class Connection:
                 if final is not None and exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                     final(exc)
                     return False
-                if attempt == tries - 1 or self.agent.stopping.is_set():
+                # no room now is no room a second later: said, not tried again
+                if attempt == tries - 1 or self.agent.stopping.is_set() or \
+                        exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     detail = ""
                     if details:
                         detail = " " + (exc.details() if hasattr(exc, "details") else "")

@@ -9,6 +9,8 @@ dump files arrive.
 
 from __future__ import annotations
 
+import errno
+
 import json
 import logging
 import os
@@ -246,7 +248,11 @@ class EventStore:
             safe_dirs.write_file(os.path.join(event.path, name), dump.content)
         except safe_dirs.Unwritable as exc:   # said here once, not once per rank by the servicer
             safe_dirs.say_once(log.warning, exc)
-            raise UploadError(grpc.StatusCode.FAILED_PRECONDITION, f"collector cannot write the dump: {exc}") from None
+            # A refused directory holds for every rank's file (the agent sends
+            # no more); a full disk is this file's size: a smaller one may fit.
+            code = (grpc.StatusCode.RESOURCE_EXHAUSTED if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                    else grpc.StatusCode.FAILED_PRECONDITION)
+            raise UploadError(code, f"collector cannot write the dump: {exc}") from None
         event.add_dump(dump.rank, name, dump.last, now)
         return name
 
