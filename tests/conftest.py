@@ -19,15 +19,17 @@ import pytest
 # figures only order the queue: a stale one costs some idle time at the end of
 # the phase, never a test. Files not named here keep their collection order.
 LONGEST_FIRST = (
+    "tests/frameworks/test_frameworks.py",          # ~180 s: 10 planted jobs, several at a time
     "tests/recover/test_recover_e2e.py",            # ~120 s: its launches are the suite's longest
+    "tests/recover/test_deepspeed.py",              # ~100 s: four DeepSpeed jobs side by side
     "tests/netcheck/test_netns_pairwise.py",        # ~115 s
     "tests/frameworks/test_lightning_teardown.py",  # ~90 s: 8 Lightning runs, three at a time
     "tests/functional/test_launch.py",              # ~90 s
-    "tests/frameworks/test_frameworks.py",          # ~85 s: 8 planted jobs, several at a time
     "tests/functional/test_verdicts.py",            # ~80 s: seven jobs at once
     "tests/tracer/test_tracer.py",                  # ~55 s
     "tests/functional/test_untrusted_shm.py",       # ~50 s
     "tests/functional/test_exit.py",                # ~45 s
+    "tests/functional/test_deadlock.py",            # ~40 s: three jobs at once
     "tests/gpu_health/test_gpu_job.py",             # ~45 s
     "tests/gpu_health/test_hook_device.py",         # ~35 s
     "tests/functional/test_collector_life.py",      # ~35 s
