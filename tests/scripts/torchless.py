@@ -14,9 +14,12 @@ of a gloo rank: no ``import torch``, no process group.
 
 Run under the launcher only: it reads RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT as torchrun
-sets them (MASTER_PORT and the restart keep jobs and attempts apart).
+sets them (MASTER_PORT and the restart keep jobs and attempts apart). A job
+that ends removes its directory; a killed one's files are older than the
+next job's launcher, which tells them apart, and are swept an hour on.
 """
 
+import glob
 import os
 import re
 import shutil
@@ -37,10 +40,28 @@ restart = _e.get("TORCHELASTIC_RESTART_COUNT", "0")
 _key = "-".join((_e["MASTER_ADDR"], _e["MASTER_PORT"], _e.get("TORCHELASTIC_RUN_ID", ""), restart))
 _dir = os.path.join(tempfile.gettempdir(), "torchless-" + re.sub(r"[^\w.-]", "_", _key))
 os.makedirs(_dir, exist_ok=True)
+if rank == 0:   # a killed job leaves its directory: swept an hour on (a live one's changes every step)
+    for _old in glob.glob(os.path.join(tempfile.gettempdir(), "torchless-*")):
+        try:
+            if time.time() - os.stat(_old).st_mtime > 3600:
+                shutil.rmtree(_old, ignore_errors=True)
+        except OSError:
+            pass
+try:   # a file older than this node's launcher (less a minute for the other nodes') is a killed job's
+    _since = os.stat(_e["XPU_TIMER_SHM_DIR"]).st_ctime - 60
+except (KeyError, OSError):
+    _since = 0.0
 _seq = 0
 _tracer = core.active()
 if _tracer is not None:   # as the tracer's GroupInfo names the default group, once
     _tracer.writer.group(0, "default", rank, world_size)
+
+
+def _posted(path: str) -> bool:
+    try:
+        return os.stat(path).st_mtime >= _since
+    except OSError:
+        return False
 
 
 def _post(name: str, text: str) -> None:
@@ -70,7 +91,7 @@ def _collective(name: str, value: float, nbytes: int, flags: int, reduce_op: int
     total = 0.0
     for peer in range(world_size):
         path = os.path.join(_dir, f"{_seq}.{peer}")
-        while not os.path.exists(path):
+        while not _posted(path):
             time.sleep(POLL_S)
         with open(path) as f:
             total += float(f.read())
@@ -93,7 +114,7 @@ def leave() -> None:
     if rank == 0:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and not all(
-                os.path.exists(os.path.join(_dir, f"gone.{r}")) for r in range(world_size)):
+                _posted(os.path.join(_dir, f"gone.{r}")) for r in range(world_size)):
             time.sleep(POLL_S)
         shutil.rmtree(_dir, ignore_errors=True)
     sys.stdout.flush()
