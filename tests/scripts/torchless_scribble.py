@@ -6,8 +6,7 @@ def scribble(ring, w0):   # once the agent read rank 0's all_reduce START: issue
         f.seek(4096); f.write(b"\xff" * (os.path.getsize(ring) - 4096)); f.flush()
         os.pwrite(f.fileno(), struct.pack("<iii", 2**31 - 1, 0, -7), 28); os.pwrite(f.fileno(), struct.pack("<Q", 2**63 - 5), 64)
     dist.say(f"SCRIBBLED {time.time()}")
-stall_s, rank, t = float(sys.argv[1]), dist.rank, 1.0
-ring = os.path.join(os.environ["XPU_TIMER_SHM_DIR"], f"py-r0-p{os.getpid()}.ring")
+stall_s, rank, t, ring = float(sys.argv[1]), dist.rank, 1.0, os.path.join(os.environ["XPU_TIMER_SHM_DIR"], f"py-r0-p{os.getpid()}.ring")
 for step in range(8):
     if rank == 0 and step == 4: threading.Thread(target=scribble, args=(ring, os.pread(os.open(ring, os.O_RDONLY), 8, 64))).start()
     if rank == 1 and step == 4: dist.say(f"STALL {time.time()}"); time.sleep(stall_s)
