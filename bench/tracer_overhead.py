@@ -36,6 +36,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.at_revision import module_at  # noqa: E402
 from diag.common.net import free_port  # noqa: E402
 
 
@@ -81,16 +82,7 @@ def load_collectives(rev: str | None):
     from diag.tracer import collectives
     if rev is None:
         return collectives
-    import importlib.util
-    src = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:diag/tracer/collectives.py"], check=True,
-                         capture_output=True, text=True).stdout
-    path = os.path.join(tempfile.mkdtemp(prefix="tracer-before-"), "collectives_before.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("collectives_before", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_at(rev, "diag/tracer/collectives.py", "collectives_before")
 
 
 def wrapper_cost(calls: int = 20000, rounds: int = 15, before: str | None = None) -> dict[str, float]:

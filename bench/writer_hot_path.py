@@ -17,16 +17,15 @@ show) beside this tree's, on this tree's format module.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench.at_revision import module_at  # noqa: E402
 from diag.records import format as fmt  # noqa: E402
 from diag.records.reader import RegionReader  # noqa: E402
 
@@ -36,15 +35,7 @@ def load_writer(rev: str | None):
     if rev is None:
         from diag.records.writer import RecordWriter
         return RecordWriter
-    src = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:diag/records/writer.py"], check=True,
-                         capture_output=True, text=True).stdout
-    path = os.path.join(tempfile.mkdtemp(prefix="writer-before-"), "writer_before.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location("writer_before", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RecordWriter
+    return module_at(rev, "diag/records/writer.py", "writer_before").RecordWriter
 
 
 def block(writer, ops: int, kind: int) -> float:
