@@ -15,13 +15,10 @@ import pytest
 
 from diag.common.net import free_port
 from tests.functional.launch import SCRIPTS, module_launches  # noqa: F401 (fixture)
+from tests.functional.test_closing import stderr_lines
 
 CRASH = os.path.join(SCRIPTS, "crash_skip.py")
 pytestmark = pytest.mark.timeout(120)
-
-
-def _err(job) -> list[str]:
-    return [line for _, stream, line in job.lines if stream == "err"]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +34,7 @@ def jobs(module_launches, tmp_path_factory):
 
 def _failed(job, tl) -> tuple[str, dict]:
     """The FAILED line (the one before the exit line) and failure.json."""
-    err = _err(job)
+    err = stderr_lines(job)
     assert err[-1] == "xpu-diag: exit 1 (the job's own failure, torchrun's summary above)", job.output()
     assert err[-2].startswith("xpu-diag: FAILED: "), job.output()
     assert sum(1 for line in err if line.startswith("xpu-diag: FAILED: ")) == 1, job.output()
@@ -90,7 +87,7 @@ def test_a_rank_that_left_one_op_short_is_blamed_over_torchruns_root_cause(jobs)
 def test_a_healthy_job_prints_no_failed_line(jobs):
     job, tl = jobs["healthy"]
     assert job.wait(90) == 0, job.output()
-    assert _err(job)[-2:] == ["xpu-diag: no hang or slow rank seen", "xpu-diag: exit 0 (the job succeeded)"], \
+    assert stderr_lines(job)[-2:] == ["xpu-diag: no hang or slow rank seen", "xpu-diag: exit 0 (the job succeeded)"], \
         job.output()
     assert not job.matching(r"FAILED"), job.output()
     assert not glob.glob(os.path.join(str(tl), "*", "*", "failure.json"))
