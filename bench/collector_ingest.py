@@ -303,7 +303,7 @@ def _session(address: str, token: str) -> tuple:
 
 class Load:
     def __init__(self, address: str, token: str, args):
-        self.address, self.args = address, args
+        self.address, self.args, self.token = address, args, token
         self.metadata = _session(address, token)
         self.world = args.agents * RANKS_PER_AGENT
         self.sent = 0
@@ -440,7 +440,7 @@ class Load:
                 which = command.WhichOneof("command")
                 if which == "serve_relay":   # as diag/agent/connection.py, with the agent's own relay class
                     relay = self.relays.setdefault(node, ReportRelay(SimpleNamespace(
-                        collector=self.address, token=self.metadata[0][1]), lambda *a, **k: None))
+                        collector=self.address, token=self.token), lambda *a, **k: None))
                     relay.serve(command.serve_relay)
                 elif which == "relay_via" and command.relay_via.address != route["via"]:
                     # The writer half-closes; this reads on until the collector ends the stream.
