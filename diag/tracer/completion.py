@@ -1,52 +1,25 @@
-"""The tracer's one completion watcher: END for ops whose work finishes later.
+"""The tracer's one completion watcher: END for ops whose work finishes later
+(async ops, p2p, and the collectives DDP's reducer issues from C++).
 
-Async ops (``async_op=True``, isend/irecv, batch_isend_irecv) and the
-collectives DDP's reducer issues from C++ (dispatch.py) return a work before
-it is done. Their END is stamped at the first moment it is *seen* done, by
-whichever of these looks first:
+END is stamped when the work is first *seen* done: by the caller's
+``work.wait()`` returning (``Work.wait`` wrapped once, class-wide), by the
+caller's next sync op, or by the watcher's thread, which looks every
+``POLL_S`` while any op is pending and, once the training thread has been
+quiet for ``QUIET_NS``, blocks on the oldest CPU future with the GIL released.
 
-- **The caller's ``work.wait()`` returning** (``Work.wait`` is wrapped once,
-  class-wide, at the first CPU op: no other op's wait() says anything): the
-  op's real end for CPU ops, whose wait blocks until then.
-  For gloo's works without a future whose ``is_completed()`` never turns true
-  (its send/recv, its ``reduce_scatter_single``) it is the only signal.
-- **The caller's next sync op** (it ends after its lane's elders), and the
-  caller's ``wait()`` on any work, each of which looks at the oldest pending
-  op of each lane, while any pending op is a CPU op. A device op's
-  ``wait()`` only orders the caller's stream, and the training thread never
-  queries NCCL: ``is_completed()`` runs the communicator's error check, and
-  on a launch-bound step each query showed.
-- **The watcher's one thread**, which looks every ``POLL_S`` while any op is
-  pending, and sleeps on a condition otherwise. While the training thread
-  has neither issued nor waited on a CPU op for ``QUIET_NS``, it blocks on
-  the oldest CPU future instead (GIL released) and stamps its real end: a DDP
-  bucket all-reduce on gloo, waited on by the reducer in C++.
+Looking never waits on the training thread. On a device op we only call
+``work.is_completed()``: ``future.value()``, ``wait()`` and
+``add_done_callback()`` each make a CUDA stream wait on NCCL's end event, and
+serialised Megatron's compute behind its overlapped all-reduces. The thread
+blocks only while the training thread is quiet, because a thread woken by
+every op takes the GIL once per op (30 to 45 us per op on a Megatron-shaped
+step, bench/tracer_async_step.py).
 
-Looking is cheap and never waits on the training thread: a CPU future's
-``done()``; a device op's ``work.is_completed()``, an event query on NCCL's
-stream that changes none of the user's streams. Never on a device op: ``future.value()``,
-``wait()`` or ``add_done_callback()``, each of which makes a CUDA stream wait
-on NCCL's end event; ``value()`` on the training thread serialised Megatron's
-compute stream behind its overlapped tensor-parallel all-reduces.
-And the thread blocks on a future only while the training thread is quiet:
-a thread woken by every completing op takes the GIL from the training thread
-once per op, which cost a Megatron-shaped step 30 to 45 us per op
-(bench/tracer_async_step.py). An op nobody waits on while the training thread
-is busy with others is stamped up to ``POLL_S`` late.
-
-The time an op took is from its START to that stamp, whenever END is written.
-
-END order. Collectives of one group end in the order they started
-(docs/records.md; the agent drops an older op of the lane when a newer one
-ends). A done op whose elders are not done waits for them, keeping its own
-stamp. An elder with nothing that reports its completion (``is_completed()``
-never true), does not hold its lane for good: when a younger op of its lane
-is done, it is ended at that op's stamp. p2p ops end each as it completes.
-Ops of one group complete in the order they were issued (one work queue in
-gloo, one stream in NCCL), so a lane is looked at from its oldest op up to
-the first that still runs, and a device lane first at its newest op, which
-done means all are: a look costs the same with 3 ops pending or 300, and
-queries NCCL once or twice a lane.
+Ops of one group complete in issue order, so a lane is looked at from its
+oldest op up to the first still running (a device lane first at its newest),
+and a done op whose elders are not done waits for them, keeping its own
+stamp; an elder that never reports completion is ended at a younger op's
+stamp. docs/tracer.md, "Async work: the completion watcher", has the whole.
 """
 
 from __future__ import annotations
