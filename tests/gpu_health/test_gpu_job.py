@@ -1,7 +1,12 @@
-"""GPU identity and NVML health end to end (issue 20): real gloo jobs under the
-real xpu_timer_launch, agent and collector; NVML answers replayed from the
+"""GPU identity and NVML health end to end (issue 20): jobs under the real
+xpu_timer_launch, agent and collector; NVML answers replayed from the
 H100 recordings in fixtures/ (--nvml-replay); each rank names its CUDA device
-through the tracer (scripts/on_gpu.py) and the agent resolves it through NVML.
+through the tracer (scripts/torchless_on_gpu.py) and the agent resolves it
+through NVML. The GPU, its health and what is said of them are the agent's
+and the collector's: the ranks are torch-free (scripts/torchless.py: a gloo
+rank's records through the same tracer and writer, a tenth of its CPU), and
+with no CUDA here a rank's runtime names no UUID or PCI address whether
+torch is imported or not.
 Down to the verdict lines, hang.json / slow.json, faults.json and what
 --fault-list and netcheck preflight make of it; every rule's healthy replay
 stays quiet."""
@@ -21,7 +26,8 @@ from tests.functional.launch import ROOT, SCRIPTS, Launch
 from tests.waiting import poll_until
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")
-ON_GPU = os.path.join(SCRIPTS, "on_gpu.py")
+ON_GPU = os.path.join(SCRIPTS, "torchless_on_gpu.py")
+TRAIN, STALL = "torchless_slow_train.py", "torchless_stall.py"
 BUS = {0: "0000:1b:00.0", 1: "0000:43:00.0", 2: "0000:52:00.0", 3: "0000:61:00.0"}
 
 
@@ -47,9 +53,13 @@ def _launch(tmp, job, nproc, replay_name, script, args, env, extra=()):
 def slow_jobs(tmp_path_factory):
     """Rank 1 is the straggler in both; its GPU is in HW thermal slowdown in one replay only."""
     tmp = tmp_path_factory.mktemp("gpuslow")
-    env = {"SLOW_RANK": "1", "SLOW_MS": "40", "SLOW_PHASES": "0-40", "RUN_S": "28",
+    # The rule judges windows, not seconds (judged once every rank fills 0.9 of
+    # one, declared after half a window): 5 s windows and 14 s of steps (were
+    # 10 s and 28 s) keep the SLOW line about 1.5 windows in and 1.3 windows of
+    # slow steps after it, in which it must not be said again.
+    env = {"SLOW_RANK": "1", "SLOW_MS": "40", "SLOW_PHASES": "0-40", "RUN_S": "14",
            "GPU_OF_LOCAL_RANK": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    jobs = {name: _launch(tmp, name, 4, name, "slow_train.py", [], env, ["--perf-window", "10s"])
+    jobs = {name: _launch(tmp, name, 4, name, TRAIN, [], env, ["--perf-window", "5s"])
             for name in ("throttle", "healthy")}
     try:
         codes = {name: job.wait(240) for name, job in jobs.items()}
@@ -123,15 +133,15 @@ def gpu_jobs(tmp_path_factory):
         for name in ("xid", "healthy"):
             # py-spy only: gdb takes CPU-seconds per rank, and no test here reads native stacks
             env = dict(stall_env, STALL_RELEASE=str(tmp / f"{name}.release"), XPU_TIMER_DUMP_TOOLS="py-spy")
-            made[name] = (tmp, _launch(tmp, name, 4, name, "stall.py", [STALL_S, "6"], env,
+            made[name] = (tmp, _launch(tmp, name, 4, name, STALL, [STALL_S, "6"], env,
                                        ["--hang-timeout", "4s", *apart()]))
         made["share"] = (tmp, _launch(
-            tmp, "share", 2, "throttle", "slow_train.py", [],
+            tmp, "share", 2, "throttle", TRAIN, [],
             # 5 s of steps (was 8): the samples come each --gpu-sample-interval (1 s)
             {"GPU_OF_LOCAL_RANK": "0,0", "CUDA_VISIBLE_DEVICES": "3", "RUN_S": "5"},
             ["--metrics-port", str(port), *apart()]))
         if not _nvml_here():
-            made["nonvml"] = (tmp, _launch(tmp, "nonvml", 2, None, "slow_train.py", [],
+            made["nonvml"] = (tmp, _launch(tmp, "nonvml", 2, None, TRAIN, [],
                                            # 3 s of steps (was 5): the NVML line comes with the first GPU sample (1 s)
                                            {"GPU_OF_LOCAL_RANK": "0,1", "RUN_S": "3"}, apart()))
         scraping = threading.Thread(target=lambda: sampled.append(poll_until(lambda: _sampled(port), 60)),
