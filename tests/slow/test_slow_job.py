@@ -13,29 +13,32 @@ from tests.functional.launch import SCRIPTS, Launch
 
 TRAIN = os.path.join(SCRIPTS, "slow_train.py")
 pytestmark = pytest.mark.alone     # wait shares of real ranks: no other test's load beside them
-WINDOW = "5s"
+WINDOW_S = 4
 
 
 def _launch(tmp, job, env, extra=()):
     return Launch(["--nproc-per-node", "4", "--rdzv-id", job, "--timeline-path", str(tmp),
-                   "--perf-window", WINDOW, "--no-hook", *extra, TRAIN], env=env)
+                   "--perf-window", f"{WINDOW_S}s", "--no-hook", *extra, TRAIN], env=env)
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("slow")
     # The lengths in windows, not seconds, are what the rules judge (a finding
-    # declared after half a window, recovered after a clean one), so a 5 s
-    # window halves the jobs' wall time (was 10 s: 80 and 90 s of jobs).
-    # rank 2 sleeps 40 ms a step for 15 s (3 windows), recovers for 20 s (4), then is slow again (4)
-    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": "0-15,35-55",
-                                      "RUN_S": "55"})
-    # healthy for 50 s: every rank pauses 10 s (2 windows) at 20 s (a checkpoint), rank 0
-    # writes 3 s (0.6 window) more, then three full windows of steps after it. It reports through a report
+    # declared after half a window, recovered after a clean one; a window's
+    # typical wait is a median, which one long wait does not move), so a 4 s
+    # window shortens the jobs (was 5 s: 55 and 50 s of jobs; 10 s: 80 and 90).
+    def w(windows):
+        return f"{windows * WINDOW_S:g}"
+    # rank 2 sleeps 40 ms a step for 3 windows, recovers for 4, then is slow again (4)
+    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": f"0-{w(3)},{w(7)}-{w(11)}",
+                                      "RUN_S": w(11)})
+    # healthy for 10 windows: every rank pauses 2 windows at 4 (a checkpoint), rank 0
+    # writes 0.6 window more, then 3.4 full windows of steps after it. It reports through a report
     # relay (its agent serves it: --nodes-per-relay 1), so its perf windows
     # come with one report in 5, as at scale; the frameworks' tests keep the
     # direct path quiet.
-    healthy = _launch(tmp, "healthy", {"PAUSE_AT": "20", "PAUSE_S": "10", "SOLO_S": "3", "RUN_S": "50"},
+    healthy = _launch(tmp, "healthy", {"PAUSE_AT": w(4), "PAUSE_S": w(2), "SOLO_S": w(0.6), "RUN_S": w(10)},
                       ["--nodes-per-relay", "1"])
     try:
         codes = (slow.wait(300), healthy.wait(300))
