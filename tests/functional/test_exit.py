@@ -1,7 +1,11 @@
 """A healthy job must exit 0 under the launcher, every time (issue 11, item 1).
 
 The job ends with destroy_process_group() and no final barrier: the pattern
-that aborted ranks with SIGABRT while the tracer held its process groups."""
+that aborted ranks with SIGABRT while the tracer held its process groups. That
+the tracer holds none is checked every time in one job
+(tests/tracer/test_tracer.py, pg_freed.py); the abort was a race, which these
+runs look for: 4 runs of 4 ranks, half without the C++ hook (10 runs under
+`make soak`)."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from tests.functional.launch import SCRIPTS, Launch
 from tests.soak import runs
 
 EXIT_RACE = os.path.join(SCRIPTS, "exit_race.py")
-RUNS, AT_ONCE = runs(6, 10), 3   # 10 under `make soak`
+RUNS, AT_ONCE = runs(4, 10), 3
 pytestmark = pytest.mark.timeout(240)
 
 
