@@ -106,6 +106,9 @@ def serve(files: str) -> None:
     then removes ``files``, its children's output folder (a client that
     ends with ``os._exit``, as a pytest-xdist worker may, never does)."""
     # The point of the server: torch's modules the children use, imported once, before every fork.
+    # torch._dynamo: DDP's and fully_shard's constructors import it (about 0.5 CPU-s in every rank
+    # that wraps a model); it starts no thread, so it forks as safely as the rest.
+    import torch._dynamo  # noqa: F401
     import torch.distributed.checkpoint  # noqa: F401
     import torch.distributed.fsdp  # noqa: F401
     import torch.nn.parallel  # noqa: F401
