@@ -63,7 +63,18 @@ def result_lines(outputs):
     return [next(line for line in out.splitlines() if line.startswith("RESULT")) for out, _ in outputs]
 
 
-def test_collectives_p2p_and_host_functions_are_recorded(tmp_path):
+@pytest.fixture(scope="module")
+def untraced_collectives(tmp_path_factory):
+    """collectives.py's RESULT lines with the tracer switched off, run once:
+    the baseline every traced run of it must match (its results are the
+    same on every run; a run is two torch ranks)."""
+    off = tmp_path_factory.mktemp("off")
+    plain = run_ranks("collectives.py", off, {"XPU_TIMER_TRACER_DISABLE": "1"})
+    assert not os.listdir(off)                            # switched off: no region made
+    return result_lines(plain)
+
+
+def test_collectives_p2p_and_host_functions_are_recorded(tmp_path, untraced_collectives):
     env = {"XPU_TIMER_HOST_TRACING_FUNC": "json@@dumps,json@JSONEncoder@encode"}
     outputs = run_ranks("collectives.py", tmp_path, env)
     regions = records_by_rank(tmp_path)
@@ -96,9 +107,7 @@ def test_collectives_p2p_and_host_functions_are_recorded(tmp_path):
     sub_ids = {[r for r in recs if r.name == "all_gather"][0].comm_id for _, recs, _ in regions.values()}
     assert len(sub_ids) == 1                              # equal on every member rank
     # Same results with the tracer switched off.
-    plain = run_ranks("collectives.py", tmp_path / "off", {"XPU_TIMER_TRACER_DISABLE": "1"})
-    assert result_lines(outputs) == result_lines(plain)
-    assert not (tmp_path / "off").exists() or not os.listdir(tmp_path / "off")
+    assert result_lines(outputs) == untraced_collectives
 
 
 def test_async_op_ends_when_the_work_completes_without_blocking(tmp_path):
@@ -113,12 +122,11 @@ def test_async_op_ends_when_the_work_completes_without_blocking(tmp_path):
     assert "RESULT [1.0, 1.0, 1.0, 1.0]" in outputs[0][0]
 
 
-def test_unusable_shm_dir_switches_off_with_one_line(tmp_path):
+def test_unusable_shm_dir_switches_off_with_one_line(tmp_path, untraced_collectives):
     blocker = tmp_path / "file"
     blocker.write_text("")
     outputs = run_ranks("collectives.py", blocker)
-    expected = run_ranks("collectives.py", tmp_path / "ok")
-    assert result_lines(outputs) == result_lines(expected), (outputs, expected)
+    assert result_lines(outputs) == untraced_collectives, outputs
     for rank, (_, stderr) in enumerate(outputs):
         lines = [line for line in stderr.splitlines() if "xpu-diag" in line]
         # (once seen failing on CI-like load with only the expected line in
@@ -144,24 +152,34 @@ def test_bootstrap_chains_to_the_users_sitecustomize(tmp_path):
     assert [os.path.basename(p)[:5] for p in glob.glob(str(shm / "*.ring"))] == ["py-r5"]
 
 
-def test_full_ring_drops_and_counts_and_training_goes_on(tmp_path):
+def test_full_ring_drops_and_counts_and_training_goes_on(tmp_path, untraced_collectives):
     # Nobody drains the 4-slot rings: most records are dropped, none blocks.
     outputs = run_ranks("collectives.py", tmp_path, {"XPU_TIMER_RING_CAPACITY": "4"})
-    expected = run_ranks("collectives.py", tmp_path / "big")
-    assert result_lines(outputs) == result_lines(expected)
+    assert result_lines(outputs) == untraced_collectives
     for header, records, dropped in records_by_rank(tmp_path).values():
         assert header.capacity == 4 and len(records) == 4 and dropped > 10
 
 
-def test_optimizer_steps_are_recorded_as_ends_that_are_never_in_flight(tmp_path):
+@pytest.fixture(scope="module")
+def optimizer_run(tmp_path_factory):
+    """One traced rank of optim_gc.py (5 AdamW steps, a gc.collect() in each,
+    a 20 ms sleep before each): its stdout and (header, records) of its
+    region. The step records and the gc records are judged apart, by the two
+    tests that follow; one torch rank serves both."""
+    shm = tmp_path_factory.mktemp("optim")
+    [(stdout, _)] = run_ranks("optim_gc.py", shm, world=1)
+    [(header, records, _)] = records_by_rank(shm).values()
+    return stdout, header, records
+
+
+def test_optimizer_steps_are_recorded_as_ends_that_are_never_in_flight(optimizer_run):
     """torch.optim's step() is traced by default (the performance view's step
     time): one END per step with its host duration, and no START, so a step is
     never the op a hang report names."""
     from diag.agent.state import NodeState
     from diag.perf import derive
     from diag.perf.window import PerfWindow
-    run_ranks("optim_steps.py", tmp_path, world=1)
-    [(header, records, _)] = records_by_rank(tmp_path).values()
+    _, header, records = optimizer_run
     steps = [r for r in records if r.name == "optimizer.step"]
     assert [r.event for r in steps] == [fmt.EVENT_END] * 5
     assert all(r.kind == fmt.KIND_HOST_FUNC and 0 < r.duration_ns < 10**9 for r in steps)
@@ -174,14 +192,12 @@ def test_optimizer_steps_are_recorded_as_ends_that_are_never_in_flight(tmp_path)
     assert fig.steps == 4 and fig.step_s >= 0.02   # each step follows a 20 ms sleep
 
 
-def test_garbage_collection_time_rides_along_with_the_steps(tmp_path):
+def test_garbage_collection_time_rides_along_with_the_steps(optimizer_run):
     """The gc callback only counts; the time is written at the next step, as
     one ``gc`` END per step that had collections, since the previous one: at least the script's own
     gc.collect(), at most the whole step (building the heap collects too)."""
-    outputs = run_ranks("optim_gc.py", tmp_path, world=1)
-    measured = [tuple(map(float, line.split()[1:])) for out, _ in outputs for line in out.splitlines()
-                if line.startswith("GC_MS")]
-    [(_, records, _)] = records_by_rank(tmp_path).values()
+    out, _, records = optimizer_run
+    measured = [tuple(map(float, line.split()[1:])) for line in out.splitlines() if line.startswith("GC_MS")]
     gcs = [r for r in records if r.name == "gc"]
     assert len(gcs) == 5 and all(r.event == fmt.EVENT_END and r.kind == fmt.KIND_HOST_FUNC for r in gcs)
     # the first also holds what was collected since torch.optim was imported
