@@ -6,11 +6,18 @@ and a DCP checkpoint into throttled storage, an evaluation, a torch.compile
 warm-up, slow data-loader workers, every rank sleeping) gets no verdict;
 the same job hung for real is named, by the right rule, within
 --blocked-after and a few seconds. The waits are scaled down (--blocked-after
-3 s, pauses of 7.5 s; was 4 s and 10 s) so the suite stays short; what is
-judged is the evidence, not the length: a pause 2.5 times --blocked-after
+3 s, pauses of 6 s; was 4 s and 10 s) so the suite stays short; what is
+judged is the evidence, not the length: a pause twice --blocked-after
 long is as busy as one 90 s long (the busy pauses, eval, compile and the
 loader's workers, burn CPU all along: shorter is cheaper). bench/verdict_matrix.py runs the same matrix with the
 default options and the issue's lengths.
+
+Hung, the eval and compile cases block before their first forward pass or
+compile, with nothing of torch's in flight: their jobs are torch-free ranks
+(scripts/torchless_pauses.py, the same frames, the same records through the
+same writer, a third of the CPU). save, dcp and loader hang inside torch's
+own code (a write under torch.save, DCP's collectives, a loader worker), and
+the idle job's ranks block with gloo up: those stay gloo jobs.
 
 The jobs mostly wait (a pause, --blocked-after, --idle-timeout), so one
 module fixture starts all seven together and each test judges its own job
@@ -30,6 +37,7 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 PAUSES = os.path.join(SCRIPTS, "pauses.py")
+TORCHLESS = {case: os.path.join(SCRIPTS, "torchless_pauses.py") for case in ("eval", "compile")}
 BLOCKED = 3.0
 FAST_DUMPS = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}
 HEALTHY_CASES = "save,dcp,eval,compile,loader,sleep"
@@ -37,8 +45,9 @@ HUNG_CASES = ["save", "dcp", "eval", "compile", "loader"]
 
 
 def _job(launches, out, cases, pause, *extra):
+    script = TORCHLESS.get(cases, PAUSES) if pause == "forever" else PAUSES
     return launches(["--nproc-per-node", "2", "--hang-timeout", "200s", "--blocked-after", f"{BLOCKED:g}s",
-                     *extra, "--timeline-path", str(out / "tl"), PAUSES, cases, pause],
+                     *extra, "--timeline-path", str(out / "tl"), script, cases, pause],
                     env=dict(FAST_DUMPS, PAUSES_OUT=str(out)))
 
 
@@ -51,7 +60,7 @@ def jobs(module_launches, tmp_path_factory):
     for name, cases, pause, extra in (
             [(case, case, "forever", ()) for case in HUNG_CASES]
             + [("idle", "sleep", "forever", ("--idle-timeout", "6s")),
-               ("healthy", HEALTHY_CASES, str(2.5 * BLOCKED), ())]):
+               ("healthy", HEALTHY_CASES, str(2 * BLOCKED), ())]):
         out = tmp_path_factory.mktemp(name)
         started[name] = (_job(module_launches, out, cases, pause, *extra), out)
     return started
@@ -88,7 +97,7 @@ def test_every_rank_blocked_for_good_is_named_by_the_idle_rule(jobs):
     job.kill()
 
 
-# Last: its six pauses of 7.5 s take longest; the hung jobs are judged and gone by then.
+# Last: its six pauses of 6 s take longest; the hung jobs are judged and gone by then.
 def test_a_healthy_job_that_pauses_every_way_gets_no_verdict(jobs):
     job, out = jobs["healthy"]
     assert job.wait(280) == 0, job.output()
