@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from diag.agent.config import AgentConfig  # noqa: E402
 from diag.agent.connection import HEALTHY_AFTER, MOVE_WAIT_S, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
+from diag.collector.digest import digest  # noqa: E402
 from diag.collector.relay_board import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames, handshake  # noqa: E402
 from diag.pb import collector_pb2 as pb  # noqa: E402
@@ -88,6 +89,9 @@ def parse_args(argv):
                    help="with --nodes-per-relay: drive the collector's relay links directly (one stream per group, "
                         "the reports a relay would send); the collector's side at 12,500 agents on a small machine")
     p.add_argument("--batch-s", type=float, default=RELAY_BATCH_S, help="--simulated-relays: a relay's batch window")
+    p.add_argument("--old-relays", action="store_true",
+                   help="--simulated-relays: send no digests, as relays before digest.py did (the judge parses every "
+                        "report at once)")
     p.add_argument("--transport-floor", action="store_true",
                    help="then drive bench/grpc_floor_server.py (reads the reports, does nothing) with the same "
                         "load, and print the collector's CPU per report against that floor")
@@ -492,6 +496,9 @@ class RelayLoad:
         reader = asyncio.ensure_future(self.read(call, pace))
         full = {node: make_report(node, self.world, None, 0.0).SerializeToString() for node in nodes}
         bare = {node: make_report(node, self.world, None, 0.0, perf=False).SerializeToString() for node in nodes}
+        # What a relay of this release reads of each plain report (digest.py), stamped per report below.
+        digests = {(node, with_perf): digest(pb.NodeReport.FromString((full if with_perf else bare)[node]))
+                   for node in nodes for with_perf in (True, False)}
         due = {node: time.monotonic() + args.interval * node / args.agents for node in nodes}
         first = True
         try:
@@ -509,11 +516,17 @@ class RelayLoad:
                     interval, every, n = pace[node]
                     with_perf = n % every == 0
                     payload = full[node] if with_perf else bare[node]
+                    read = None if args.old_relays else digests[node, with_perf]
                     if node == 0 and self.stall_since is not None:
-                        payload = make_report(0, self.world, self.stall_since, now, perf=with_perf).SerializeToString()
+                        report = make_report(0, self.world, self.stall_since, now, perf=with_perf)
+                        payload, read = report.SerializeToString(), None if args.old_relays else digest(report)
                     # Built by its agent when due, then held by the relay until now.
-                    up.reports.add(stream=node + 1, report=stamped(payload, int(due[node] * 1e9)),
-                                   held_us=int(1e6 * min(now - due[node], args.batch_s)))
+                    sent_ns = int(due[node] * 1e9)
+                    relayed = up.reports.add(stream=node + 1, report=stamped(payload, sent_ns),
+                                             held_us=int(1e6 * min(now - due[node], args.batch_s)))
+                    if read is not None:
+                        relayed.digest.CopyFrom(read)
+                        relayed.digest.sent_mono_ns = sent_ns
                     pace[node][2] += 1
                     due[node] = max(due[node] + interval, now - interval)
                 if up.reports:
@@ -590,8 +603,8 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     relays1 = relay_cpu_seconds()
     rss = rss_mib(proc.pid)
     load.stop.set()
-    return (t0, t1, sent1 - sent0, (cpu1 - cpu0, judge1 - judge0, relays1[0] - relays0[0], relays1[1]), rss, connect_s,
-            relayed)
+    return (t0, t1, sent1 - sent0, (cpu1 - cpu0, judge1 - judge0, relays1[0] - relays0[0], relays1[1], relays1[2]), rss,
+            connect_s, relayed)
 
 
 async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
@@ -601,15 +614,15 @@ async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
     await load.close()
     await counted(seen, load.sent)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
-                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
+                relay_rss=cpu[4], t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
                 failed=load.failed)
 
 
-def relay_cpu_seconds() -> tuple[float, int]:
-    """(CPU seconds, count) of the report relays running on this host: in the
-    bench they are the simulated agents' children, on a real job each on its
-    own node."""
-    total, count = 0.0, 0
+def relay_cpu_seconds() -> tuple[float, int, float]:
+    """(CPU seconds, count, resident MiB) of the report relays running on this
+    host: in the bench they are the simulated agents' children, on a real job
+    each on its own node."""
+    total, count, rss = 0.0, 0, 0.0
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -621,7 +634,11 @@ def relay_cpu_seconds() -> tuple[float, int]:
         if b"diag.collector.ingest" in cmd and b"--group" in cmd:
             total += cpu_seconds(int(name), children_too=False)
             count += 1
-    return total, count
+            try:
+                rss += _rss_mib(int(name))
+            except (OSError, StopIteration):
+                pass
+    return total, count, rss
 
 
 class Drivers:
@@ -720,7 +737,7 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
         await asyncio.to_thread(p.join, 90)
     await counted(seen, load.sent)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
-                t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
+                relay_rss=cpu[4], t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
                 failed=load.failed)
 
 
@@ -826,7 +843,7 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
         print(f"  report relays       {m['relays']} (one per {args.nodes_per_relay} nodes), {m['relay_cpu']:.1f} s = "
               f"{m['relay_cpu'] / m['wall']:.2f} cores in all, {m['relay_cpu'] / m['wall'] / max(1, m['relays']):.3f} "
               f"of a core each on its node; with the collector {1e6 * (m['cpu'] + m['relay_cpu']) / max(1, m['reports']):.0f}"
-              f" us per report")
+              f" us per report; {m['relay_rss']:.0f} MiB resident in all")
     print(f"  collector memory    {m['rss']:.0f} MiB resident (VmRSS) at the end of the window")
     behind = [b for t, _, _, b in seen["stats"] if m["t0"] <= t <= m["t1"]]
     if behind:

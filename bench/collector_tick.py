@@ -15,6 +15,7 @@ sends them, young ops in flight as a training job's ranks mostly have):
   explained, the heaviest line to build).
 
     .venv/bin/python bench/collector_tick.py --agents 12500
+    .venv/bin/python bench/collector_tick.py --agents 25000 --relayed   # the judge's CPU a relayed report
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))   # collector_ingest's reports
 
 from diag.collector import verdict  # noqa: E402
 from diag.hang import idle  # noqa: E402
@@ -88,6 +90,60 @@ def _mark_calls(registry: SessionRegistry, marks: dict) -> None:
     registry.broadcast, registry.hold = marked_broadcast, marked_hold
 
 
+def relayed_ingest_us(agents: int, digests: bool, seconds: int = 10) -> float:
+    """CPU per report of the judge's side of report relays (ingest_link.py),
+    in-process: each group of 32 nodes sends two messages a second, as
+    bench/collector_ingest.py's reports (the perf window in one report of
+    5), with a relay's digest each or not (a relay before digest.py, or an
+    ingest process); a snapshot every 10 s, as the full pass at 200,000
+    ranks takes one, is counted in."""
+    from collector_ingest import make_report, stamped
+    from diag.collector.digest import digest
+    from diag.collector.ingest_link import IngestLinkServicer, _Link
+    from diag.collector.servicer import AgentSession
+    from diag.pb import ingest_pb2 as ipb
+
+    world = agents * 8
+    made = {(n, p): make_report(n, world, None, 0.0, perf=p) for n in range(agents) for p in (True, False)}
+    raw = {k: r.SerializeToString() for k, r in made.items()}
+    read = {k: digest(r) for k, r in made.items()} if digests else {}
+
+    def second(s: int) -> list[bytes]:
+        out = []
+        for group in range(0, agents, 32):
+            for half in (0, 1):
+                up = ipb.RelayUp()
+                for n in range(group + half, min(group + 32, agents), 2):
+                    key, sent_ns = (n, (s + n) % 5 == 0), (1000 + s) * 10**9
+                    relayed = up.reports.add(stream=n + 1, report=stamped(raw[key], sent_ns), held_us=250_000)
+                    if digests:
+                        relayed.digest.CopyFrom(read[key])
+                        relayed.digest.sent_mono_ns = sent_ns
+                out.append(up.SerializeToString())
+        return out
+
+    class Opener:   # the link's sessions, opened by each stream's first report
+        relays = None
+
+        def open_session(self, report, wake):
+            return AgentSession(report.node_rank, report.hostname, report.agent_pid), None
+
+    state = JobState()
+    judge, link = IngestLinkServicer(Opener(), state, SessionRegistry(agents)), _Link.__new__(_Link)
+    link.sessions, link.refused, link.aborts, link.wake = {}, set(), [], None
+    rounds = [second(s) for s in range(seconds + 1)]
+    began = None
+    for s, messages in enumerate(rounds):
+        if s == 1:   # the first second opened the sessions: time the steady state
+            began = time.process_time()
+        for data in messages:
+            for relayed in ipb.RelayUp.FromString(data).reports:
+                judge._ingest(link, relayed, 1000.5 + s - relayed.held_us * 1e-6)
+        if s % 10 == 0 or s == seconds:
+            state.snapshot(1000.6 + s)
+    return 1e6 * (time.process_time() - began) / (agents * seconds)
+
+
 def best(fn, n: int = 3) -> float:
     out = []
     for _ in range(n):
@@ -101,7 +157,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", type=int, default=2000)
     p.add_argument("--stall", choices=("one", "all", "behind"), default="all")
+    p.add_argument("--relayed", action="store_true",
+                   help="only the judge's CPU a report through report relays, with and without their digests")
     args = p.parse_args(argv)
+    if args.relayed:
+        with_digest, without = relayed_ingest_us(args.agents, True), relayed_ingest_us(args.agents, False)
+        print(f"relayed ingest, in-process, {args.agents} agents x 8 ranks (CPU a report, parse and the "
+              f"snapshots included): {with_digest:.1f} us with the relays' digests, {without:.1f} us without")
+        return 0
     world, now = args.agents * 8, 1000.0
     with tempfile.TemporaryDirectory() as tmp:
         config = Config(job_id="bench", token="t", timeline_path=tmp, hang_timeout_s=TIMEOUT_S)

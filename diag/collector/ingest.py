@@ -38,6 +38,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from diag.collector.auth import TokenInterceptor
+from diag.collector.digest import digest
 from diag.collector.relay_board import RELAY_METADATA
 from diag.collector.server import SERVICE_NAME, SPARE_CALLS, raise_file_limit, server_options
 from diag.common import envnames, handshake
@@ -109,9 +110,10 @@ class Ingest:
                 data = await context.read()
                 if data is grpc.aio.EOF:
                     break
-                self._up.append((sid, data, time.monotonic()))
+                read = _read(data, self._urgent_ns) if self._urgent_ns else None
+                self._up.append((sid, data, time.monotonic(), read[1] if read else None))
                 self._kick.set()
-                if self._urgent_ns and _stalling(data, self._urgent_ns):
+                if read and read[0]:
                     self._urgent.set()
                 if len(self._up) >= MAX_PENDING:   # the judge is behind: stop reading, let gRPC push back
                     self._room.clear()
@@ -210,8 +212,8 @@ class Ingest:
                 self._urgent.clear()
                 up, closed, self._up, self._closed = self._up, self._closed, [], []
                 now, window = time.monotonic(), self._batch_s
-                reports = [ipb.RelayedReport(stream=sid, report=data, held_us=int(1e6 * min(now - at, window)))
-                           for sid, data, at in up]
+                reports = [ipb.RelayedReport(stream=sid, report=data, held_us=int(1e6 * min(now - at, window)),
+                                             digest=read) for sid, data, at, read in up]
                 await call.write(ipb.RelayUp(reports=reports, closed=closed))
                 self._room.set()
                 if self._draining and not self._up:   # what came in during this write goes up first
@@ -279,16 +281,19 @@ async def serve(args) -> int:
     return 0
 
 
-def _stalling(data: bytes, age_ns: int) -> bool:
-    """Whether a report shows an op in flight for ``age_ns`` or more: a relay
-    sends it up at once rather than at the end of its batch window, so the
-    HANG path does not wait for the batching. Parsing here costs the relay's
-    node ~17 us a report; the collector parses it anyway."""
+def _read(data: bytes, age_ns: int) -> tuple[bool, ipb.ReportDigest | None]:
+    """A relay's reading of a report: (whether it shows an op in flight for
+    ``age_ns`` or more, its digest for the judge or None). A stalling report
+    goes up at once rather than at the end of the batch window, so the HANG
+    path does not wait for the batching; a plain one with its digest, so the
+    judge parses it only when it next judges (digest.py). Parsing here costs
+    the relay's node ~20 us a report."""
     try:
         report = pb.NodeReport.FromString(data)
     except DecodeError:
-        return False   # the collector refuses it, with the reason
-    return any(r.oldest_in_flight.age_ns >= age_ns for r in report.ranks if r.HasField("oldest_in_flight"))
+        return False, None   # the collector refuses it, with the reason
+    stalling = any(r.oldest_in_flight.age_ns >= age_ns for r in report.ranks if r.HasField("oldest_in_flight"))
+    return stalling, digest(report)
 
 
 def _host(listen: str) -> str:

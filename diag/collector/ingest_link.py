@@ -3,8 +3,9 @@ end is diag/collector/ingest.py, docs/collector.md "Ingest processes").
 
 One Relay stream per ingest process. Its reports arrive many to a message, as
 the bytes their agents sent: each is parsed and ingested here exactly as a
-Connect stream's would be, so the state, the rules and the tick never know
-which process an agent's stream lives in. Each relayed agent stream gets an
+Connect stream's would be (a report relay's plain reports come with a
+digest, and are parsed only at the next snapshot: digest.py), so the state,
+the rules and the tick never know which process an agent's stream lives in. Each relayed agent stream gets an
 AgentSession whose ``wake`` is the link's: a broadcast wakes the link's
 writer, which sends every queued command down in one message. Refusals (a
 report for another job, --max-agents, a bad report) go down as an abort for
@@ -108,12 +109,15 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
         stream = relayed.stream
         if stream in link.refused:
             return
+        session = link.sessions.get(stream)
+        if session is not None and relayed.HasField("digest"):   # a relay's plain report: parsed at the next snapshot
+            if self._state.ingest_digest(relayed.report, relayed.digest, now, session.clock):
+                return
         try:
             report = pb.NodeReport.FromString(relayed.report)
         except DecodeError as exc:
             link.abort(stream, grpc.StatusCode.INTERNAL, f"failed to parse the NodeReport: {exc}")
             return
-        session = link.sessions.get(stream)
         if session is None:
             session, refused = self._servicer.open_session(report, link.wake)
             if refused is not None:

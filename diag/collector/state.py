@@ -16,14 +16,25 @@ nothing for healthy ranks:
 
 The watchdog takes a full :class:`Snapshot` only when one of these says the
 rules may fire, and runs the (unchanged, pure) rules on it.
+
+Ingest keeps each node's newest report (and the newest that carried the perf
+window) and makes its rank entries when the next snapshot is taken: between
+two snapshots (10 s at 200,000 ranks while nothing nears the timeout) a node
+reports ten times and only the last is ever read. A report relay's plain
+report (digest.py) is not even parsed until then.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import NamedTuple
 
+from google.protobuf.message import DecodeError
+
 from diag.pb import collector_pb2 as pb
+
+log = logging.getLogger("diag.collector")
 
 MAX_WORLD_SIZE = 1 << 22
 # An agent's monotonic clock may run slower than ours (tens of ppm). The
@@ -120,7 +131,13 @@ class JobState:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ranks: dict[int, RankEntry] = {}
+        self._ranks: dict[int, RankEntry] = {}   # made from _pending at each snapshot (_settle)
+        # node -> (newest report, when built, the newest with the perf window
+        # or None, when built), in order of ingest: the report is its ranks
+        # (a parsed one) or the bytes a relay sent with a digest.
+        self._pending: dict[int, tuple] = {}
+        self._settling = threading.Lock()   # one _settle at a time, outside _lock for the most of it
+        self._known: set[int] = set()   # every rank ever reported (len(_ranks) once settled)
         self._agents: dict[int, AgentInfo] = {}   # in order of last report (oldest first)
         self._world_size = 0
         self.reports = 0  # total NodeReports ingested (for the bench and logs)
@@ -153,26 +170,18 @@ class JobState:
                 raise ReportError(f"rank {rank} with world_size {r.world_size} from node {node} is out of range "
                                   f"(the report's first rank says world_size {world})")
         sent = clock.sent_at(report.sent_mono_ns, now) if clock is not None else now
-        info = AgentInfo(node, report.hostname, report.agent_pid, now, tuple(ids), True)
-        # The per-rank store is inlined: it runs 100,000 times a second at
-        # 12,500 nodes, and a call per rank was a tenth of ingest.
-        new_entry = tuple.__new__   # RankEntry's own __new__ is a Python function
+        ids = tuple(ids)
+        info = AgentInfo(node, report.hostname, report.agent_pid, now, ids, True)
+        # Agents send the window for all their ranks or none (one report in N
+        # when paced): one look per report, and a window carried over is
+        # checked (same process, present) only when read (RankEntry.perf).
+        perf = bool(rs) and rs[0].HasField("perf")
+        if self._claims_change(node, ids):
+            self._settle()
         with self._lock:
-            entries, dropped, ops = self._ranks, self._dropped, self._ops
+            self._keep(node, rs, sent, perf)
+            dropped, ops = self._dropped, self._ops
             active_at = self.active_at
-            # Agents send the window for all their ranks or none (one report in
-            # N when paced): one look per report, and a window carried over is
-            # checked (same process, present) only when read (RankEntry.perf).
-            if rs and rs[0].HasField("perf"):
-                for rank, r in zip(ids, rs):
-                    entries[rank] = new_entry(RankEntry, (r, sent, node, r, sent))
-            else:
-                for rank, r in zip(ids, rs):
-                    old = entries.get(rank)
-                    if old is not None and old.perf_from is not None:
-                        entries[rank] = new_entry(RankEntry, (r, sent, node, old.perf_from, old.perf_at))
-                    else:
-                        entries[rank] = new_entry(RankEntry, (r, sent, node, None, 0.0))
             for rank, r in zip(ids, rs):
                 n = r.dropped_records
                 if n or rank in dropped:
@@ -205,6 +214,111 @@ class JobState:
             if now - sent > self.lag_max:
                 self.lag_max = now - sent
             self.lag_reports += 1
+
+    def ingest_digest(self, data: bytes, digest, now: float, clock: AgentClock | None = None) -> bool:
+        """Store a relay's plain report (``data``, the NodeReport's bytes, and
+        its ``digest``: digest.py) received at ``now``, as :meth:`ingest`
+        would, without parsing it: that waits for the next snapshot.
+
+        Returns False, and stores nothing, when the digest is out of range:
+        the caller then ingests the parsed report, which says why."""
+        node, world = digest.node_rank, digest.world_size
+        ids = tuple(digest.ranks)
+        if node < 0 or ids and not (0 < world <= MAX_WORLD_SIZE and min(ids) >= 0 and max(ids) < world):
+            return False
+        sent = clock.sent_at(digest.sent_mono_ns, now) if clock is not None else now
+        info = tuple.__new__(AgentInfo, (node, digest.hostname, digest.agent_pid, now, ids, True))
+        if self._claims_change(node, ids):
+            self._settle()
+        with self._lock:
+            self._keep(node, data, sent, digest.perf)
+            dropped, ops = self._dropped, self._ops
+            if dropped:   # none dropped now: a rank that had (a new process) is back at 0
+                for rank in ids:
+                    if rank in dropped:
+                        dropped[rank] = 0
+            if ids:
+                active = sent if digest.in_flight else sent - digest.min_idle_ns * 1e-9
+                if active > self.active_at:
+                    self.active_at = active
+            if ops:   # no op of these ranks is old enough to stay filed
+                for rank in ids:
+                    if rank in ops:
+                        self._unfile(rank)
+            self._agents.pop(node, None)   # re-insert: the dict stays in order of last report
+            self._agents[node] = info
+            if ids:
+                self._world_size = world
+            self.reports += 1
+            if now - sent > self.lag_max:
+                self.lag_max = now - sent
+            self.lag_reports += 1
+        return True
+
+    def _claims_change(self, node: int, ids: tuple) -> bool:
+        """Whether ``node`` reports other ranks than it did (or is new): the
+        reports waiting are made entries first, so that a rank that moved
+        between nodes keeps them in the order they came (and carries its perf
+        window over as it did); and the ranks count at once (``size``)."""
+        info = self._agents.get(node)
+        if info is not None and info.ranks == ids:
+            return False
+        self._known.update(ids)
+        return True
+
+    def _keep(self, node: int, report, sent: float, perf: bool) -> None:
+        """Keep ``report`` (its parsed ranks, or a relay's bytes) as the
+        node's newest, under the lock; its entries are made at the next
+        snapshot."""
+        pending = self._pending
+        held = pending.pop(node, None)   # re-insert: the dict stays in order of ingest
+        if perf:
+            pending[node] = (report, sent, report, sent)
+        elif held is not None:
+            pending[node] = (report, sent, held[2], held[3])
+        else:
+            pending[node] = (report, sent, None, 0.0)
+
+    def _settle(self, now: float | None = None) -> Snapshot | None:
+        """Make the rank entries of the reports kept since the last call, in
+        the order they came, as ingest made them before: the newest report's
+        ranks, with the perf window of the newest report that had one (or
+        the one the entry had). Most of the work is done outside ``_lock``
+        (ingest goes on meanwhile), the rest, what came in meanwhile, under
+        it; with ``now``, the snapshot at that same instant."""
+        with self._settling:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            self._make_entries(pending)
+            with self._lock:
+                if self._pending:
+                    pending, self._pending = self._pending, {}
+                    self._make_entries(pending)
+                if now is not None:
+                    return Snapshot(now, self._world_size, dict(self._ranks), dict(self._agents))
+        return None
+
+    def _make_entries(self, pending: dict) -> None:
+        entries = self._ranks
+        new_entry = tuple.__new__   # RankEntry's own __new__ is a Python function
+        for node, (report, sent, perf, perf_at) in pending.items():
+            rs = _ranks_of(report, node)
+            if perf is report:
+                for r in rs:
+                    entries[r.rank] = new_entry(RankEntry, (r, sent, node, r, sent))
+                continue
+            carried = {r.rank: r for r in _ranks_of(perf, node)} if perf is not None else {}
+            for r in rs:
+                rank = r.rank
+                came = carried.get(rank)
+                if came is not None:
+                    entries[rank] = new_entry(RankEntry, (r, sent, node, came, perf_at))
+                    continue
+                old = entries.get(rank)
+                if old is not None and old.perf_from is not None:
+                    entries[rank] = new_entry(RankEntry, (r, sent, node, old.perf_from, old.perf_at))
+                else:
+                    entries[rank] = new_entry(RankEntry, (r, sent, node, None, 0.0))
 
     def _file(self, rank: int, key: tuple, start: float) -> None:
         old = self._ops.get(rank)
@@ -296,6 +410,7 @@ class JobState:
         def later(t: float) -> float:
             return min(t + paused_s, now)
 
+        self._settle()
         with self._lock:
             for node, info in self._agents.items():   # all moved alike: the order of last report holds
                 self._agents[node] = info._replace(last_seen=later(info.last_seen))
@@ -305,10 +420,21 @@ class JobState:
                 self.active_at = later(self.active_at)
 
     def snapshot(self, now: float) -> Snapshot:
-        with self._lock:
-            return Snapshot(now, self._world_size, dict(self._ranks), dict(self._agents))
+        return self._settle(now)
 
     @property
     def size(self) -> tuple[int, int]:
         """(agents, ranks) known."""
-        return len(self._agents), len(self._ranks)
+        return len(self._agents), len(self._known)
+
+
+def _ranks_of(report, node: int) -> list:
+    """A kept report's ranks: parsed at ingest, or a relay's bytes parsed now."""
+    if type(report) is list:
+        return report
+    try:
+        return list(pb.NodeReport.FromString(report).ranks)
+    except DecodeError as exc:   # the relay parsed these very bytes: never expected
+        log.warning("a relayed report of node %d no longer parses (%s); its ranks keep their last report",
+                    node, exc)
+        return []

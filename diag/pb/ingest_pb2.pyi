@@ -6,14 +6,38 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RelayedReport(_message.Message):
-    __slots__ = ("stream", "report", "held_us")
+    __slots__ = ("stream", "report", "held_us", "digest")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     HELD_US_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     stream: int
     report: bytes
     held_us: int
-    def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ..., held_us: _Optional[int] = ...) -> None: ...
+    digest: ReportDigest
+    def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ..., held_us: _Optional[int] = ..., digest: _Optional[_Union[ReportDigest, _Mapping]] = ...) -> None: ...
+
+class ReportDigest(_message.Message):
+    __slots__ = ("node_rank", "hostname", "agent_pid", "sent_mono_ns", "world_size", "ranks", "perf", "in_flight", "min_idle_ns")
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_PID_FIELD_NUMBER: _ClassVar[int]
+    SENT_MONO_NS_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    PERF_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    MIN_IDLE_NS_FIELD_NUMBER: _ClassVar[int]
+    node_rank: int
+    hostname: str
+    agent_pid: int
+    sent_mono_ns: int
+    world_size: int
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    perf: bool
+    in_flight: bool
+    min_idle_ns: int
+    def __init__(self, node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., perf: bool = ..., in_flight: bool = ..., min_idle_ns: _Optional[int] = ...) -> None: ...
 
 class RelayUp(_message.Message):
     __slots__ = ("reports", "closed")
