@@ -5,13 +5,15 @@ Real parts: the collector as its own process (``python -m diag.collector``)
 on loopback; a real agent (diag.agent.Agent) reading a region that
 RecordWriter writes for a live child process; a few hundred simulated agents
 on real Connect streams (tests/collector/fakes.py). The overload is real: the
-collector process gets a tenth of the wall clock (SIGSTOP/SIGCONT, as a CPU
-quota would) while the agents offer more reports than that fifth can ingest.
+collector process gets a twentieth of the wall clock (SIGSTOP/SIGCONT, as a
+CPU quota would) once the agents are connected, and they offer more reports
+than that twentieth can ingest.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -54,6 +56,12 @@ class Collector:
 
     def said(self, prefix: str) -> list[tuple[float, str]]:
         return [(t, l) for t, l in list(self.lines) if l.startswith(prefix)]
+
+    def agents(self) -> int:
+        """How many agents its last ingest line counted (0 before the first)."""
+        lines = self.said("xpu_diag collector: ingest: ")
+        found = re.search(r"; (\d+) agents,", lines[-1][1]) if lines else None
+        return int(found.group(1)) if found else 0
 
     def close(self):
         self.proc.terminate()
@@ -102,8 +110,12 @@ def test_overloaded_collector_says_so_once_paces_agents_and_declares_the_hang_on
         # 1,600/s on a faster host, about 60 us a report):
         # more than any CPU ingests in that twentieth, and paced (every 2-3 s,
         # perf 1 in 10) far less than a slow one does.
-        throttle = Throttle(collector.proc.pid, share=0.05).start()
         load = SimulatedAgents(collector.address, TOKEN, n=300, interval=0.125, world=8 * 301).start()
+        # Every agent connected first, at full CPU, then the CPU goes: each
+        # stream's handshake waits on the collector, so 300 of them into a
+        # throttled one took 20 s and more, and the overload grew only as they came.
+        wait_for(lambda: collector.agents() >= 301, "all 301 agents connected", 60)
+        throttle = Throttle(collector.proc.pid, share=0.05).start()
         wait_for(lambda: collector.said("OVERLOAD: "), "the OVERLOAD line", 60)
         # the real agent was told to back off and obeys: slower reports, the perf window 1 in 10
         wait_for(lambda: agent.connection.interval > 0.5, "the agent paced", 15)
