@@ -49,19 +49,30 @@ def run(out: Path, mode: str, steps: int, store=None, persist=None, die=None, wo
     out.mkdir(parents=True, exist_ok=True)
     args = [TRAIN, str(out), mode, str(steps), *(map(str, die) if die else ())]
     if mode == "single":
-        ranks = [forked(args, store, persist)]
-    else:
-        rendezvous = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
-                          LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0", GROUP_WORLD_SIZE="1")
-        ranks = [forked(args, store, persist, RANK=str(r), LOCAL_RANK=str(r), **rendezvous) for r in range(world)]
+        return ended(args, [forked(args, store, persist)], timeout)
+    return ranks(args, world, store, persist, timeout)
+
+
+def ranks(args: list[str], world: int, store=None, persist=None, timeout: float = 120,
+          **extra: str) -> subprocess.CompletedProcess:
+    """``python *args`` as the ``world`` ranks of one job on this host (the
+    environment torchrun gives its workers, plus ``extra``), run to the end;
+    as ``run``'s result."""
+    rendezvous = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
+                      LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0", GROUP_WORLD_SIZE="1", **extra)
+    return ended(args, [forked(args, store, persist, RANK=str(r), LOCAL_RANK=str(r), **rendezvous)
+                        for r in range(world)], timeout)
+
+
+def ended(args: list[str], procs: list[preloaded.Forked], timeout: float) -> subprocess.CompletedProcess:
     deadline = time.monotonic() + timeout
     try:
-        codes = [p.wait(max(0.0, deadline - time.monotonic())) for p in ranks]
+        codes = [p.wait(max(0.0, deadline - time.monotonic())) for p in procs]
     finally:
-        for p in ranks:                  # a timeout: the rest go too, as torchrun's would
+        for p in procs:                  # a timeout: the rest go too, as torchrun's would
             p.kill()
             p.wait()
-    outputs = [p.output() for p in ranks]
+    outputs = [p.output() for p in procs]
     return subprocess.CompletedProcess(args, next((c for c in codes if c), 0), "".join(o for o, _ in outputs),
                                        "".join(e for _, e in outputs))
 
