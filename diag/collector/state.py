@@ -287,15 +287,18 @@ class JobState:
         (ingest goes on meanwhile), the rest, what came in meanwhile, under
         it; with ``now``, the snapshot at that same instant."""
         with self._settling:
-            with self._lock:
+            return self._settle_held(now)
+
+    def _settle_held(self, now: float | None) -> Snapshot | None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        self._make_entries(pending)
+        with self._lock:
+            if self._pending:
                 pending, self._pending = self._pending, {}
-            self._make_entries(pending)
-            with self._lock:
-                if self._pending:
-                    pending, self._pending = self._pending, {}
-                    self._make_entries(pending)
-                if now is not None:
-                    return Snapshot(now, self._world_size, dict(self._ranks), dict(self._agents))
+                self._make_entries(pending)
+            if now is not None:
+                return Snapshot(now, self._world_size, dict(self._ranks), dict(self._agents))
         return None
 
     def _make_entries(self, pending: dict) -> None:
@@ -410,14 +413,17 @@ class JobState:
         def later(t: float) -> float:
             return min(t + paused_s, now)
 
-        self._settle()
-        with self._lock:
-            for node, info in self._agents.items():   # all moved alike: the order of last report holds
-                self._agents[node] = info._replace(last_seen=later(info.last_seen))
-            for rank, entry in self._ranks.items():
-                self._ranks[rank] = entry._replace(received=later(entry.received))
-            if self.active_at != float("-inf"):
-                self.active_at = later(self.active_at)
+        # _settling held throughout: a snapshot taken meanwhile on another
+        # thread makes entries outside _lock, and would race these moves
+        with self._settling:
+            self._settle_held(None)
+            with self._lock:
+                for node, info in self._agents.items():   # all moved alike: the order of last report holds
+                    self._agents[node] = info._replace(last_seen=later(info.last_seen))
+                for rank, entry in self._ranks.items():
+                    self._ranks[rank] = entry._replace(received=later(entry.received))
+                if self.active_at != float("-inf"):
+                    self.active_at = later(self.active_at)
 
     def snapshot(self, now: float) -> Snapshot:
         return self._settle(now)
