@@ -186,7 +186,9 @@ case $label in
   cpu12500one) run relays_12500_cores2 200 python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_12500_cores2_collector.log ;;
   cpu25000) listen_drops > $R/listen_drops.txt; free -g > $R/memory.txt
       run relays_25000_cores2 340 python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_25000_cores2_collector.log
-      listen_drops >> $R/listen_drops.txt; free -g >> $R/memory.txt ;;
+      listen_drops >> $R/listen_drops.txt; free -g >> $R/memory.txt
+      run collector_tick_25000_relayed 90 python3 bench/collector_tick.py --agents 25000 --relayed
+      run collector_tick_25000_behind 90 python3 bench/collector_tick.py --agents 25000 --stall behind ;;
   cpu12500prof) python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
       bench=$!   # the window starts once every agent is relayed and the storm's OVERLOAD is over (60-70 s in)
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
