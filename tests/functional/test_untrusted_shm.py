@@ -22,9 +22,14 @@ pytestmark = pytest.mark.timeout(240)
 
 def test_a_worker_scribbling_its_region_leaves_the_stall_named_and_the_launcher_exits(launches, tmp_path):
     job_id = f"scribble-{os.getpid()}"
+    # Rank 1's stall ends once the HANG and its stacks are in (was: a fixed 7 s,
+    # which on a loaded host had to hold the 3 s timeout, the report and the dumps)
+    release = tmp_path / "release"
     job = launches(["--nproc-per-node", "2", "--hang-timeout", "3s", "--rdzv-id", job_id,
-                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "torchless_scribble.py"), "7"],
-                   env={"XPU_TIMER_DUMP_TOOLS": "py-spy"})
+                    "--timeline-path", str(tmp_path / "tl"), os.path.join(SCRIPTS, "torchless_scribble.py"), "120"],
+                   env={"XPU_TIMER_DUMP_TOOLS": "py-spy", "STALL_RELEASE": str(release)})
+    assert job.wait_line(r"^HANG: ", 120) and job.wait_line(r"^STACKS: ", 60), job.output()
+    release.touch()
     # Before the fix the agent spun on the region: no report after it (SILENT),
     # and the launcher never exited.
     assert job.wait(120) == 0, job.output()

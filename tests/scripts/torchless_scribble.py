@@ -9,7 +9,9 @@ def scribble(ring, w0):   # once the agent read rank 0's all_reduce START: issue
 stall_s, rank, t, ring = float(sys.argv[1]), dist.rank, 1.0, os.path.join(os.environ["XPU_TIMER_SHM_DIR"], f"py-r0-p{os.getpid()}.ring")
 for step in range(8):
     if rank == 0 and step == 4: threading.Thread(target=scribble, args=(ring, os.pread(os.open(ring, os.O_RDONLY), 8, 64))).start()
-    if rank == 1 and step == 4: dist.say(f"STALL {time.time()}"); time.sleep(stall_s)
+    if rank == 1 and step == 4:   # the stall ends early once STALL_RELEASE (a file) exists
+        dist.say(f"STALL {time.time()}"); end = time.monotonic() + stall_s
+        while time.monotonic() < end and not os.path.exists(os.environ.get("STALL_RELEASE", "/nonexistent")): time.sleep(0.05)
     t = dist.all_reduce(t); time.sleep(0.05)
 dist.say(f"DONE rank={rank} value={t:.0f}")
 dist.leave()
