@@ -1,7 +1,11 @@
-"""SLOW verdicts end to end with real parts: 4-rank gloo jobs under the real
+"""SLOW verdicts end to end with real parts: 4-rank jobs under the real
 xpu_timer_launch, agent and collector. Both jobs run at once (each test's
 wall time is the longer job's): a healthy one with a checkpoint, and one in
-which rank 2 sets the pace in two episodes."""
+which rank 2 sets the pace in two episodes, on gloo. The healthy job's
+subject is the collector's (one long wait moves no typical wait; its
+windows through a report relay): its ranks are torch-free
+(scripts/torchless.py: a gloo rank's records through the same tracer and
+writer, a tenth of its CPU), the same steps, pause and solo write."""
 
 import glob
 import json
@@ -12,13 +16,14 @@ import pytest
 from tests.functional.launch import SCRIPTS, Launch
 
 TRAIN = os.path.join(SCRIPTS, "slow_train.py")
+TORCHLESS_TRAIN = os.path.join(SCRIPTS, "torchless_slow_train.py")
 pytestmark = pytest.mark.alone     # wait shares of real ranks: no other test's load beside them
 WINDOW_S = 4
 
 
-def _launch(tmp, job, env, extra=()):
+def _launch(tmp, job, env, extra=(), script=TRAIN):
     return Launch(["--nproc-per-node", "4", "--rdzv-id", job, "--timeline-path", str(tmp),
-                   "--perf-window", f"{WINDOW_S}s", "--no-hook", *extra, TRAIN], env=env)
+                   "--perf-window", f"{WINDOW_S}s", "--no-hook", *extra, script], env=env)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,7 @@ def jobs(tmp_path_factory):
     # come with one report in 5, as at scale; the frameworks' tests keep the
     # direct path quiet.
     healthy = _launch(tmp, "healthy", {"PAUSE_AT": w(4), "PAUSE_S": w(2), "SOLO_S": w(0.6), "RUN_S": w(10)},
-                      ["--nodes-per-relay", "1"])
+                      ["--nodes-per-relay", "1"], TORCHLESS_TRAIN)
     try:
         codes = (slow.wait(300), healthy.wait(300))
         yield {"tmp": tmp, "slow": slow, "healthy": healthy, "codes": codes}
