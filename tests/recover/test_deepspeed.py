@@ -9,8 +9,11 @@ RNG). Its final state (full parameters and moments, gathered, and the
 counters and LR; a sha256 per stage) must equal an undisturbed run's after:
 a planted hang under --hang-action recover, a kill -9 of one rank, and a
 node lost whole (launcher and workers SIGKILLed while rank 1 stalls unseen;
-a new launcher, its store empty, restores from the copies the agent persisted). The four disturbed and undisturbed
-jobs run side by side (one module fixture); the node-loss restart after them.
+a new launcher, its store empty, restores from the copies the agent persisted).
+The hang and the kill are one job's two faults (the hang in its first
+attempt, the kill in the attempt restored from it), each judged on its own:
+a job less of two DeepSpeed ranks (about 15 CPU-s). The three jobs run side
+by side (one module fixture); the node-loss restart after them.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.timeout(420)
 SCRIPT = os.path.join(ROOT, "tests", "recover", "scripts", "ds_job.py")
 STEPS, AT = 12, 8
+KILL_AT = 10    # the kill, in the attempt the hang's recovery started
 ENV = {"XPU_TIMER_DUMP_TOOLS": "py-spy", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
 
 
-def args(tmp, job_id, fault, hang_timeout="3s", extra=()):
+def args(tmp, job_id, fault, hang_timeout="3s", extra=(), at=str(AT), restarts=1):
     return ["--nproc-per-node", "2", "--hang-timeout", hang_timeout, "--hang-action", "recover",
-            "--max-restarts", "1", "--ckpt-persist-every", "1", "--timeline-path", str(tmp / "tl"),
-            "--rdzv-id", job_id, *extra, SCRIPT, str(STEPS), fault, str(AT), "0.05"]
+            "--max-restarts", str(restarts), "--ckpt-persist-every", "1", "--timeline-path", str(tmp / "tl"),
+            "--rdzv-id", job_id, *extra, SCRIPT, str(STEPS), fault, at, "0.05"]
 
 
 def finals(job) -> dict[int, tuple[int, dict]]:
@@ -57,8 +61,9 @@ def runs(tmp_path_factory, module_launches):  # noqa: F811
     pid = os.getpid()
     disk = tmp / "shared-ckpt"
     jobs = {"reference": module_launches(args(tmp, f"dsref-{pid}", "none"), env=ENV),
-            "hang": module_launches(args(tmp, f"dshang-{pid}", "hang"), env=ENV),
-            "kill": module_launches(args(tmp, f"dskill-{pid}", "kill"), env=ENV),
+            # attempt 0 hangs at AT; attempt 1, restored from it, loses rank 1 to kill -9 at KILL_AT
+            "faults": module_launches(args(tmp, f"dsfaults-{pid}", "hang,kill", at=f"{AT},{KILL_AT}", restarts=2),
+                                      env=ENV),
             # rank 1 stops at AT, unseen (a long --hang-timeout) until the node dies whole below
             "lost": module_launches(args(tmp, f"dslost-{pid}", "hang", hang_timeout="600s",
                                          extra=["--blocked-after", "600s", "--ckpt-dir", str(disk)]), env=ENV)}
@@ -89,23 +94,29 @@ def test_undisturbed_run_snapshots_every_step_without_an_alarm(runs):
 
 def test_a_planted_hang_recovers_from_memory_bitwise(runs):
     jobs, codes = runs
-    job, ref = jobs["hang"], want(runs)
-    assert codes["hang"] == 0, job.output()
+    job, ref = jobs["faults"], want(runs)
+    assert codes["faults"] == 0, job.output()
     assert len(job.matching(r"^HANG: ")) == 1, job.output()
-    assert finals(job) == {0: (1, ref), 1: (1, ref)}, job.output()
+    assert job.matching(rf"^FAULT hang rank=1 step={AT} "), job.output()
     again = restored(job, 1)
     assert len(set(again.values())) == 1 and AT - 1 <= again[0] <= AT, job.output()
     assert job.matching(rf"restored step {again[0]} from memory"), job.output()
     assert job.matching(rf"^LAST WORDS: event \S+: 1 node\(s\) on disk at step {AT}$"), job.output()
+    # The kill's restore reads a step this attempt computed on from the hang's (attempt 0 kept
+    # none past AT): the job ending bitwise equal judges this restore too.
+    assert all(step > AT for step in restored(job, 2).values()), job.output()
+    assert finals(job) == {0: (2, ref), 1: (2, ref)}, job.output()
 
 
 def test_a_rank_killed_by_sigkill_recovers_from_memory_bitwise(runs):
     jobs, codes = runs
-    job, ref = jobs["kill"], want(runs)
-    assert codes["kill"] == 0, job.output()
-    assert finals(job) == {0: (1, ref), 1: (1, ref)}, job.output()
-    again = restored(job, 1)
-    assert len(set(again.values())) == 1 and AT - 1 <= again[0] <= AT, job.output()
+    job, ref = jobs["faults"], want(runs)
+    assert codes["faults"] == 0, job.output()
+    assert job.matching(rf"^FAULT kill rank=1 step={KILL_AT} "), job.output()
+    assert len(job.matching(r"^HANG: ")) == 1, job.output()     # the kill is a crash, not a second hang
+    assert finals(job) == {0: (2, ref), 1: (2, ref)}, job.output()
+    again = restored(job, 2)
+    assert len(set(again.values())) == 1 and KILL_AT - 1 <= again[0] <= KILL_AT, job.output()
     assert job.matching(rf"restored step {again[0]} from memory"), job.output()
 
 

@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO stages side by side, one engine each, in one job with a snapshot every step
 (tests/recover/test_deepspeed.py; tests/gpu/session.sh x1ds: --cuda at world size 1).
 argv: STEPS FAULT(none|hang|kill) AT NAP [--stages 1,2,3] [--cuda] [--bf16] [--time]
+FAULT and AT may be lists (hang,kill 8,10): the i-th fault in attempt i (restart count i), at step AT i.
 Prints RESTORED / STEP / FINAL lines (as recover_job.py); FINAL: per stage the sha256 of
 the engine's final parameters (gathered) and this rank's optimizer partition, counters, LR."""
 import hashlib, importlib, json, os, sys, time
@@ -15,9 +16,11 @@ import torch, torch.distributed as dist  # noqa: E402
 from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state  # noqa: E402
 from diag.recover import Checkpointer, RNGState  # noqa: E402
 
-steps, fault, at, nap = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+steps, nap = int(sys.argv[1]), float(sys.argv[4])
+faults, ats = sys.argv[2].split(","), [int(a) for a in sys.argv[3].split(",")]
 stages = [int(s) for s in sys.argv[sys.argv.index("--stages") + 1].split(",")] if "--stages" in sys.argv else [1, 2, 3]
 restart, say = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), lambda t: os.write(1, f"{t}\n".encode())
+fault, at = (faults[restart], ats[restart]) if restart < len(faults) else ("none", -1)
 if CUDA:
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 deepspeed.init_distributed(dist_backend="nccl" if CUDA else "gloo")
@@ -44,7 +47,7 @@ say(f"RESTORED rank={rank} restart={restart} step={first} started={started:.3f} 
     f"restored={time.time():.3f}")
 costs = {"on": [], "off": []}
 for step in range(first, steps):
-    if step == at and restart == 0 and rank == min(1, dist.get_world_size() - 1) and fault != "none":
+    if step == at and rank == min(1, dist.get_world_size() - 1) and fault != "none":
         say(f"FAULT {fault} rank={rank} step={step} t={time.time():.3f}")
         time.sleep(3600) if fault == "hang" else os.kill(os.getpid(), 9)
     t0 = time.perf_counter()
