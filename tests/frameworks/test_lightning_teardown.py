@@ -7,7 +7,7 @@ needs the GIL to free the work's tensors (their Python objects), is ended by
 the interpreter instead, and the unwind through gloo's noexcept destructor
 aborts the worker: ``terminate called without an active exception``, launcher
 exit 1. The fix: the tracer destroys a gloo group left up at exit, while the
-interpreter is whole. That it does so is checked on every run, on a torch-only
+interpreter is whole. That it does so is checked every time the suite runs, on a torch-only
 job (scripts/gloo_left_up.py). The race itself (before the fix about one run in
 15) is checked by the job as its user wrote it (no comm hook, no timing:
 ``--untimed``), 4 times (20 under ``make soak``): these are the suite's only
