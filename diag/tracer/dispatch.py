@@ -126,6 +126,9 @@ def _let_go_of_gloo(completions) -> None:
     (joining a thread inside a hung collective would hang the exit).
     """
     try:
+        # Look first: a bucket all-reduce that finished a moment ago (DDP's
+        # backward as the job's last act) is pending only until someone looks.
+        completions.check()
         pending = completions.pending()
         completions.close()
         import torch.distributed as dist

@@ -50,12 +50,14 @@ def test_lightning_ddp_exits_zero_every_time_under_the_launcher(tmp_path):
     assert not failed, f"{len(failed)} of {RUNS} runs failed; first: {failed[0]}"
 
 
-def test_a_gloo_group_left_up_is_destroyed_at_exit_while_the_interpreter_is_whole(tmp_path):
+@pytest.mark.parametrize("last_op", ["all_reduce", "ddp_backward"])
+def test_a_gloo_group_left_up_is_destroyed_at_exit_while_the_interpreter_is_whole(tmp_path, last_op):
     # The fix the runs above check by chance, checked every time: under the
     # launcher, the tracer's exit handler destroys the group the job left up
     # (under plain torch nothing does, and the script prints nothing).
     job = Launch(["--nproc-per-node", str(jobs.WORLD), "--master-port", str(free_port()),
-                  "--timeline-path", str(tmp_path / "timeline"), jobs.script("gloo_left_up")], env=jobs.QUIET)
+                  "--timeline-path", str(tmp_path / "timeline"), jobs.script("gloo_left_up"),
+                  *(["--ddp"] if last_op == "ddp_backward" else [])], env=jobs.QUIET)
     try:
         code = job.wait(120)
     finally:
