@@ -23,7 +23,7 @@ LONGEST_FIRST = (
     "tests/recover/test_recover_e2e.py",            # ~120 s: its launches are the suite's longest
     "tests/recover/test_deepspeed.py",              # ~100 s: four DeepSpeed jobs side by side
     "tests/netcheck/test_netns_pairwise.py",        # ~115 s
-    "tests/frameworks/test_lightning_teardown.py",  # ~90 s: 8 Lightning runs, three at a time
+    "tests/frameworks/test_lightning_teardown.py",  # ~50 s: 4 Lightning runs, three at a time
     "tests/functional/test_launch.py",              # ~90 s
     "tests/functional/test_verdicts.py",            # ~80 s: seven jobs at once
     "tests/tracer/test_tracer.py",                  # ~55 s
