@@ -31,6 +31,10 @@ from diag.hang.stalled import StalledRule, TimeoutRule
 # themselves; the not-in-collective rule reads what they found.
 RULES: tuple[Rule, ...] = (SilentRule(), StalledRule(), DivergenceRule(), NeverEnteredRule(), DeadlockRule(),
                            NotInCollectiveRule())
+# Those that find come first (a hang's explanation reads what they found).
+FINDING = tuple(r for r in RULES if not r.explains)
+EXPLAINING = RULES[len(FINDING):]
+assert all(r.explains for r in EXPLAINING), "the rules that find run before those that explain"
 # Tried in this order; the first whose proof holds decides.
 PROOFS: tuple[Rule, ...] = (DivergedRule(), DeadlockedRule(), ExitedRule(), FrozenLinkRule(), GpuFaultRule(),
                             BlockedRule(), StuckKernelRule())
@@ -45,13 +49,18 @@ def analyse(view: View, limits: Limits, explain: bool = True, rules: tuple[Rule,
     the divergence rule (its fingerprint comparison costs ~0.7 s at 16,384
     ranks), for a look that needs only whether the job is still stuck."""
     case = Case(view, limits, Findings(world_size=view.world_size))
+    _judge(case, rules, explain)
+    return case.findings
+
+
+def _judge(case: Case, rules: tuple[Rule, ...], explain: bool = True) -> None:
+    """``rules`` in order on ``case``, each on what the earlier ones found."""
     for rule in rules:
         if rule.explains and not case.findings.hung:
             continue
         if not explain and isinstance(rule, DivergenceRule):
             continue
         case.findings = rule.judge(case)
-    return case.findings
 
 
 def decide(view: View, limits: Limits) -> Findings:
@@ -63,8 +72,15 @@ def decide(view: View, limits: Limits) -> Findings:
     seqs diverge) is there for the proof. Else ``timeout`` decides, past
     ``limits.hang_timeout_s``."""
     if limits.proofs and limits.probe_s < limits.hang_timeout_s:
-        probe = analyse(view, dataclasses.replace(limits, hang_timeout_s=limits.probe_s))
-        if probe.hung and probe.waited_s < limits.hang_timeout_s:
+        # The rules that find first: where an op has waited past the timeout
+        # the probe's findings are not read, and explaining them (O(world):
+        # 1 s of a declaring tick at 200,000 ranks) would be for nothing.
+        looked = Case(view, dataclasses.replace(limits, hang_timeout_s=limits.probe_s),
+                      Findings(world_size=view.world_size))
+        _judge(looked, FINDING)
+        if looked.findings.hung and looked.findings.waited_s < limits.hang_timeout_s:
+            _judge(looked, EXPLAINING)
+            probe = looked.findings
             case = Case(view, limits, probe)
             for rule in PROOFS:
                 if probe.waited_s >= rule.wait_s(limits):

@@ -52,6 +52,8 @@ def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
     """
     out: dict[int, NeverEntered] = {}
     missing: dict[tuple[int, int], set[int]] = {}   # (comm_id, kind) -> the members that never entered it
+    entries, now = snap.ranks, snap.now
+    new = tuple.__new__   # NeverEntered's own __new__ is a Python function: one per rank at 200,000 ranks
     for group in [g for g in hung if g.op.kind == KIND_COLLECTIVE][:MAX_GROUPS_EXPLAINED]:
         in_group = set(group.ranks)
         comm_id = group.op.comm_id
@@ -59,11 +61,16 @@ def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
         seq = max(group.op.seq, stuck.get((comm_id, group.op.kind), 0))
         op = group.op if seq == group.op.seq else dataclasses.replace(group.op, seq=seq)
         known = (members or {}).get((comm_id, KIND_COLLECTIVE))
+        behind: list[int] = []
         for rank, started in known.items() if known is not None else live_started(snap, comm_id):
             if started < seq and rank not in in_group and rank not in silent:
-                missing.setdefault((comm_id, group.op.kind), set()).add(rank)
-                if rank not in out and not _waited_first(snap.ranks[rank], snap.now, group):
-                    out[rank] = NeverEntered(rank, op, started)
+                behind.append(rank)
+                # A rank with no op in flight cannot have waited first (most of them, at scale).
+                if rank not in out and not (entries[rank].progress.HasField("oldest_in_flight")
+                                            and _waited_first(entries[rank], now, group)):
+                    out[rank] = new(NeverEntered, (rank, op, started))
+        if behind:
+            missing.setdefault((comm_id, group.op.kind), set()).update(behind)
     if len(out) > 1:
         _follow_waits(hung, out, missing)
     return tuple(out[r] for r in sorted(out))
@@ -84,7 +91,8 @@ def _follow_waits(hung: tuple[HungGroup, ...], out: dict[int, NeverEntered], mis
     for g in hung:
         for r in g.ranks:
             in_op[r] = (g.op.comm_id, g.op.kind)
-    for rank in list(out):
+    # A rank in no hung op waits for no one: its waits end at once, and it stays.
+    for rank in [r for r in out if r in in_op]:
         seen, todo = {rank}, [m for m in missing.get(in_op.get(rank), ()) if m != rank]
         while todo:
             waited = todo.pop()

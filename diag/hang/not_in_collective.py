@@ -40,16 +40,19 @@ def _suspects(snap: View, skip: set[int], never: tuple[NeverEntered, ...],
     # job never entered the op: sorted once at the end, each reason made once.
     out = []
     now, world = snap.now, snap.world_size
+    new = tuple.__new__   # Suspect's own __new__ is a Python function
     for rank, entry in snap.ranks.items():
         if rank in skip or rank >= world:
             continue
         p = entry.progress
-        alive = p.alive
-        if alive and p.HasField("oldest_in_flight"):
-            continue
-        out.append(Suspect(rank, NOT_IN_ANY if alive else EXITED, p.last_op or None,
-                           p.idle_ns * 1e-9 + (now - entry.received)))
-    idle = {s.rank for s in out}
+        if p.alive:
+            if p.HasField("oldest_in_flight"):
+                continue
+            reason = NOT_IN_ANY
+        else:
+            reason = EXITED
+        out.append(new(Suspect, (rank, reason, p.last_op or None, p.idle_ns * 1e-9 + (now - entry.received))))
+    idle = {s[0] for s in out}
     reasons: dict[OpKey, str] = {}
     for n in never:
         if n.rank not in idle:
