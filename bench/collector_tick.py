@@ -21,11 +21,14 @@ sends them, young ops in flight as a training job's ranks mostly have):
 from __future__ import annotations
 
 import argparse
+import cProfile
 import io
 import json
 import os
+import pstats
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,6 +74,7 @@ class _Marked(io.StringIO):
     def write(self, text: str) -> int:
         if text.startswith("HANG:"):
             self._marks.setdefault("HANG", time.perf_counter())
+            self._marks.setdefault("HANG cpu", time.thread_time())
         return super().write(text)
 
 
@@ -80,11 +84,13 @@ def _mark_calls(registry: SessionRegistry, marks: dict) -> None:
 
     def marked_broadcast(command):
         marks.setdefault(command.WhichOneof("command") or "?", time.perf_counter())
+        marks.setdefault(f"{command.WhichOneof('command')} cpu", time.thread_time())
         return broadcast(command)
 
     def marked_hold(on):
         if not on:
             marks["released"] = time.perf_counter()
+            marks["released cpu"] = time.thread_time()
         return hold(on)
 
     registry.broadcast, registry.hold = marked_broadcast, marked_hold
@@ -144,6 +150,34 @@ def relayed_ingest_us(agents: int, digests: bool, seconds: int = 10) -> float:
     return 1e6 * (time.process_time() - began) / (agents * seconds)
 
 
+class GilGaps:
+    """A thread that wakes every millisecond: the gaps between its wakes are
+    how long others kept the GIL (ingest's threads wait as long)."""
+
+    def __init__(self) -> None:
+        self.wakes: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.wakes.append(time.perf_counter())
+            time.sleep(0.001)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def longest_after(self, since: float) -> float:
+        """The longest gap that ended after ``since``."""
+        w = self.wakes
+        return max((b - max(a, since) for a, b in zip(w, w[1:]) if b > since), default=0.0)
+
+
 def best(fn, n: int = 3) -> float:
     out = []
     for _ in range(n):
@@ -157,6 +191,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", type=int, default=2000)
     p.add_argument("--stall", choices=("one", "all", "behind"), default="all")
+    p.add_argument("--profile", metavar="N", type=int, default=0,
+                   help="also print the declaring tick's N costliest functions (cProfile, by own time)")
     p.add_argument("--relayed", action="store_true",
                    help="only the judge's CPU a report through report relays, with and without their digests")
     args = p.parse_args(argv)
@@ -210,21 +246,33 @@ def main(argv=None) -> int:
         t_json = time.perf_counter() - t
         watchdog.hang.expired_since.clear()   # the op just entered the window: the tick holds ingest, as live
         marks.clear()
-        t = time.perf_counter()
-        watchdog.tick(now=now + 2.1, now_unix=1.7e9)
-        t_tick = time.perf_counter() - t
+        profile = cProfile.Profile() if args.profile else None
+        t, cpu = time.perf_counter(), time.thread_time()
+        if profile is not None:
+            profile.enable()
+        with GilGaps() as gaps:
+            watchdog.tick(now=now + 2.1, now_unix=1.7e9)
+        if profile is not None:
+            profile.disable()
+        t_tick, cpu_tick = time.perf_counter() - t, time.thread_time() - cpu
         assert watchdog.declared, "no HANG declared"
-        at = {k: v - t for k, v in marks.items()}
+        at = {k: v - (cpu if k.endswith(" cpu") else t) for k, v in marks.items()}
     print(f"collector watchdog tick: {args.agents} agents x 8 ranks = {world} ranks, stall: {args.stall}")
     print(f"  ingest, in-process      {ingest_us:8.1f} us a report, steady state (parse not included)")
     print(f"  quiet tick, now         {1e3 * quiet:8.2f} ms   (index: ranks past the timeout, agents gone quiet)")
     print(f"  quiet tick, before      {1e3 * full:8.2f} ms   (snapshot + rules + idle over every rank)"
           f"  ratio {full / max(quiet, 1e-9):.0f}x")
-    print(f"  declaring tick          {t_tick:8.2f} s    of which rules {t_rules:.2f} s, hang.json document "
+    print(f"  declaring tick          {t_tick:8.2f} s    ({cpu_tick:.2f} s CPU) of which rules {t_rules:.2f} s, hang.json document "
           f"{t_doc:.2f} s, serialising it {t_json:.2f} s ({len(blob) / 1e6:.1f} MB)")
     print(f"  ... into that tick: DumpStacks sent at {at.get('dump_stacks', -1):.2f} s, HANG line at "
           f"{at.get('HANG', -1):.2f} s, ingest held until {at.get('released', -1):.2f} s, hang.json written "
           f"at the tick's end")
+    print(f"  ... after ingest's hold: another thread waited for the GIL "
+          f"{1e3 * gaps.longest_after(t + at.get('released', 0)):.0f} ms at most (hang.json built and written)")
+    print(f"  ... by this thread's CPU time: DumpStacks at {at.get('dump_stacks cpu', -1):.2f} s, HANG line at "
+          f"{at.get('HANG cpu', -1):.2f} s, ingest released at {at.get('released cpu', -1):.2f} s")
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
     return 0
 
 
