@@ -217,7 +217,9 @@ def test_a_node_killed_whole_recovers_from_the_persisted_copy(undisturbed, launc
             "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
             "--ckpt-dir", str(ckpt)]), env=env)
     port = first_port = free_port()
-    node0, node1 = node(0, port, "0.2"), node(1, port, "0.2")   # slow steps: the kill lands well before the end
+    # Slow steps: the kill lands well before the end (0.25 s, not the 0.2 s of two ranks a node, whose
+    # steps were slower on two busy cores: the same time, at least, for the first persists).
+    node0, node1 = node(0, port, "0.25"), node(1, port, "0.25")
     assert node1.wait_line(rf"^STEP rank=1 restart=0 step={NODE_KILL_AT} ", 180), node0.output() + node1.output()
     # A step every rank has on disk first: the agents' first persist imports
     # torch's DCP in the launcher, seconds on two busy cores. Node 0 goes on
