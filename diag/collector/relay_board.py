@@ -22,9 +22,16 @@ log = logging.getLogger("diag.collector")
 # A directly reporting agent is looked at this often: soon after its group's
 # relay links, it is told to use it.
 ADVISE_EVERY_S = 2.0
-# An agent asked to serve that has not linked a relay by then (it could not
-# start or bind one) is passed over: the next direct agent of the group is asked.
+# An agent asked to serve that has not linked a relay by then is asked again
+# while it still reports directly: its agent starts a relay only if none runs
+# (report_relay.py), so a relay slow to start (12,500 nodes starting theirs at
+# once take 40 s) is not doubled, and one that exited is started again. An
+# asked agent that has not reported directly for this long (it left) is passed
+# over: the next direct agent of the group is asked.
 ASK_AGAIN_S = 15.0
+# ... and so is one asked this long ago that still has no relay linked (an
+# agent of an older release, or one whose relay cannot start or link).
+PASS_OVER_S = 45.0
 # Through a relay, agents send their performance window with one report in
 # this many (RelayVia.perf_every): measured at 12,500 agents, the window is
 # about half of a report's collector CPU (docs/collector.md, Report relays).
@@ -36,7 +43,7 @@ class RelayBoard:
     def __init__(self, nodes_per_relay: int) -> None:
         self.nodes = nodes_per_relay
         self._relays: dict[int, str] = {}      # group -> HOST:PORT of its linked relay
-        self._asked: dict[int, float] = {}     # group -> when an agent was last asked to serve
+        self._asked: dict[int, _Asked] = {}    # group -> the agent asked to serve its relay
         self.linked = 0                        # relays linked now (logs, tests, bench)
 
     def group(self, node_rank: int) -> int:
@@ -49,15 +56,22 @@ class RelayBoard:
         if address is not None:
             return pb.Command(relay_via=pb.RelayVia(address=address, perf_every=PERF_EVERY))
         asked = self._asked.get(group)
-        if asked is not None and now - asked < ASK_AGAIN_S:
+        if asked is not None and asked.node == node_rank:
+            asked.seen = now
+            if now - asked.last < ASK_AGAIN_S:
+                return None
+            asked.last = now
+        elif asked is not None and now - asked.seen < ASK_AGAIN_S and now - asked.first < PASS_OVER_S:
             return None
-        self._asked[group] = now
+        else:
+            self._asked[group] = _Asked(node_rank, now)
         return pb.Command(serve_relay=pb.ServeRelay(group=group, nodes=self.nodes))
 
     def serving(self, relay_of: str) -> str | None:
         """The address of the relay linked for ``GROUP@HOST:PORT``'s group
-        already, if another. A group asked again (its first relay linked
-        later than ASK_AGAIN_S, as in a 12,500-agent connection storm) would
+        already, if another. A group whose asked agent was passed over (its
+        relay linked later than PASS_OVER_S, or its reports stopped coming
+        directly a while, as in a 12,500-agent connection storm) would
         otherwise keep two relays, each sending its batches: 563 links for
         391 groups on the device host. The second is refused and exits."""
         parsed = _parse(relay_of)
@@ -89,6 +103,16 @@ class RelayBoard:
 
     def _span(self, group: int) -> tuple[int, int]:
         return group * self.nodes, (group + 1) * self.nodes - 1
+
+
+class _Asked:
+    """The agent asked to serve a group's relay: when first and last asked,
+    when last seen reporting directly."""
+
+    __slots__ = ("node", "first", "last", "seen")
+
+    def __init__(self, node: int, now: float) -> None:
+        self.node, self.first, self.last, self.seen = node, now, now, now
 
 
 def _parse(relay_of: str) -> tuple[int, str] | None:

@@ -5,7 +5,7 @@ test_report_relays.py."""
 
 from __future__ import annotations
 
-from diag.collector.relay_board import ASK_AGAIN_S, PERF_EVERY, RelayBoard
+from diag.collector.relay_board import ASK_AGAIN_S, PASS_OVER_S, PERF_EVERY, RelayBoard
 from diag.collector import watchdog
 from diag.collector.watchdog import GilShare
 
@@ -31,6 +31,25 @@ def test_an_agent_that_never_links_a_relay_is_passed_over():
     assert _which(board.advice(3, now=0.0)) == "serve_relay"
     assert board.advice(4, now=ASK_AGAIN_S - 1) is None
     assert _which(board.advice(4, now=ASK_AGAIN_S + 1)) == "serve_relay"   # the next direct agent of the group
+
+
+def test_an_asked_agent_that_still_reports_is_asked_again_not_passed_over():
+    """A relay slow to start (a connection storm): its agent, still reporting
+    directly, is asked again (its agent starts none while one runs) and no
+    other agent of the group starts a second relay, until PASS_OVER_S."""
+    board = RelayBoard(8)
+    assert _which(board.advice(3, now=0.0)) == "serve_relay"
+    t = 0.0
+    while t + 2 < PASS_OVER_S:   # node 3 is advised every 2 s, as every direct agent is
+        t += 2
+        if t >= ASK_AGAIN_S:
+            assert board.advice(4, now=t) is None, t   # never a second agent while node 3 reports
+        again = board.advice(3, now=t)
+        assert _which(again) == ("serve_relay" if t in (16.0, 32.0) else None), t   # every ASK_AGAIN_S
+    assert _which(board.advice(4, now=PASS_OVER_S)) == "serve_relay"   # it has had its chances: the next one
+    assert board.advice(3, now=PASS_OVER_S + 1) is None and board.advice(5, now=PASS_OVER_S + 2) is None
+    assert board.link("0@h:1") == (0, "h:1")
+    assert _which(board.advice(3, now=PASS_OVER_S + 3)) == "relay_via"
 
 
 def test_a_lost_relay_sends_its_group_back_and_a_new_one_is_asked_at_once():
