@@ -20,8 +20,8 @@ import pytest
 # the phase, never a test. Files not named here keep their collection order.
 LONGEST_FIRST = (
     "tests/frameworks/test_frameworks.py",          # ~180 s: 10 planted jobs, several at a time
-    "tests/recover/test_recover_e2e.py",            # ~120 s: its launches are the suite's longest
-    "tests/recover/test_deepspeed.py",              # ~100 s: four DeepSpeed jobs side by side
+    "tests/recover/test_recover_e2e.py",            # ~100 s: its launches are the suite's longest
+    "tests/recover/test_deepspeed.py",              # ~60 s: three DeepSpeed jobs side by side
     "tests/netcheck/test_netns_pairwise.py",        # ~115 s
     "tests/frameworks/test_lightning_teardown.py",  # ~50 s: 4 Lightning runs, three at a time
     "tests/functional/test_launch.py",              # ~90 s
