@@ -87,6 +87,7 @@ class Ingest:
         self._streams: dict[int, _Stream] = {}
         self._next = 0
         self._up: list = []
+        self._sending = 0   # reports in the link write under way (not taken while it waits)
         self._closed: list[int] = []
         self._kick = asyncio.Event()
         self._room = asyncio.Event()   # clear: MAX_PENDING reports wait for the link, streams stop reading
@@ -169,6 +170,12 @@ class Ingest:
         self._urgent.set()
         self._kick.set()
 
+    def unsent(self) -> int:
+        """Reports read from the agents' streams that the link has not taken:
+        once the link is over, they are lost (their agents do not send them
+        again; their next reports supersede them)."""
+        return len(self._up) + self._sending
+
     def end_streams(self, message: str) -> None:
         """End every agent stream still open with UNAVAILABLE and ``message``,
         as an abort does: its agent reports elsewhere, and no stream is left
@@ -214,7 +221,9 @@ class Ingest:
                 now, window = time.monotonic(), self._batch_s
                 reports = [ipb.RelayedReport(stream=sid, report=data, held_us=int(1e6 * min(now - at, window)),
                                              digest=read) for sid, data, at, read in up]
+                self._sending = len(reports)
                 await call.write(ipb.RelayUp(reports=reports, closed=closed))
+                self._sending = 0
                 self._room.set()
                 if self._draining and not self._up:   # what came in during this write goes up first
                     await call.done_writing()
@@ -276,6 +285,12 @@ async def serve(args) -> int:
         await relay
     except asyncio.CancelledError:
         pass
+    unsent = ingest.unsent()
+    if unsent:   # one line: a count of reports missing at the collector is explained here
+        why = (f"stopped, and the collector did not take what it held within {DRAIN_S:g} s (it is behind)" if relay.cancelled()
+               else "its link to the collector ended")
+        log.warning("ingest process %d: %s: %d report(s) read from the agents never reached it", os.getpid(),
+                    why, unsent)
     ingest.end_streams(f"the {'relay' if relay_of else 'ingest process'} stopped: its link to the collector ended")
     await server.stop(1.0)
     return 0

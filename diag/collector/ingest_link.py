@@ -89,14 +89,12 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
                     # pending, so one message each (16 reports of a 32-node
                     # group, 6,000 at 12,500 nodes) was ingested against the
                     # declaring tick for the GIL.
-                    await gate.wait()
-                for relayed in up.reports:
-                    self._ingest(link, relayed, now - relayed.held_us * 1e-6)
-                for stream in up.closed:
-                    link.refused.discard(stream)
-                    session = link.sessions.pop(stream, None)
-                    if session is not None:
-                        self._end(session, "ended")
+                    try:
+                        await gate.wait()
+                    except asyncio.CancelledError:   # cut meanwhile (a relay stopping): read is taken
+                        self._take(link, up, now)
+                        raise
+                self._take(link, up, now)
         finally:
             writer.cancel()
             self.links -= 1
@@ -104,6 +102,15 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
                 board.lost(group, address)
             for session in link.sessions.values():   # the ingest process is gone, and its agents' streams with it
                 self._end(session, "link lost")
+
+    def _take(self, link: _Link, up: ipb.RelayUp, now: float) -> None:
+        for relayed in up.reports:
+            self._ingest(link, relayed, now - relayed.held_us * 1e-6)
+        for stream in up.closed:
+            link.refused.discard(stream)
+            session = link.sessions.pop(stream, None)
+            if session is not None:
+                self._end(session, "ended")
 
     def _ingest(self, link: _Link, relayed: ipb.RelayedReport, now: float) -> None:
         stream = relayed.stream

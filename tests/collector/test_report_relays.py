@@ -31,7 +31,7 @@ from diag.common.options import ConfigError
 from diag.records import format as fmt
 from diag.records.writer import RecordWriter
 from tests.collector.fakes import wait_ticks
-from tests.waiting import wait_for
+from tests.waiting import poll_until, wait_for
 
 SLEEPER = os.path.join(os.path.dirname(__file__), "..", "scripts", "sleeper.py")
 NODES, WORLD = 4, 4
@@ -325,6 +325,51 @@ def test_a_relay_whose_collector_stops_first_exits_without_a_traceback(tmp_path)
         assert "Traceback" not in said and "CancelledError" not in said, said
     finally:
         if agent is not None:
+            agent.close(clean=False)
+        if relay.poll() is None:
+            relay.kill()
+        relay.wait(10)
+        server.stop(grace=0).wait(5)
+
+
+def test_a_relay_stopped_while_the_collector_takes_nothing_says_how_many_reports_it_dropped(tmp_path):
+    """SIGTERM while the collector reads nothing (held, as its declaring tick
+    holds ingest; at 25,000 agents it was 17 s behind when the agents
+    stopped): the relay is cut after DRAIN_S and says how many of the
+    reports it read never reached the collector, exactly the ones missing."""
+    from diag.collector.ingest import DRAIN_S
+    from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
+    server, relay, port_file = _relay_by_hand(tmp_path, batch_s=30, stderr=subprocess.PIPE)
+    agents, held = [], 1500   # 8 ranks a report: ~0.7 MB in one message, far more than the link's window
+    try:
+        wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
+        for node in range(2):
+            agents.append(FakeAgent(f"127.0.0.1:{port_file.read_text()}", TOKEN))
+        server.registry.hold(True)
+        time.sleep(0.5)
+        # A stalled op's report goes up at once: the collector reads that
+        # message, then holds; the link takes nothing more.
+        agents[0].send(node_report(0, [rank_progress(0, 2, op=ALL_REDUCE, age_s=2.0, seq=6, started=6, completed=5)]))
+        for seq in range(held // 2):
+            for node, agent in enumerate(agents):
+                ranks = [rank_progress(8 * node + r, 16, started=seq, completed=seq) for r in range(8)]
+                agent.send(node_report(node, ranks, seq=seq + 2))
+        time.sleep(2.0)   # the relay has read them, and holds them for its window
+        stopped = time.monotonic()
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(10) == 0 and DRAIN_S <= time.monotonic() - stopped < DRAIN_S + 3
+        server.registry.hold(False)
+        said = relay.stderr.read()
+        dropped = [int(line.split(": ")[-1].split()[0]) for line in said.splitlines() if "never reached it" in line]
+        assert len(dropped) == 1 and f"did not take what it held within {DRAIN_S:g} s" in said, said
+        assert dropped[0] > held // 2, said   # the stalled report's message took only what had come with it
+        # What the collector read before the hold is ingested; with the
+        # dropped, that is every report the agents sent.
+        poll_until(lambda: server.state.reports + dropped[0] == held + 1, 10)
+        time.sleep(0.5)
+        assert server.state.reports + dropped[0] == held + 1, (server.state.reports, dropped)
+    finally:
+        for agent in agents:
             agent.close(clean=False)
         if relay.poll() is None:
             relay.kill()
