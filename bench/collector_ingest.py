@@ -611,8 +611,8 @@ async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
     tasks = load.tasks()
     t0, t1, reports, cpu, rss, connect_s, relayed = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
+    await counted(seen, load.sent)   # before the relays stop: see _drive_slice
     await load.close()
-    await counted(seen, load.sent)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 relay_rss=cpu[4], t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
                 failed=load.failed)
@@ -652,10 +652,12 @@ class Drivers:
         self._paced, self._relayed, self._failed = ctx.Array("q", n), ctx.Array("q", n), ctx.Array("q", n)
         self._stall, self._dump, self._stop = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
         self._first = ctx.Queue()
-        self._written = ctx.Barrier(n)   # every driver's agents have ended their streams: the relays may stop
+        self._written = ctx.Barrier(n)   # every driver's agents have ended their streams
+        self._ended = ctx.Value("i", 0)  # drivers whose count of reports sent is final
+        self._flushed = ctx.Event()      # the collector counted them all (or gave up): the relays may stop
         cuts = [args.agents * i // n for i in range(n + 1)]
         shared = (self._sent, self._conn, self._err, self._stall, self._dump, self._stop, self._first, self._paced,
-                  self._relayed, self._failed, self._written)
+                  self._relayed, self._failed, self._written, self._ended, self._flushed)
         self.procs = [ctx.Process(target=driver_main, args=(address, token, args, i, cuts[i], cuts[i + 1], shared),
                                   daemon=True) for i in range(n)]
         self.stop = self._stop
@@ -666,6 +668,8 @@ class Drivers:
     paced = property(lambda self: sum(self._paced[:]))
     relayed = property(lambda self: sum(self._relayed[:]))
     failed = property(lambda self: sum(self._failed[:]))
+    ended = property(lambda self: self._ended.value)
+    flushed = property(lambda self: self._flushed)
     dump_at = property(lambda self: self._dump.value or None)
 
     @property
@@ -690,7 +694,7 @@ def driver_main(address, token, args, index, lo, hi, shared) -> None:
 
 
 async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None:
-    sent, conn, err, stall, dump, stop, first, paced, relayed, failed, written = shared
+    sent, conn, err, stall, dump, stop, first, paced, relayed, failed, written, ended, flushed = shared
     tasks = load.tasks(lo, hi)
 
     def publish():
@@ -722,6 +726,15 @@ async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None
         await asyncio.to_thread(written.wait, 60)
     except threading.BrokenBarrierError:
         print(f"  driver {index}: another driver's agents did not end their streams in 60 s", file=sys.stderr)
+    # A relay stopped gets DRAIN_S to send up what it holds, then is cut: at
+    # 25,000 agents the collector was 17 s behind when the window ended, and
+    # relays stopped then dropped 5,024 reports their agents had sent (each
+    # says how many). A job's relays run as long as their agents; so here
+    # they stop only once the collector has counted every report sent.
+    publish()
+    with ended.get_lock():
+        ended.value += 1
+    await asyncio.to_thread(flushed.wait, 90)
     await load.close()
     publish()
     if load.failures:
@@ -733,6 +746,11 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
     for p in load.procs:
         p.start()
     t0, t1, reports, cpu, rss, connect_s, relayed = await _window(load, proc, seen, args)
+    deadline = time.monotonic() + 90
+    while load.ended < len(load.procs) and time.monotonic() < deadline and any(p.is_alive() for p in load.procs):
+        await asyncio.sleep(0.2)
+    await counted(seen, load.sent)   # before the relays stop: see _drive_slice
+    load.flushed.set()
     for p in load.procs:
         await asyncio.to_thread(p.join, 90)
     await counted(seen, load.sent)
