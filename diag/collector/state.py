@@ -21,7 +21,9 @@ Ingest keeps each node's newest report (and the newest that carried the perf
 window) and makes its rank entries when the next snapshot is taken: between
 two snapshots (10 s at 200,000 ranks while nothing nears the timeout) a node
 reports ten times and only the last is ever read. A report relay's plain
-report (digest.py) is not even parsed until then.
+report (digest.py) is not even parsed until then, nor, when a newer one
+came, the one that carried the perf window until a window is read
+(``CarriedReport``).
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ class RankEntry(NamedTuple):
     progress: pb.RankProgress
     received: float
     node_rank: int
-    perf_from: pb.RankProgress | None = None   # the report that carried ``perf`` (read lazily: ingest is hot)
+    # the report that carried ``perf`` (read lazily: ingest is hot), or a
+    # relay's such report not parsed yet
+    perf_from: pb.RankProgress | CarriedReport | None = None
     perf_at: float = 0.0
 
     @property
@@ -73,9 +77,39 @@ class RankEntry(NamedTuple):
         # Checked here, not at ingest (100,000 ranks a second): the report
         # that carried the window, if it did, from this same process.
         came = self.perf_from
+        if type(came) is CarriedReport:
+            came = came.rank(self.progress.rank)
         if came is None or not came.HasField("perf") or (came is not self.progress and came.pid != self.progress.pid):
             return None
         return came.perf
+
+
+class CarriedReport:
+    """A relay's report that carried the perf window, newer ones having
+    none: the ``perf_from`` of its ranks' entries, parsed when a window is
+    first read. A snapshot (every 10 s at 200,000 ranks) would otherwise
+    parse it beside the newest report, for the slow pass that reads the
+    windows ten times less often (and ``top``)."""
+
+    __slots__ = ("_data", "_node", "_ranks")
+
+    def __init__(self, data: bytes, node: int) -> None:
+        self._data, self._node = data, node
+        self._ranks: dict | None = None
+
+    def rank(self, rank: int) -> pb.RankProgress | None:
+        """The report's progress of ``rank``. Safe from any thread: the
+        ranks are published before the bytes are let go."""
+        ranks = self._ranks
+        if ranks is None:
+            data = self._data
+            if data is None:   # another thread parsed it meanwhile
+                ranks = self._ranks
+            else:
+                ranks = {r.rank: r for r in _ranks_of(data, self._node)}
+                self._ranks = ranks
+                self._data = None
+        return ranks.get(rank)
 
 
 class AgentInfo(NamedTuple):
@@ -133,8 +167,9 @@ class JobState:
         self._lock = threading.Lock()
         self._ranks: dict[int, RankEntry] = {}   # made from _pending at each snapshot (_settle)
         # node -> (newest report, when built, the newest with the perf window
-        # or None, when built), in order of ingest: the report is its ranks
-        # (a parsed one) or the bytes a relay sent with a digest.
+        # or None, when built, that one's ranks), in order of ingest: the
+        # report is its ranks (a parsed one) or the bytes a relay sent with a
+        # digest.
         self._pending: dict[int, tuple] = {}
         self._settling = threading.Lock()   # one _settle at a time, outside _lock for the most of it
         self._known: set[int] = set()   # every rank ever reported (len(_ranks) once settled)
@@ -179,7 +214,7 @@ class JobState:
         if self._claims_change(node, ids):
             self._settle()
         with self._lock:
-            self._keep(node, rs, sent, perf)
+            self._keep(node, rs, sent, perf, ids)
             dropped, ops = self._dropped, self._ops
             active_at = self.active_at
             for rank, r in zip(ids, rs):
@@ -231,7 +266,7 @@ class JobState:
         if self._claims_change(node, ids):
             self._settle()
         with self._lock:
-            self._keep(node, data, sent, digest.perf)
+            self._keep(node, data, sent, digest.perf, ids)
             dropped, ops = self._dropped, self._ops
             if dropped:   # none dropped now: a rank that had (a new process) is back at 0
                 for rank in ids:
@@ -266,18 +301,18 @@ class JobState:
         self._known.update(ids)
         return True
 
-    def _keep(self, node: int, report, sent: float, perf: bool) -> None:
-        """Keep ``report`` (its parsed ranks, or a relay's bytes) as the
-        node's newest, under the lock; its entries are made at the next
-        snapshot."""
+    def _keep(self, node: int, report, sent: float, perf: bool, ids: tuple) -> None:
+        """Keep ``report`` (its parsed ranks, or a relay's bytes; ``ids``
+        its ranks) as the node's newest, under the lock; its entries are
+        made at the next snapshot."""
         pending = self._pending
         held = pending.pop(node, None)   # re-insert: the dict stays in order of ingest
         if perf:
-            pending[node] = (report, sent, report, sent)
+            pending[node] = (report, sent, report, sent, ids)
         elif held is not None:
-            pending[node] = (report, sent, held[2], held[3])
+            pending[node] = (report, sent, held[2], held[3], held[4])
         else:
-            pending[node] = (report, sent, None, 0.0)
+            pending[node] = (report, sent, None, 0.0, ())
 
     def _settle(self, now: float | None = None) -> Snapshot | None:
         """Make the rank entries of the reports kept since the last call, in
@@ -304,13 +339,18 @@ class JobState:
     def _make_entries(self, pending: dict) -> None:
         entries = self._ranks
         new_entry = tuple.__new__   # RankEntry's own __new__ is a Python function
-        for node, (report, sent, perf, perf_at) in pending.items():
+        for node, (report, sent, perf, perf_at, perf_ids) in pending.items():
             rs = _ranks_of(report, node)
             if perf is report:
                 for r in rs:
                     entries[r.rank] = new_entry(RankEntry, (r, sent, node, r, sent))
                 continue
-            carried = {r.rank: r for r in _ranks_of(perf, node)} if perf is not None else {}
+            if perf is None:
+                carried = {}
+            elif type(perf) is list:
+                carried = {r.rank: r for r in perf}
+            else:   # a relay's bytes: parsed only if a window is read (CarriedReport)
+                carried = dict.fromkeys(perf_ids, CarriedReport(perf, node))
             for r in rs:
                 rank = r.rank
                 came = carried.get(rank)

@@ -3,9 +3,11 @@ reports kept until a snapshot: the same snapshot as a report made into
 entries at once, whatever the mix."""
 
 import random
+import threading
 
 from diag.collector.digest import digest
-from diag.collector.state import FILE_AFTER_NS, AgentClock, JobState
+from diag.collector.slowness import windows_of
+from diag.collector.state import FILE_AFTER_NS, AgentClock, CarriedReport, JobState
 from diag.pb import collector_pb2 as pb
 
 WORLD = 32
@@ -105,3 +107,43 @@ def test_a_digest_out_of_range_is_refused_and_stores_nothing():
     read.world_size = 2   # ranks 4-7 of a world of 2
     assert not state.ingest_digest(b"", read, 1.0)
     assert state.reports == 0 and state.size == (0, 0)
+
+
+def test_a_relayed_window_carried_over_is_parsed_when_read_and_reads_the_same():
+    """The newest report of each node has no window, an earlier relayed one
+    had: the snapshot keeps that one's bytes (CarriedReport), and the SLOW
+    pass's windows and top's (the perf view, on a gRPC thread) read the
+    same windows as from the parsed reports, however many threads at once."""
+    def plain(node: int, seq: int, perf: bool) -> pb.NodeReport:
+        report = _report(random.Random(seq), node, seq, plain=True)
+        for r in report.ranks:
+            r.ClearField("perf")
+            if perf:
+                r.perf.window_s, r.perf.steps, r.perf.launches = 60.0, 10 * seq + r.rank, 7
+        return report
+
+    parsed, relayed = JobState(), JobState()
+    for seq in range(4):   # a snapshot after the first: the nodes are known, nothing is made at ingest
+        for node in range(4):
+            report = plain(node, seq, perf=seq == 1)
+            parsed.ingest(report, 100.0 + seq)
+            assert relayed.ingest_digest(report.SerializeToString(), digest(report), 100.0 + seq)
+        if seq == 0:
+            parsed.snapshot(100.5), relayed.snapshot(100.5)
+    want, snap = parsed.snapshot(103.5), relayed.snapshot(103.5)
+    assert all(type(e.perf_from) is CarriedReport for e in snap.ranks.values())
+    assert windows_of(snap) == windows_of(want) and len(windows_of(want)) == 16
+    read: list = []
+    start = threading.Barrier(4)
+
+    def reader() -> None:
+        start.wait()
+        read.append({rank: e.perf.SerializeToString() for rank, e in relayed.snapshot(103.5).ranks.items()})
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert read == [{rank: e.perf.SerializeToString() for rank, e in want.ranks.items()}] * 4
+    assert [snap.ranks[r].perf_at for r in range(16)] == [101.0] * 16
