@@ -52,8 +52,10 @@ def test_a_blocked_tree_stands_still_and_a_gone_one_is_none():
 
 
 def test_cpu_and_bytes_of_a_descendant_count_for_the_rank(tmp_path):
-    # the child spins, then writes 4 MiB and reads it back: the parent itself stays blocked
-    code = (f"import time\nt = time.monotonic()\nwhile time.monotonic() - t < 0.4: pass\n"
+    # the child spins for 0.4 s of its own CPU (not of the clock: on a loaded
+    # machine a wall-clock spin got 0.09 s), then writes 4 MiB and reads it
+    # back: the parent itself stays blocked
+    code = (f"import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
             f"open({str(tmp_path / 'ckpt')!r}, 'wb').write(b'x' * (4 << 20))\n"
             f"open({str(tmp_path / 'ckpt')!r}, 'rb').read()\ntime.sleep(60)")
     p, child = _tree(code)
