@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import operator
 import typing
 
 KIND_NAMES = {0: "unspecified", 1: "kernel", 2: "gemm", 3: "collective", 4: "p2p", 5: "host_func"}
@@ -19,6 +20,7 @@ KIND_P2P = 4
 # Explaining a hang is O(world) per hung group; a pathological job with
 # thousands of distinct hung ops is explained by its largest groups only.
 MAX_GROUPS_EXPLAINED = 8
+_FIRST = operator.itemgetter(0)   # a Suspect's or NeverEntered's rank
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,7 +287,8 @@ class Findings:
         never-reporting ranks. Empty when every rank waits in the same op.
         Worked out once: the line, hang.json and the GPU clause each read it
         (100,000 ranks when the rest of a job never entered the op)."""
-        ranks = {s.rank for s in self.suspects} | {n.rank for n in self.never_entered}
+        ranks = set(map(_FIRST, self.suspects))   # both are tuples, the rank first
+        ranks.update(map(_FIRST, self.never_entered))
         ranks |= {r for m in self.mismatches for r in m.culprits}
         if self.hung:
             ranks |= set(self.silent_ranks) | set(self.missing_ranks)
@@ -367,12 +370,16 @@ class Case:
     """One evaluation: what the rules see and what the earlier ones found.
     ``members`` is scratch the divergence rule fills for the next ones:
     (comm_id, lane) -> {rank: the last seq it started} of the live members
-    (read once: at 100,000 ranks a second pass costs a second)."""
+    (read once: at 100,000 ranks a second pass costs a second). ``aged``:
+    the stalled rule's ops in flight past a shorter wait on the same view,
+    from an earlier case (stalled.py ``Aged``), for it to filter rather
+    than read every rank again."""
 
     view: View
     limits: Limits
     findings: Findings
     members: dict = dataclasses.field(default_factory=dict)
+    aged: typing.Any = None
 
 
 class Rule(abc.ABC):

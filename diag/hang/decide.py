@@ -71,6 +71,7 @@ def decide(view: View, limits: Limits) -> Findings:
     waits as their timeout, so the explanation (who is behind, where the
     seqs diverge) is there for the proof. Else ``timeout`` decides, past
     ``limits.hang_timeout_s``."""
+    looked = None
     if limits.proofs and limits.probe_s < limits.hang_timeout_s:
         # The rules that find first: where an op has waited past the timeout
         # the probe's findings are not read, and explaining them (O(world):
@@ -87,5 +88,7 @@ def decide(view: View, limits: Limits) -> Findings:
                     found = rule.judge(case)
                     if found is not probe:
                         return found
-    found = analyse(view, limits)
-    return TIMEOUT.judge(Case(view, limits, found))
+    # As analyse(view, limits), the stalled rule filtering what the probe found
+    case = Case(view, limits, Findings(world_size=view.world_size), aged=looked.aged if looked else None)
+    _judge(case, RULES)
+    return TIMEOUT.judge(Case(view, limits, case.findings))

@@ -28,13 +28,15 @@ class NeverEnteredRule(Rule):
         found = case.findings
         silent = {r for a in found.silent_agents for r in a.ranks}
         stuck = {(s.comm_id, s.lane): s.seq for s in found.stuck}
-        never = never_entered(case.view, found.hung, silent, stuck, case.members)
+        flying = case.aged.flying if case.aged is not None else None
+        never = never_entered(case.view, found.hung, silent, stuck, case.members, flying)
         return self.explained(found, f"{len(never)} rank(s) never entered a hung collective" if never else None,
                               never_entered=never)
 
 
 def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
-                   stuck: dict[tuple[int, int], int], members: dict | None = None) -> tuple[NeverEntered, ...]:
+                   stuck: dict[tuple[int, int], int], members: dict | None = None,
+                   flying: set[int] | None = None) -> tuple[NeverEntered, ...]:
     """Members of each hung collective's group that have not started its seq.
 
     The default group (comm 0) has every rank as a member; for other groups a
@@ -48,7 +50,8 @@ def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
     stuck first.) Silent ranks are skipped: their seq is stale.
     ``members``: (comm_id, lane) -> {rank: last started seq} of the live
     members, where the divergence pass found them (the same ranks and seqs
-    this reads: at 100,000 ranks not read twice).
+    this reads: at 100,000 ranks not read twice). ``flying``: the live
+    ranks with an op in flight, where the stalled rule's pass found them.
     """
     out: dict[int, NeverEntered] = {}
     missing: dict[tuple[int, int], set[int]] = {}   # (comm_id, kind) -> the members that never entered it
@@ -66,14 +69,15 @@ def never_entered(snap: View, hung: tuple[HungGroup, ...], silent: set[int],
             if started < seq and rank not in in_group and rank not in silent:
                 behind.append(rank)
                 # A rank with no op in flight cannot have waited first (most of them, at scale).
-                if rank not in out and not (entries[rank].progress.HasField("oldest_in_flight")
+                if rank not in out and not ((rank in flying if flying is not None
+                                             else entries[rank].progress.HasField("oldest_in_flight"))
                                             and _waited_first(entries[rank], now, group)):
                     out[rank] = new(NeverEntered, (rank, op, started))
         if behind:
             missing.setdefault((comm_id, group.op.kind), set()).update(behind)
     if len(out) > 1:
         _follow_waits(hung, out, missing)
-    return tuple(out[r] for r in sorted(out))
+    return tuple(map(out.__getitem__, sorted(out)))
 
 
 def _follow_waits(hung: tuple[HungGroup, ...], out: dict[int, NeverEntered], missing: dict) -> None:
@@ -91,8 +95,11 @@ def _follow_waits(hung: tuple[HungGroup, ...], out: dict[int, NeverEntered], mis
     for g in hung:
         for r in g.ranks:
             in_op[r] = (g.op.comm_id, g.op.kind)
-    # A rank in no hung op waits for no one: its waits end at once, and it stays.
-    for rank in [r for r in out if r in in_op]:
+    # A rank in no hung op waits for no one: its waits end at once, and it
+    # stays. (Whether one's waits end does not depend on the others': the
+    # smaller side is walked, 200,000 ranks out where the rest never entered.)
+    few, many = (in_op, out) if len(in_op) < len(out) else (out, in_op)
+    for rank in [r for r in few if r in many]:
         seen, todo = {rank}, [m for m in missing.get(in_op.get(rank), ()) if m != rank]
         while todo:
             waited = todo.pop()

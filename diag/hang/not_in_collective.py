@@ -28,34 +28,45 @@ class NotInCollectiveRule(Rule):
         silent_ranks = {r for a in found.silent_agents for r in a.ranks}
         missing = tuple(r for r in range(view.world_size) if r not in view.ranks)
         names = {g.comm_id: g.short() for g in found.groups}
-        suspects = _suspects(view, hung_ranks | silent_ranks, found.never_entered, found.silent_agents, names)
+        suspects = _suspects(view, hung_ranks | silent_ranks, found.never_entered, found.silent_agents, names,
+                             case.aged)
         # Counted, not sorted by reason: 100,000 of them before the HANG line at scale.
         return self.explained(found, f"{len(suspects)} rank(s) not waiting with the others" if suspects else None,
                               suspects=suspects, missing_ranks=missing)
 
 
 def _suspects(snap: View, skip: set[int], never: tuple[NeverEntered, ...],
-              silent: tuple[SilentAgent, ...], names: dict[int, str]) -> tuple[Suspect, ...]:
+              silent: tuple[SilentAgent, ...], names: dict[int, str], aged=None) -> tuple[Suspect, ...]:
     # Before the HANG line, and one per rank where the rest of a 100,000-rank
     # job never entered the op: sorted once at the end, each reason made once.
+    # ``aged``: the stalled rule's pass on this view (stalled.Aged), which
+    # read who is alive and in flight already.
     out = []
     now, world = snap.now, snap.world_size
     new = tuple.__new__   # Suspect's own __new__ is a Python function
-    for rank, entry in snap.ranks.items():
-        if rank in skip or rank >= world:
-            continue
-        p = entry.progress
-        if p.alive:
-            if p.HasField("oldest_in_flight"):
+    if aged is not None:
+        flying, dead = aged.flying, aged.dead
+        for rank, entry in snap.ranks.items():
+            if rank in skip or rank >= world or rank in flying:
                 continue
-            reason = NOT_IN_ANY
-        else:
-            reason = EXITED
-        out.append(new(Suspect, (rank, reason, p.last_op or None, p.idle_ns * 1e-9 + (now - entry.received))))
-    idle = {s[0] for s in out}
+            p = entry.progress
+            out.append(new(Suspect, (rank, EXITED if rank in dead else NOT_IN_ANY, p.last_op or None,
+                                     p.idle_ns * 1e-9 + (now - entry.received))))
+    else:
+        for rank, entry in snap.ranks.items():
+            if rank in skip or rank >= world:
+                continue
+            p = entry.progress
+            if p.alive:
+                if p.HasField("oldest_in_flight"):
+                    continue
+                reason = NOT_IN_ANY
+            else:
+                reason = EXITED
+            out.append(new(Suspect, (rank, reason, p.last_op or None, p.idle_ns * 1e-9 + (now - entry.received))))
+    idle = set(map(_RANK, out))
     reasons: dict[OpKey, str] = {}
-    for n in never:
-        if n.rank not in idle:
+    for n in [n for n in never if n[0] not in idle]:   # NeverEntered: rank first
             reason = reasons.get(n.op)
             if reason is None:
                 group = names.get(n.op.comm_id, n.op.comm_id)
