@@ -207,8 +207,13 @@ class Agent:
             self.exits.update(exits)
 
     def build_report(self, with_perf: bool = True) -> pb.NodeReport:
+        # The ages in the report and its sent_mono_ns are one instant: the
+        # collector places an op's start at sent - age, and the GPU and
+        # process-tree reads between them took over a second on a loaded
+        # host, moved a hung op's start by as much and re-armed its HANG.
+        now = self.state.clock()
         with self.lock:
-            ranks = self.state.report(with_perf)
+            ranks = self.state.report(with_perf, now)
             self._add_exits(ranks)
             perf = self.state.perf
             launches = {m.rank: perf.launches_total(m.rank) for m in ranks} if perf is not None else {}
@@ -220,7 +225,7 @@ class Agent:
         # the report waited on the way (its lag, and in-flight ages from now).
         return pb.NodeReport(job_id=cfg.job_id, node_rank=cfg.node_rank, hostname=cfg.hostname,
                              agent_pid=os.getpid(), report_seq=self._report_seq, ranks=ranks,
-                             local_world_size=cfg.local_world_size, sent_mono_ns=time.monotonic_ns())
+                             local_world_size=cfg.local_world_size, sent_mono_ns=now)
 
     def _add_exits(self, ranks) -> None:
         """An exited rank's report carries when it went, how (once torchrun

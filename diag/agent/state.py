@@ -269,11 +269,12 @@ class NodeState:
         state = self.ranks.get(rank)
         return state.pid if state is not None and state.alive else None
 
-    def report(self, with_perf: bool = True) -> list[pb.RankProgress]:
-        """RankProgress for every rank; per-op stats are deltas since the last
-        call. ``with_perf=False`` leaves the perf windows out (a collector that
-        is behind asks for them less often: the window moves slowly)."""
-        now = self.clock()
+    def report(self, with_perf: bool = True, now: int | None = None) -> list[pb.RankProgress]:
+        """RankProgress for every rank, ages and idle times as of ``now``
+        (the clock's); per-op stats are deltas since the last call.
+        ``with_perf=False`` leaves the perf windows out (a collector that is
+        behind asks for them less often: the window moves slowly)."""
+        now = self.clock() if now is None else now
         out = []
         for rank in sorted(self.ranks):
             state = self.ranks[rank]
