@@ -593,6 +593,7 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     connect_s, relayed = time.monotonic() - began, load.relayed
     await asyncio.sleep(2 * args.interval)
     await settle(seen)
+    print("  the window starts", file=sys.stderr, flush=True)   # session.sh's profiling labels wait for it
     t0, sent0, cpu0, judge0 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
     relays0 = relay_cpu_seconds()
     stall_at = args.seconds / 2 - args.hang_timeout

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500one|cpu12500prof|cpu25000|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1fwrecover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500one|cpu12500prof|cpu25000prof|cpu25000|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1fwrecover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -189,6 +189,13 @@ case $label in
       listen_drops >> $R/listen_drops.txt; free -g >> $R/memory.txt
       run collector_tick_25000_relayed 90 python3 bench/collector_tick.py --agents 25000 --relayed
       run collector_tick_25000_behind 90 python3 bench/collector_tick.py --agents 25000 --stall behind ;;
+  cpu25000prof) python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
+      bench=$!   # the window starts once every driver's agents are relayed (50 to 140 s in at this size)
+      for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
+      for i in $(seq 300); do grep -q 'the window starts' $R/relays.log && break; sleep 1; done
+      # the healthy half of the window: its rank stalls 10 s in, the HANG 10 s later
+      py-spy record -p $pid -d 16 -r 100 --gil --threads --nonblocking --format raw -o $R/collector_gil.txt > $R/spy.log 2>&1
+      wait $bench; grep -v '^  driver\|relay: ingest\|relay of nodes' $R/relays.log | head -30 ;;
   cpu12500prof) python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
       bench=$!   # the window starts once every agent is relayed and the storm's OVERLOAD is over (60-70 s in)
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
