@@ -241,14 +241,7 @@ class JobState:
                 if rank in ops:
                     self._unfile(rank)
             self.active_at = active_at
-            self._agents.pop(node, None)   # re-insert: the dict stays in order of last report
-            self._agents[node] = info
-            if ranks:
-                self._world_size = world
-            self.reports += 1
-            if now - sent > self.lag_max:
-                self.lag_max = now - sent
-            self.lag_reports += 1
+            self._reported(info, world if ranks else 0, now - sent)
 
     def ingest_digest(self, data: bytes, digest, now: float, clock: AgentClock | None = None) -> bool:
         """Store a relay's plain report (``data``, the NodeReport's bytes, and
@@ -280,15 +273,20 @@ class JobState:
                 for rank in ids:
                     if rank in ops:
                         self._unfile(rank)
-            self._agents.pop(node, None)   # re-insert: the dict stays in order of last report
-            self._agents[node] = info
-            if ids:
-                self._world_size = world
-            self.reports += 1
-            if now - sent > self.lag_max:
-                self.lag_max = now - sent
-            self.lag_reports += 1
+            self._reported(info, world if ids else 0, now - sent)
         return True
+
+    def _reported(self, info: AgentInfo, world: int, lag: float) -> None:
+        """The counts and indexes every report moves, under the lock; ``world``
+        0 for a report with no ranks."""
+        self._agents.pop(info.node_rank, None)   # re-insert: the dict stays in order of last report
+        self._agents[info.node_rank] = info
+        if world:
+            self._world_size = world
+        self.reports += 1
+        if lag > self.lag_max:
+            self.lag_max = lag
+        self.lag_reports += 1
 
     def _claims_change(self, node: int, ids: tuple) -> bool:
         """Whether ``node`` reports other ranks than it did (or is new): the
