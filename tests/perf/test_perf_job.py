@@ -97,20 +97,26 @@ def _query(base: str, promql: str) -> list:
     return body["data"]["result"]
 
 
-def _per_rank(base, promql):
+def _per_rank(base, promql, until=lambda by_rank: True):
+    """The query's value by rank, once both ranks answer and ``until`` holds
+    of them; not within a minute fails the test."""
     def got():
         try:
             result = _query(base, promql)
         except OSError:
             return None
         by_rank = {r["metric"].get("rank"): float(r["value"][1]) for r in result}
-        return by_rank if set(by_rank) == {"0", "1"} else None
+        return by_rank if set(by_rank) == {"0", "1"} and until(by_rank) else None
     return wait_for(got, f"PromQL {promql!r} with ranks 0 and 1", timeout=60)
 
 
 def test_prometheus_scrapes_one_series_per_rank(prometheus):
-    calls = _per_rank(prometheus, 'sum by (rank) (rate(xpu_diag_op_calls_total{op="all_reduce"}[5s]))')
-    assert all(v > 0 for v in calls.values()), calls
+    # A rate needs two scrapes that saw the counter move: the agent publishes
+    # about once a second, so the first scrapes of a loaded machine's
+    # Prometheus may hold one value twice (a rate of 0) before it moves.
+    calls = _per_rank(prometheus, 'sum by (rank) (rate(xpu_diag_op_calls_total{op="all_reduce"}[5s]))',
+                      until=lambda by_rank: all(v > 0 for v in by_rank.values()))
+    assert calls and all(v > 0 for v in calls.values()), calls
     # The queries docs/metrics.md puts on a dashboard all answer per rank.
     busbw = _per_rank(prometheus, 'max by (rank) (xpu_diag_op_busbw_bytes_per_second{op="all_reduce"})')
     assert all(v > 0 for v in busbw.values()), busbw
