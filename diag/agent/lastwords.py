@@ -92,6 +92,17 @@ class Recovery:
                 self.tick(time.monotonic())
             except Exception as exc:   # never end the loop
                 self.agent.log(f"recovery tick failed: {exc!r}")
+        try:
+            self.at_the_end()
+        except Exception as exc:
+            self.agent.log(f"recovery at the job's end failed: {exc!r}")
+
+    def at_the_end(self) -> None:
+        """The agent stops: the workers' last snapshot can be newer than the
+        last tick saw (they commit it as they exit, and the tick that would
+        notice the exit may never come), so persist it now."""
+        if self.on and self.newest_step() not in (None, self.last_step):
+            self.persist("at the job's end")
 
     def tick(self, now: float) -> None:
         while True:

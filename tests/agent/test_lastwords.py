@@ -122,3 +122,18 @@ def test_a_worker_exit_in_a_job_without_snapshots_writes_and_says_nothing(tmp_pa
     rec.tick(time.monotonic())
     assert agent.lines == [] and not os.path.exists(tmp_path / "ckpt")
     assert rec._restart is not None and "rank(s) 0 exited" in rec._restart["what"]   # timed if a restart follows
+
+
+def test_the_agent_stopping_persists_the_snapshot_no_tick_saw(tmp_path, snapshots):
+    """The job's last snapshot is committed as the workers exit; the agent
+    may stop before its next tick (a loaded host: CI saw it), and the newest
+    step must still reach the disk."""
+    agent = FakeAgent()
+    rec = Recovery(agent, config(tmp_path, store_dir=snapshots, ckpt_persist_every=Every(seconds=3600.0)))
+    agent.stopping.set()
+    rec.run()                       # no tick: the loop ends at once
+    assert rec.last_step == 3
+    assert os.path.exists(tmp_path / "ckpt" / "step-00000003" / "rank-00000" / "manifest.json")
+    assert agent.lines[-1].startswith(f"at the job's end: persisted to {tmp_path / 'ckpt'} in ")
+    rec.at_the_end()                # nothing newer: nothing written or said again
+    assert len(agent.lines) == 1
