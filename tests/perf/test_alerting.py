@@ -1,9 +1,13 @@
-"""Alerts and the dashboard, with real parts: a 3-rank gloo job under
+"""Alerts and the dashboard, with real parts: a 3-rank job under
 xpu_timer_launch whose rank 2 is first a straggler (a SLOW episode) and then
 stalls (a HANG); a real Prometheus (Debian package) scrapes node 0's agent and
 the collector's --collector-metrics-port, loads docs/prometheus/alerts.yml,
-and answers every query of docs/grafana/xpu-diag.json. The rules' own unit
-tests run under the real ``promtool test rules``."""
+and answers every query of docs/grafana/xpu-diag.json. The subject is what
+the agent and the collector export and what the rules make of it, not torch:
+the ranks are torch-free (scripts/torchless.py: a gloo rank's all_reduces and
+optimizer steps through the same tracer and writer; they start in a second
+where three torch ranks took 5 to 9 on two cores). The rules' own unit tests
+run under the real ``promtool test rules``."""
 
 import json
 import os
@@ -19,7 +23,7 @@ from diag.common.net import free_port
 from tests.functional.launch import ROOT, SCRIPTS, Launch
 from tests.waiting import wait_for
 
-SCRIPT = os.path.join(SCRIPTS, "slow_then_stall.py")
+SCRIPT = os.path.join(SCRIPTS, "torchless_slow_then_stall.py")
 ALERTS = os.path.join(ROOT, "docs", "prometheus", "alerts.yml")
 DASHBOARD = os.path.join(ROOT, "docs", "grafana", "xpu-diag.json")
 BUILDER = os.path.join(ROOT, "docs", "grafana", "dashboard.py")

@@ -102,6 +102,15 @@ def _collective(name: str, value: float, nbytes: int, flags: int, reduce_op: int
     return total
 
 
+def step(host_ns: int) -> None:
+    """An optimizer step of ``host_ns`` on the host, recorded as the tracer's
+    step hook records torch.optim's (diag/tracer/steps.py): one HOST_FUNC END
+    named for --perf-step, no START. It gives the step-time series."""
+    from diag.perf.api import DEFAULT_STEP_NAME   # here: the other scripts never import it (15 ms)
+    if _tracer is not None and _tracer.enabled:
+        _tracer.writer.end(0, fmt.KIND_HOST_FUNC, DEFAULT_STEP_NAME, host_ns)
+
+
 def say(line: str) -> None:
     """One write: the ranks share the launcher's stdout."""
     os.write(1, f"{line}\n".encode())
