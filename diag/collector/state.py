@@ -18,18 +18,20 @@ The watchdog takes a full :class:`Snapshot` only when one of these says the
 rules may fire, and runs the (unchanged, pure) rules on it.
 
 Ingest keeps each node's newest report (and the newest that carried the perf
-window) and makes its rank entries when the next snapshot is taken: between
-two snapshots (10 s at 200,000 ranks while nothing nears the timeout) a node
-reports ten times and only the last is ever read. A report relay's plain
-report (digest.py) is not even parsed until then, nor, when a newer one
-came, the one that carried the perf window until a window is read
-(``CarriedReport``).
+window) as a :class:`KeptReport`; a snapshot shares those, node by node
+(:class:`RankMap`), and a rank's entry is made when it is read. A report
+relay's plain report (digest.py) is not even parsed until then. Near the
+timeout the watchdog takes a snapshot every tick, and at 200,000 ranks making
+every entry of every node that reported cost 0.3-0.7 s of each; the rules
+read whole only the ranks whose op may be past their wait
+(``RankMap.maybe_past``), the rest when something hangs.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import ItemsView, Mapping, ValuesView
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
@@ -51,6 +53,7 @@ REFILE_S = 0.5
 # interval later, long before any sane --hang-timeout (the watchdog's full
 # pass every few seconds is the safety net).
 FILE_AFTER_NS = 1_000_000_000
+FILE_AFTER_S = FILE_AFTER_NS * 1e-9
 
 
 class ReportError(ValueError):
@@ -67,9 +70,9 @@ class RankEntry(NamedTuple):
     progress: pb.RankProgress
     received: float
     node_rank: int
-    # the report that carried ``perf`` (read lazily: ingest is hot), or a
-    # relay's such report not parsed yet
-    perf_from: pb.RankProgress | CarriedReport | None = None
+    # the report that carried ``perf`` (read lazily: ingest is hot): the
+    # rank's own progress, or that report as kept
+    perf_from: pb.RankProgress | KeptReport | None = None
     perf_at: float = 0.0
 
     @property
@@ -77,29 +80,28 @@ class RankEntry(NamedTuple):
         # Checked here, not at ingest (100,000 ranks a second): the report
         # that carried the window, if it did, from this same process.
         came = self.perf_from
-        if type(came) is CarriedReport:
+        if type(came) is KeptReport:
             came = came.rank(self.progress.rank)
         if came is None or not came.HasField("perf") or (came is not self.progress and came.pid != self.progress.pid):
             return None
         return came.perf
 
 
-class CarriedReport:
-    """A relay's report that carried the perf window, newer ones having
-    none: the ``perf_from`` of its ranks' entries, parsed when a window is
-    first read. A snapshot (every 10 s at 200,000 ranks) would otherwise
-    parse it beside the newest report, for the slow pass that reads the
-    windows ten times less often (and ``top``)."""
+class KeptReport:
+    """A node's report as ingest kept it: its ranks, parsed at ingest, or a
+    relay's bytes, parsed when a rank of it is first read (by any thread:
+    the ranks are published before the bytes are let go). ``bound``: the
+    oldest in-flight op of a live rank, seconds old when the report was
+    built, at most (None: no op in flight); what lets a snapshot pass over
+    the node when no op of it can be near a wait. ``ids``: its ranks."""
 
-    __slots__ = ("_data", "_node", "_ranks")
+    __slots__ = ("_data", "_node", "_ranks", "bound", "ids")
 
-    def __init__(self, data: bytes, node: int) -> None:
-        self._data, self._node = data, node
+    def __init__(self, data: bytes | list, node: int, bound: float | None, ids: tuple) -> None:
+        self._data, self._node, self.bound, self.ids = data, node, bound, ids
         self._ranks: dict | None = None
 
     def rank(self, rank: int) -> pb.RankProgress | None:
-        """The report's progress of ``rank``. Safe from any thread: the
-        ranks are published before the bytes are let go."""
         ranks = self._ranks
         if ranks is None:
             data = self._data
@@ -125,12 +127,103 @@ class AgentInfo(NamedTuple):
 
 class Snapshot(NamedTuple):
     """A consistent copy of the state at monotonic time ``now``. The entries
-    are shared with the live state but immutable, so copying is O(ranks)."""
+    and kept reports are shared with the live state but immutable; copying
+    is O(ranks) in C, and a rank's entry is made when read (RankMap)."""
 
     now: float
     world_size: int
-    ranks: dict[int, RankEntry]
+    ranks: Mapping[int, RankEntry]
     agents: dict[int, AgentInfo]
+
+
+class RankMap(Mapping):
+    """A snapshot's ranks: rank -> RankEntry, made when read from the kept
+    report of the rank's node (``pending``: node -> what ``JobState._keep``
+    keeps), or the entry made at the last settle where the node has not
+    reported since. Read-only, safe from any thread."""
+
+    __slots__ = ("_settled", "_pending", "_agents", "_orphans")
+
+    def __init__(self, settled: dict, pending: dict, agents: dict, orphans: frozenset) -> None:
+        self._settled, self._pending, self._agents, self._orphans = settled, pending, agents, orphans
+
+    def __getitem__(self, rank: int) -> RankEntry:
+        old = self._settled[rank]
+        kept = self._pending.get(old.node_rank)
+        return old if kept is None else _entry(rank, old, kept)
+
+    def get(self, rank: int, default=None):
+        old = self._settled.get(rank)
+        if old is None:
+            return default
+        kept = self._pending.get(old.node_rank)
+        return old if kept is None else _entry(rank, old, kept)
+
+    def __contains__(self, rank) -> bool:
+        return rank in self._settled
+
+    def __iter__(self):
+        return iter(self._settled)
+
+    def __len__(self) -> int:
+        return len(self._settled)
+
+    def items(self):
+        return _Items(self)
+
+    def values(self):
+        return _Values(self)
+
+    def maybe_past(self, now: float, wait_s: float) -> list[int]:
+        """The ranks whose op may have been in flight longer than ``wait_s``
+        at ``now``: a superset, O(nodes). A node whose kept report bounds its
+        ops' age (KeptReport.bound) below the wait, however old the report,
+        is passed over without parsing it."""
+        pending, out = self._pending, list(self._orphans)
+        for node, info in self._agents.items():
+            kept = pending.get(node)
+            if kept is not None:
+                bound = kept[0].bound
+                if bound is None or bound + (now - kept[1]) <= wait_s:
+                    continue
+            out.extend(info.ranks)
+        return out
+
+
+class _Items(ItemsView):
+    def __iter__(self):
+        m = self._mapping
+        pending = m._pending
+        for rank, old in m._settled.items():
+            kept = pending.get(old.node_rank)
+            yield rank, (old if kept is None else _entry(rank, old, kept))
+
+
+class _Values(ValuesView):
+    def __iter__(self):
+        for _, entry in _Items(self._mapping):
+            yield entry
+
+
+def _entry(rank: int, old: RankEntry | None, kept: tuple) -> RankEntry | None:
+    """Rank ``rank``'s entry from its node's ``kept`` (JobState._keep): the
+    report's progress, with the perf window of the newest report that had
+    one, or the one ``old`` had. ``old`` where the report lacks the rank (it
+    no longer parses)."""
+    report, sent, perf, perf_at, perf_ids, node = kept
+    progress = report.rank(rank)
+    if progress is None:
+        return old
+    if perf is report:
+        return _new(RankEntry, (progress, sent, node, progress, sent))
+    if perf is not None and rank in perf_ids:
+        return _new(RankEntry, (progress, sent, node, perf, perf_at))
+    if old is not None and old.perf_from is not None:
+        return _new(RankEntry, (progress, sent, node, old.perf_from, old.perf_at))
+    return _new(RankEntry, (progress, sent, node, None, 0.0))
+
+
+_new = tuple.__new__   # RankEntry's own __new__ is a Python function
 
 
 class AgentClock:
@@ -165,14 +258,14 @@ class JobState:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ranks: dict[int, RankEntry] = {}   # made from _pending at each snapshot (_settle)
-        # node -> (newest report, when built, the newest with the perf window
-        # or None, when built, that one's ranks), in order of ingest: the
-        # report is its ranks (a parsed one) or the bytes a relay sent with a
-        # digest.
+        self._ranks: dict[int, RankEntry] = {}   # made from _pending when a node's ranks change (_settle)
+        # node -> (newest KeptReport, when built, the newest with the perf
+        # window or None, when built, that one's ranks, node), in order of
+        # ingest, since the last _settle: what RankMap makes entries from.
         self._pending: dict[int, tuple] = {}
         self._settling = threading.Lock()   # one _settle at a time, outside _lock for the most of it
         self._known: set[int] = set()   # every rank ever reported (len(_ranks) once settled)
+        self._orphans: set[int] = set()   # ranks their node no longer reports and no other took (maybe_past)
         self._agents: dict[int, AgentInfo] = {}   # in order of last report (oldest first)
         self._world_size = 0
         self.reports = 0  # total NodeReports ingested (for the bench and logs)
@@ -211,10 +304,13 @@ class JobState:
         # when paced): one look per report, and a window carried over is
         # checked (same process, present) only when read (RankEntry.perf).
         perf = bool(rs) and rs[0].HasField("perf")
-        if self._claims_change(node, ids):
+        changed = self._claims_change(node, ids)
+        if changed:
             self._settle()
+        kept = KeptReport(rs, node, None, ids)
+        oldest = -1
         with self._lock:
-            self._keep(node, rs, sent, perf, ids)
+            self._keep(node, kept, sent, perf, ids)
             dropped, ops = self._dropped, self._ops
             active_at = self.active_at
             for rank, r in zip(ids, rs):
@@ -229,6 +325,8 @@ class JobState:
                 if r.HasField("oldest_in_flight"):
                     op = r.oldest_in_flight
                     age_ns = op.age_ns
+                    if age_ns > oldest:
+                        oldest = age_ns
                     if sent > active_at:
                         active_at = sent
                     if age_ns >= FILE_AFTER_NS:
@@ -241,7 +339,11 @@ class JobState:
                 if rank in ops:
                     self._unfile(rank)
             self.active_at = active_at
+            if oldest >= 0:
+                kept.bound = oldest * 1e-9
             self._reported(info, world if ranks else 0, now - sent)
+        if changed:   # its ranks' entries made now: a snapshot finds each rank's node in them
+            self._settle()
 
     def ingest_digest(self, data: bytes, digest, now: float, clock: AgentClock | None = None) -> bool:
         """Store a relay's plain report (``data``, the NodeReport's bytes, and
@@ -256,10 +358,13 @@ class JobState:
             return False
         sent = clock.sent_at(digest.sent_mono_ns, now) if clock is not None else now
         info = tuple.__new__(AgentInfo, (node, digest.hostname, digest.agent_pid, now, ids, True))
-        if self._claims_change(node, ids):
+        changed = self._claims_change(node, ids)
+        if changed:
             self._settle()
+        # a plain report's ops are younger than FILE_AFTER_NS (digest.py)
+        kept = KeptReport(data, node, FILE_AFTER_S if digest.in_flight else None, ids)
         with self._lock:
-            self._keep(node, data, sent, digest.perf, ids)
+            self._keep(node, kept, sent, digest.perf, ids)
             dropped, ops = self._dropped, self._ops
             if dropped:   # none dropped now: a rank that had (a new process) is back at 0
                 for rank in ids:
@@ -274,6 +379,8 @@ class JobState:
                     if rank in ops:
                         self._unfile(rank)
             self._reported(info, world if ids else 0, now - sent)
+        if changed:
+            self._settle()
         return True
 
     def _reported(self, info: AgentInfo, world: int, lag: float) -> None:
@@ -297,32 +404,34 @@ class JobState:
         if info is not None and info.ranks == ids:
             return False
         self._known.update(ids)
+        if info is not None:
+            self._orphans.update(set(info.ranks).difference(ids))
+        self._orphans.difference_update(ids)
         return True
 
-    def _keep(self, node: int, report, sent: float, perf: bool, ids: tuple) -> None:
-        """Keep ``report`` (its parsed ranks, or a relay's bytes; ``ids``
-        its ranks) as the node's newest, under the lock; its entries are
-        made at the next snapshot."""
+    def _keep(self, node: int, report: KeptReport, sent: float, perf: bool, ids: tuple) -> None:
+        """Keep ``report`` (``ids`` its ranks) as the node's newest, under
+        the lock; its entries are made when a snapshot's are read."""
         pending = self._pending
         held = pending.pop(node, None)   # re-insert: the dict stays in order of ingest
         if perf:
-            pending[node] = (report, sent, report, sent, ids)
+            pending[node] = (report, sent, report, sent, ids, node)
         elif held is not None:
-            pending[node] = (report, sent, held[2], held[3], held[4])
+            pending[node] = (report, sent, held[2], held[3], held[4], node)
         else:
-            pending[node] = (report, sent, None, 0.0, ())
+            pending[node] = (report, sent, None, 0.0, (), node)
 
-    def _settle(self, now: float | None = None) -> Snapshot | None:
+    def _settle(self) -> None:
         """Make the rank entries of the reports kept since the last call, in
-        the order they came, as ingest made them before: the newest report's
-        ranks, with the perf window of the newest report that had one (or
-        the one the entry had). Most of the work is done outside ``_lock``
-        (ingest goes on meanwhile), the rest, what came in meanwhile, under
-        it; with ``now``, the snapshot at that same instant."""
+        the order they came: when a node's ranks change (a rank that moved
+        between nodes keeps its reports in the order they came, and carries
+        its perf window over as it did), and when the collector paused. Most
+        of the work is done outside ``_lock`` (ingest goes on meanwhile), the
+        rest, what came in meanwhile, under it."""
         with self._settling:
-            return self._settle_held(now)
+            self._settle_held()
 
-    def _settle_held(self, now: float | None) -> Snapshot | None:
+    def _settle_held(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
         self._make_entries(pending)
@@ -330,36 +439,14 @@ class JobState:
             if self._pending:
                 pending, self._pending = self._pending, {}
                 self._make_entries(pending)
-            if now is not None:
-                return Snapshot(now, self._world_size, dict(self._ranks), dict(self._agents))
-        return None
 
     def _make_entries(self, pending: dict) -> None:
         entries = self._ranks
-        new_entry = tuple.__new__   # RankEntry's own __new__ is a Python function
-        for node, (report, sent, perf, perf_at, perf_ids) in pending.items():
-            rs = _ranks_of(report, node)
-            if perf is report:
-                for r in rs:
-                    entries[r.rank] = new_entry(RankEntry, (r, sent, node, r, sent))
-                continue
-            if perf is None:
-                carried = {}
-            elif type(perf) is list:
-                carried = {r.rank: r for r in perf}
-            else:   # a relay's bytes: parsed only if a window is read (CarriedReport)
-                carried = dict.fromkeys(perf_ids, CarriedReport(perf, node))
-            for r in rs:
-                rank = r.rank
-                came = carried.get(rank)
-                if came is not None:
-                    entries[rank] = new_entry(RankEntry, (r, sent, node, came, perf_at))
-                    continue
-                old = entries.get(rank)
-                if old is not None and old.perf_from is not None:
-                    entries[rank] = new_entry(RankEntry, (r, sent, node, old.perf_from, old.perf_at))
-                else:
-                    entries[rank] = new_entry(RankEntry, (r, sent, node, None, 0.0))
+        for kept in pending.values():
+            for rank in kept[0].ids:
+                made = _entry(rank, entries.get(rank), kept)
+                if made is not None:
+                    entries[rank] = made
 
     def _file(self, rank: int, key: tuple, start: float) -> None:
         old = self._ops.get(rank)
@@ -454,7 +541,7 @@ class JobState:
         # _settling held throughout: a snapshot taken meanwhile on another
         # thread makes entries outside _lock, and would race these moves
         with self._settling:
-            self._settle_held(None)
+            self._settle_held()
             with self._lock:
                 for node, info in self._agents.items():   # all moved alike: the order of last report holds
                     self._agents[node] = info._replace(last_seen=later(info.last_seen))
@@ -464,7 +551,13 @@ class JobState:
                     self.active_at = later(self.active_at)
 
     def snapshot(self, now: float) -> Snapshot:
-        return self._settle(now)
+        """The state at ``now``: O(nodes) here, and a rank's entry made when
+        read (RankMap). Under _settling: a settle on another thread makes
+        entries outside _lock."""
+        with self._settling, self._lock:
+            agents = dict(self._agents)
+            ranks = RankMap(dict(self._ranks), dict(self._pending), agents, frozenset(self._orphans))
+            return Snapshot(now, self._world_size, ranks, agents)
 
     @property
     def size(self) -> tuple[int, int]:

@@ -7,7 +7,7 @@ import threading
 
 from diag.collector.digest import digest
 from diag.collector.slowness import windows_of
-from diag.collector.state import FILE_AFTER_NS, AgentClock, CarriedReport, JobState
+from diag.collector.state import FILE_AFTER_NS, AgentClock, KeptReport, JobState
 from diag.pb import collector_pb2 as pb
 
 WORLD = 32
@@ -111,7 +111,7 @@ def test_a_digest_out_of_range_is_refused_and_stores_nothing():
 
 def test_a_relayed_window_carried_over_is_parsed_when_read_and_reads_the_same():
     """The newest report of each node has no window, an earlier relayed one
-    had: the snapshot keeps that one's bytes (CarriedReport), and the SLOW
+    had: the snapshot keeps that one's bytes (KeptReport), and the SLOW
     pass's windows and top's (the perf view, on a gRPC thread) read the
     same windows as from the parsed reports, however many threads at once."""
     def plain(node: int, seq: int, perf: bool) -> pb.NodeReport:
@@ -131,7 +131,7 @@ def test_a_relayed_window_carried_over_is_parsed_when_read_and_reads_the_same():
         if seq == 0:
             parsed.snapshot(100.5), relayed.snapshot(100.5)
     want, snap = parsed.snapshot(103.5), relayed.snapshot(103.5)
-    assert all(type(e.perf_from) is CarriedReport for e in snap.ranks.values())
+    assert all(type(e.perf_from) is KeptReport for e in snap.ranks.values())
     assert windows_of(snap) == windows_of(want) and len(windows_of(want)) == 16
     read: list = []
     start = threading.Barrier(4)

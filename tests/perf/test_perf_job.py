@@ -163,6 +163,10 @@ def test_top_renders_under_tmux(job):
 
 def test_top_once_and_its_plain_text_form(job):
     from diag.perf import top
+    # The agents' metrics count ops from the first; a rank's window reaches
+    # the collector with a later report (alone, this test can come first).
+    wait_for(lambda: len(top.Source(None, str(job["dir"])).fetch().ranks) == 2,
+             "both ranks' windows at the collector", timeout=60)
     # Piped (a log, a script) with no COLUMNS: the full table, never cut to 80 columns.
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     out = subprocess.run([sys.executable, "-m", "diag.cli", "top", "--job", str(job["dir"]), "--once",
@@ -181,8 +185,10 @@ def test_top_once_and_its_plain_text_form(job):
     doc = json.loads(js.stdout)
     assert doc["job_id"] == "perfjob" and [r["rank"] for r in doc["ranks"]] == [0, 1], js.stdout
     assert all(r["hostname"] and 0 <= r["wait_share"] <= 1 and r["window_s"] > 0 for r in doc["ranks"]), js.stdout
-    # A healthy job: nothing marked, and an op caught in flight is a young one.
-    assert all(r["verdict"] is None and (r["in_flight"] is None or r["in_flight"]["seconds"] < 1)
+    # A healthy job: nothing marked, and an op caught in flight is a young one
+    # (at the collector: its age in the report, plus the report's, up to the
+    # 1 s interval; a loaded host starves a rank for a while).
+    assert all(r["verdict"] is None and (r["in_flight"] is None or r["in_flight"]["seconds"] < 3)
                for r in doc["ranks"]), js.stdout
     ages = re.findall(r'^xpu_diag_op_in_flight_seconds\{[^}]*\} (\S+)$', _get(job["url"]), re.M)
     assert all(float(a) < 1 for a in ages), ages
