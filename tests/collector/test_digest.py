@@ -7,7 +7,8 @@ import threading
 
 from diag.collector.digest import digest
 from diag.collector.slowness import windows_of
-from diag.collector.state import FILE_AFTER_NS, AgentClock, KeptReport, JobState
+from diag.collector.state import FILE_AFTER_NS, AgentClock, JobState, KeptReport, Snapshot
+from diag.hang.stalled import in_flight_past
 from diag.pb import collector_pb2 as pb
 
 WORLD = 32
@@ -147,3 +148,39 @@ def test_a_relayed_window_carried_over_is_parsed_when_read_and_reads_the_same():
         t.join()
     assert read == [{rank: e.perf.SerializeToString() for rank, e in want.ranks.items()}] * 4
     assert [snap.ranks[r].perf_at for r in range(16)] == [101.0] * 16
+
+
+def test_the_stalled_rule_finds_the_same_ops_through_maybe_past_as_over_every_rank():
+    """The stalled rule reads first only the ranks ``maybe_past`` names: a
+    node whose kept report bounds its ops' age below the wait (a relay's
+    plain report, a parsed one with young ops) is passed over unparsed. At
+    every age of the reports and every wait, it finds the ops a pass over
+    every rank finds, whatever the mix (ranks moved, ranks dead, nodes
+    silent, ops filed)."""
+    for seed in range(30):
+        rng = random.Random(seed)
+        state = JobState()
+        clocks: dict[int, AgentClock] = {}
+        for seq in range(60):
+            node = rng.randrange(8)
+            if rng.random() < 0.05:
+                report = _report(rng, node, seq, sorted({rng.randrange(WORLD) for _ in range(rng.randrange(1, 5))}))
+            else:
+                report = _report(rng, node, seq, plain=rng.random() < 0.7)
+            now = 100.0 + 0.1 * seq
+            clock = clocks.setdefault(node, AgentClock())
+            read = digest(report)
+            if read is None or not state.ingest_digest(report.SerializeToString(), read, now, clock):
+                state.ingest(report, now, clock)
+            if rng.random() < 0.1:
+                state.snapshot(now)
+        for later in (0.0, 0.4, 1.5, 4.0, 30.0):
+            snap = state.snapshot(106.0 + later)
+            every_rank = Snapshot(snap.now, snap.world_size, dict(snap.ranks.items()), snap.agents)
+            silent = {n for n in range(8) if rng.random() < 0.2}
+            for wait in (0.3, 1.0, 2.0, 5.0, 20.0):
+                fast, full = in_flight_past(snap, wait, silent), in_flight_past(every_rank, wait, silent)
+                assert fast.ops == full.ops, (seed, later, wait)
+                if full.ops:   # what the rules that explain a hang read
+                    assert (fast.flying, fast.dead) == (full.flying, full.dead), (seed, later, wait)
+                assert set(snap.ranks.maybe_past(snap.now, wait)) >= {rank for _, rank, _ in full.ops}
