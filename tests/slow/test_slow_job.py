@@ -36,17 +36,21 @@ def jobs(tmp_path_factory):
     # An episode is declared about 1.5 windows into its phase and over 1.5
     # windows after it (the median flips half a window in, then a clean
     # window), so 3 windows of each leave a window to spare around each event.
+    # The second episode is declared sooner, about 1.1 windows in (a full
+    # window of healthy steps is there already: 4.4 s on a host at load 12),
+    # and nothing after it is judged: 2 windows of it leave 0.9 to spare.
     def w(windows):
         return f"{windows * WINDOW_S:g}"
-    # rank 2 sleeps 40 ms a step for 3 windows, recovers for 3, then is slow again (3; was 3, 4, 4)
-    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": f"0-{w(3)},{w(6)}-{w(9)}",
-                                      "RUN_S": w(9)})
-    # healthy for 9 windows: every rank pauses 2 windows at 3 (a checkpoint; was at 4), rank 0
-    # writes 0.6 window more, then 3.4 full windows of steps after it. It reports through a report
+    # rank 2 sleeps 40 ms a step for 3 windows, recovers for 3, then is slow again (2; was 3, 3, 3)
+    slow = _launch(tmp, "straggler", {"SLOW_RANK": "2", "SLOW_MS": "40", "SLOW_PHASES": f"0-{w(3)},{w(6)}-{w(8)}",
+                                      "RUN_S": w(8)})
+    # healthy for 8 windows: every rank pauses 2 windows at 3 (a checkpoint; was at 4), rank 0
+    # writes 0.6 window more, then 2.4 full windows of steps after it (was 3.4): the pause has
+    # left every rank's window 1.4 windows before the end. It reports through a report
     # relay (its agent serves it: --nodes-per-relay 1), so its perf windows
     # come with one report in 5, as at scale; the frameworks' tests keep the
     # direct path quiet.
-    healthy = _launch(tmp, "healthy", {"PAUSE_AT": w(3), "PAUSE_S": w(2), "SOLO_S": w(0.6), "RUN_S": w(9)},
+    healthy = _launch(tmp, "healthy", {"PAUSE_AT": w(3), "PAUSE_S": w(2), "SOLO_S": w(0.6), "RUN_S": w(8)},
                       ["--nodes-per-relay", "1"], TORCHLESS_TRAIN)
     try:
         codes = (slow.wait(300), healthy.wait(300))
