@@ -54,12 +54,13 @@ def slow_jobs(tmp_path_factory):
     """Rank 1 is the straggler in both; its GPU is in HW thermal slowdown in one replay only."""
     tmp = tmp_path_factory.mktemp("gpuslow")
     # The rule judges windows, not seconds (judged once every rank fills 0.9 of
-    # one, declared after half a window): 5 s windows and 14 s of steps (were
-    # 10 s and 28 s) keep the SLOW line about 1.5 windows in and 1.3 windows of
-    # slow steps after it, in which it must not be said again.
-    env = {"SLOW_RANK": "1", "SLOW_MS": "40", "SLOW_PHASES": "0-40", "RUN_S": "14",
+    # one, declared after half a window; the collector judges every 2 s): 4 s
+    # windows and 12 s of steps (were 5 s and 14 s; 10 s and 28 s before) keep
+    # the SLOW line about 1.5-2 windows in (7-8 s) and a window of slow steps
+    # after it, in which it must not be said again.
+    env = {"SLOW_RANK": "1", "SLOW_MS": "40", "SLOW_PHASES": "0-40", "RUN_S": "12",
            "GPU_OF_LOCAL_RANK": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    jobs = {name: _launch(tmp, name, 4, name, TRAIN, [], env, ["--perf-window", "5s"])
+    jobs = {name: _launch(tmp, name, 4, name, TRAIN, [], env, ["--perf-window", "4s"])
             for name in ("throttle", "healthy")}
     try:
         codes = {name: job.wait(240) for name, job in jobs.items()}
