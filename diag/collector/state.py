@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import ItemsView, Mapping, ValuesView
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
@@ -140,19 +140,28 @@ class RankMap(Mapping):
     """A snapshot's ranks: rank -> RankEntry, made when read from the kept
     report of the rank's node (``pending``: node -> what ``JobState._keep``
     keeps), or the entry made at the last settle where the node has not
-    reported since. Read-only, safe from any thread."""
+    reported since. The first pass over every rank makes them all, once
+    for the passes after it (the rules that explain a hang read every rank
+    several times). Read-only, safe from any thread."""
 
-    __slots__ = ("_settled", "_pending", "_agents", "_orphans")
+    __slots__ = ("_settled", "_pending", "_agents", "_orphans", "_every")
 
     def __init__(self, settled: dict, pending: dict, agents: dict, orphans: frozenset) -> None:
         self._settled, self._pending, self._agents, self._orphans = settled, pending, agents, orphans
+        self._every: dict[int, RankEntry] | None = None
 
     def __getitem__(self, rank: int) -> RankEntry:
+        every = self._every
+        if every is not None:
+            return every[rank]
         old = self._settled[rank]
         kept = self._pending.get(old.node_rank)
         return old if kept is None else _entry(rank, old, kept)
 
     def get(self, rank: int, default=None):
+        every = self._every
+        if every is not None:
+            return every.get(rank, default)
         old = self._settled.get(rank)
         if old is None:
             return default
@@ -169,10 +178,23 @@ class RankMap(Mapping):
         return len(self._settled)
 
     def items(self):
-        return _Items(self)
+        return self.every().items()
 
     def values(self):
-        return _Values(self)
+        return self.every().values()
+
+    def every(self) -> dict[int, RankEntry]:
+        """Every rank's entry (made at the first call; two threads at once
+        make the same)."""
+        every = self._every
+        if every is None:
+            pending = self._pending
+            every = {}
+            for rank, old in self._settled.items():
+                kept = pending.get(old.node_rank)
+                every[rank] = old if kept is None else _entry(rank, old, kept)
+            self._every = every
+        return every
 
     def maybe_past(self, now: float, wait_s: float) -> list[int]:
         """The ranks whose op may have been in flight longer than ``wait_s``
@@ -188,21 +210,6 @@ class RankMap(Mapping):
                     continue
             out.extend(info.ranks)
         return out
-
-
-class _Items(ItemsView):
-    def __iter__(self):
-        m = self._mapping
-        pending = m._pending
-        for rank, old in m._settled.items():
-            kept = pending.get(old.node_rank)
-            yield rank, (old if kept is None else _entry(rank, old, kept))
-
-
-class _Values(ValuesView):
-    def __iter__(self):
-        for _, entry in _Items(self._mapping):
-            yield entry
 
 
 def _entry(rank: int, old: RankEntry | None, kept: tuple) -> RankEntry | None:

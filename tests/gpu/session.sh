@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500one|cpu12500prof|cpu25000prof|cpu25000|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1fwrecover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500one|cpu12500prof|cpu25000prof|cpu25000|cpu25000only|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1fwrecover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -92,6 +92,7 @@
 # cpu12500one: only the first of cpu12500's runs (real relays, the collector on two cores).
 # cpu25000: 25,000 agents (200,000 ranks) through 782 real report relays, the collector on
 # two cores of its own (about 250 s; the relays ~46 MiB resident each, ~36 GiB in all).
+# cpu25000only: that run alone, without the in-process tick benches (they run on any host).
 # cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
 # x2race: issue 36 item 3 on 2 GPUs: bench/verdict_race.py plants a stalled rank, a
 # skipped collective, a never-ending GPU kernel, a dropped link (socket transport, the
@@ -189,6 +190,9 @@ case $label in
       listen_drops >> $R/listen_drops.txt; free -g >> $R/memory.txt
       run collector_tick_25000_relayed 90 python3 bench/collector_tick.py --agents 25000 --relayed
       run collector_tick_25000_behind 90 python3 bench/collector_tick.py --agents 25000 --stall behind ;;
+  cpu25000only) listen_drops > $R/listen_drops.txt; free -g > $R/memory.txt
+      run relays_25000_cores2 340 python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_25000_cores2_collector.log
+      listen_drops >> $R/listen_drops.txt; free -g >> $R/memory.txt ;;
   cpu25000prof) python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
       bench=$!   # the window starts once every driver's agents are relayed (50 to 140 s in at this size)
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
