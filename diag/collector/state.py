@@ -313,7 +313,7 @@ class JobState:
         perf = bool(rs) and rs[0].HasField("perf")
         changed = self._claims_change(node, ids)
         if changed:
-            self._settle()
+            self._settle(self._holders(node, ids))
         kept = KeptReport(rs, node, None, ids)
         oldest = -1
         with self._lock:
@@ -350,7 +350,7 @@ class JobState:
                 kept.bound = oldest * 1e-9
             self._reported(info, world if ranks else 0, now - sent)
         if changed:   # its ranks' entries made now: a snapshot finds each rank's node in them
-            self._settle()
+            self._settle((node,))
 
     def ingest_digest(self, data: bytes, digest, now: float, clock: AgentClock | None = None) -> bool:
         """Store a relay's plain report (``data``, the NodeReport's bytes, and
@@ -367,7 +367,7 @@ class JobState:
         info = tuple.__new__(AgentInfo, (node, digest.hostname, digest.agent_pid, now, ids, True))
         changed = self._claims_change(node, ids)
         if changed:
-            self._settle()
+            self._settle(self._holders(node, ids))
         # a plain report's ops are younger than FILE_AFTER_NS (digest.py)
         kept = KeptReport(data, node, FILE_AFTER_S if digest.in_flight else None, ids)
         with self._lock:
@@ -387,7 +387,7 @@ class JobState:
                         self._unfile(rank)
             self._reported(info, world if ids else 0, now - sent)
         if changed:
-            self._settle()
+            self._settle((node,))
         return True
 
     def _reported(self, info: AgentInfo, world: int, lag: float) -> None:
@@ -428,24 +428,37 @@ class JobState:
         else:
             pending[node] = (report, sent, None, 0.0, (), node)
 
-    def _settle(self) -> None:
-        """Make the rank entries of the reports kept since the last call, in
-        the order they came: when a node's ranks change (a rank that moved
-        between nodes keeps its reports in the order they came, and carries
-        its perf window over as it did), and when the collector paused. Most
-        of the work is done outside ``_lock`` (ingest goes on meanwhile), the
-        rest, what came in meanwhile, under it."""
+    def _settle(self, nodes=None) -> None:
+        """Make the rank entries of the reports kept since the last call
+        (of ``nodes`` only, if given), in the order they came: when a node's
+        ranks change (a rank that moved between nodes keeps its reports in
+        the order they came, and carries its perf window over as it did),
+        and when the collector paused. A snapshot reads the same before and
+        after. Most of the work is done outside ``_lock`` (ingest goes on
+        meanwhile), the rest, what came in meanwhile, under it."""
         with self._settling:
-            self._settle_held()
+            self._settle_held(nodes)
 
-    def _settle_held(self) -> None:
+    def _settle_held(self, nodes=None) -> None:
         with self._lock:
-            pending, self._pending = self._pending, {}
+            pending = self._pending
+            if nodes is None:
+                self._pending = {}
+            else:   # a few nodes: by when their reports were built, as they came but for lag
+                found = sorted((pending.pop(n) for n in nodes if n in pending), key=lambda kept: kept[1])
+                pending = {kept[5]: kept for kept in found}
         self._make_entries(pending)
-        with self._lock:
-            if self._pending:
-                pending, self._pending = self._pending, {}
-                self._make_entries(pending)
+        if nodes is None:
+            with self._lock:
+                if self._pending:
+                    pending, self._pending = self._pending, {}
+                    self._make_entries(pending)
+
+    def _holders(self, node: int, ids: tuple) -> set[int]:
+        """``node`` and the nodes whose entries hold ``ids`` now: what a
+        change of ``node``'s ranks must settle first."""
+        entries = self._ranks
+        return {node} | {entries[r].node_rank for r in ids if r in entries}
 
     def _make_entries(self, pending: dict) -> None:
         entries = self._ranks
