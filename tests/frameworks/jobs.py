@@ -1,6 +1,7 @@
-"""The framework jobs, run for real on 2 gloo ranks: under plain torchrun (the
-reference), under xpu_timer_launch healthy with /metrics scraped, and under
-xpu_timer_launch with a stall planted in the user's code.
+"""The framework jobs, run for real on 2 gloo ranks: without xpu-diag (the
+reference: forkrun.py, or plain torchrun on CUDA), under xpu_timer_launch
+healthy with /metrics scraped, and under xpu_timer_launch with a stall
+planted in the user's code.
 
 The scripts (``scripts/``, argv ``OUT_DIR [--stall] [--steps N] [--untimed]``) write per
 rank the hash of their final parameters and the truth they timed themselves
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -61,6 +63,40 @@ def torchrun(name: str, out: Path, world: int = WORLD, args=()) -> subprocess.Po
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+# What each script imports at its top, imported once before its ranks fork
+# (forkrun.py), and torch._dynamo, which DDP's and fully_shard's constructors
+# import. DeepSpeed's accelerator is chosen as it is imported, and the script
+# asks for the CPU one before it imports it.
+PRELOAD = {
+    "lightning_ddp": ("lightning", "lightning.pytorch.strategies",
+                      "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"),
+    "hf_trainer": ("transformers", "transformers.trainer", "transformers.models.gpt2.modeling_gpt2",
+                   "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"),
+    "fsdp2": ("torch.distributed", "torch.distributed.device_mesh", "torch.distributed.fsdp"),
+    "pipeline": ("torch.distributed", "torch.distributed.pipelining"),
+    "megatron_tp": ("megatron.core.parallel_state", "megatron.core.tensor_parallel",
+                    "megatron.core.model_parallel_config"),
+    "deepspeed_zero3": ("deepspeed", "deepspeed.comm.torch", "torch.distributed"),
+}
+PRELOAD_ENV = {"deepspeed_zero3": {"DS_ACCELERATOR": "cpu"}}
+
+
+def unlaunched(name: str, out: Path, world: int = WORLD, args=()) -> subprocess.Popen:
+    """The job's ranks without xpu-diag, as torchrun starts them for a user
+    who runs it without us (same script, argv, world size and the environment
+    torchrun gives its workers), forked from one process that has imported
+    the framework (forkrun.py): started, not waited for."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", **QUIET, **PRELOAD_ENV.get(name, {}))
+    for key in [k for k in env if k.startswith("XPU_TIMER_")]:
+        del env[key]
+    env.setdefault("OMP_NUM_THREADS", "1")   # torchrun's, for more than one worker: read as torch loads
+    preload = ",".join(("torch._dynamo", *PRELOAD.get(name, ())))
+    return subprocess.Popen([sys.executable, str(Path(__file__).parent / "forkrun.py"), str(world),
+                             str(free_port()), preload, script(name), str(out), *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
 class Scraper:
     """Reads /metrics every ``interval`` s on a thread; keeps (monotonic time, text)."""
 
@@ -101,10 +137,20 @@ EXIT_RACE = "terminate called without an active exception"   # gloo's abort at i
 
 
 def healthy(name: str, tmp: Path, world: int = WORLD, args=()) -> Healthy:
+    """The job under the launcher (``launched``) and, beside it, its
+    bitwise reference (``reference``). ``args``: the script's own extra
+    arguments (``--cuda``)."""
+    with ThreadPoolExecutor(1) as pool:
+        without_us = pool.submit(reference, name, tmp, world, args)
+        run = launched(name, tmp, world, args)
+        return dataclasses.replace(run, reference=without_us.result())
+
+
+def launched(name: str, tmp: Path, world: int = WORLD, args=(), stepped: threading.Event | None = None) -> Healthy:
     """The job under the launcher, with a short hang timeout and /metrics
-    scraped while it runs; beside it, the same job under plain torchrun.
-    ``args``: the script's own extra arguments (``--cuda``)."""
-    reference = torchrun(name, tmp / "torchrun", world, args)
+    scraped while it runs; its ``reference`` left empty. ``stepped``: set
+    once every rank has taken its last step (written its file), or the job
+    has ended; what is left then is its exit."""
     port = free_port()
     launch = Launch(["--nproc-per-node", str(world), "--master-port", str(free_port()), "--rdzv-id", name,
                      "--timeline-path", str(tmp / "timeline"), "--hang-timeout", f"{HEALTHY_HANG_TIMEOUT_S}s",
@@ -113,24 +159,59 @@ def healthy(name: str, tmp: Path, world: int = WORLD, args=()) -> Healthy:
                     env=dict(FAST_DUMPS, **QUIET))
     scraper = Scraper(f"http://127.0.0.1:{port}/metrics")
     try:
-        code = launch.wait(240)
-        said, _ = reference.communicate(timeout=240)
+        deadline = time.monotonic() + 240
+        while stepped is not None and not stepped.is_set() and launch.proc.poll() is None:
+            if all((tmp / "launcher" / f"rank{rank}.json").exists() for rank in range(world)):
+                stepped.set()
+            elif time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        code = launch.wait(max(1.0, deadline - time.monotonic()))
     finally:
+        if stepped is not None:
+            stepped.set()
         scrapes = scraper.stop()
         launch.kill()
-        reference.kill()
-    if reference.returncode != 0 and EXIT_RACE in said:
-        # Plain torch, without us: gloo's thread and the interpreter's exit
-        # raced after training finished (test_lightning_teardown.py). The
-        # reference is only the baseline the launcher's run is compared to;
-        # run it again, alone this time.
-        reference = torchrun(name, tmp / "torchrun", world, args)
-        said, _ = reference.communicate(timeout=240)
-    assert reference.returncode == 0, f"plain torchrun: exit {reference.returncode}\n{said[-4000:]}"
     return Healthy(code=code, output=launch.output(), hang_lines=launch.matching(r"\b(HANG|SLOW|SILENT)\b"),
                    events=event_dirs(tmp / "timeline"),
-                   results=results(tmp / "launcher", world) if code == 0 else [],
-                   reference=results(tmp / "torchrun", world), scrapes=scrapes)
+                   results=results(tmp / "launcher", world) if code == 0 else [], reference=[], scrapes=scrapes)
+
+
+def reference(name: str, tmp: Path, world: int = WORLD, args=()) -> list[dict]:
+    """What the same ranks without xpu-diag write (``results``): forked with
+    torchrun's environment (``unlaunched``), unpaced (``--unpaced``: the
+    pace's sleeps only shape the timing, which this run is not judged on);
+    with ``--cuda``, under plain torchrun as it was paced (a fork of a process
+    that has imported a framework may find CUDA initialised already)."""
+    start = (lambda: torchrun(name, tmp / "reference", world, args)) if "--cuda" in args else \
+        (lambda: unlaunched(name, tmp / "reference", world, [*args, "--unpaced"]))
+    for _ in range(2):
+        proc = start()
+        try:
+            said, _ = proc.communicate(timeout=240)
+        finally:
+            _kill_group(proc)
+        # Plain torch, without us: gloo's thread and the interpreter's exit
+        # raced after training finished (test_lightning_teardown.py; forked
+        # ranks skip that teardown). The reference is only the baseline the
+        # launcher's run is compared to: run it again.
+        if not (proc.returncode != 0 and EXIT_RACE in said):
+            break
+    assert proc.returncode == 0, f"the ranks without xpu-diag: exit {proc.returncode}\n{said[-4000:]}"
+    return results(tmp / "reference", world)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` and, if it leads a session (``unlaunched``), its ranks."""
+    if proc.poll() is None:
+        try:
+            if os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except OSError:
+            pass
+    proc.wait()
 
 
 @dataclasses.dataclass
@@ -247,7 +328,7 @@ def truth(result: dict, warmup: int = 10) -> Truth:
 def assert_bitwise(run: Healthy) -> None:
     assert run.code == 0, run.output[-4000:]
     assert [r["sha256"] for r in run.results] == [r["sha256"] for r in run.reference], \
-        "final parameters differ from plain torchrun's"
+        "final parameters differ from those of the same ranks without xpu-diag"
 
 
 def assert_no_alarm(run: Healthy) -> None:

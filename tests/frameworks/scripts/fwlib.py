@@ -1,13 +1,16 @@
 """What the framework scripts share: their argv, the pace, the planted stall,
 the truth they time themselves and the file they leave.
 
-argv: ``OUT_DIR [--stall | --skip | --skip-cross] [--steps N] [--untimed] [--cuda]``. Each rank writes
-``OUT_DIR/rank<R>.json`` at the end: ``sha256`` of its final parameters
-(bitwise comparison with plain torchrun), ``steps`` (monotonic time at the end
-of each step) and ``comms`` (``[start, end]`` of each collective the script
-timed, monotonic). Before the stall, the stalled rank prints ``STALL <unix time>``.
+argv: ``OUT_DIR [--stall | --skip | --skip-cross] [--steps N] [--untimed] [--unpaced]
+[--cuda]``. Each rank writes ``OUT_DIR/rank<R>.json`` at the end: ``sha256``
+of its final parameters (bitwise comparison with the same ranks without
+xpu-diag), ``steps`` (monotonic time at the end of each step) and ``comms``
+(``[start, end]`` of each collective the script timed, monotonic). Before the
+stall, the stalled rank prints ``STALL <unix time>``.
 ``--untimed``: no timing of collectives (and no DDP comm hook): the job as its
-user wrote it. ``--cuda``: on the GPU with NCCL (tests/gpu/test_frameworks_gpu.py).
+user wrote it. ``--unpaced``: no pace (below): the same computation without
+the waits that only shape its timing (the bitwise reference). ``--cuda``: on
+the GPU with NCCL (tests/gpu/test_frameworks_gpu.py).
 """
 import functools
 import hashlib
@@ -20,6 +23,7 @@ import time
 OUT = sys.argv[1]
 STALL = "--stall" in sys.argv[2:]
 TIMED = "--untimed" not in sys.argv[2:]
+PACED = "--unpaced" not in sys.argv[2:]
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
 CUDA = "--cuda" in sys.argv[2:]
@@ -72,7 +76,7 @@ def _timer(original):
 def pace(step: int) -> None:
     """User-side work that takes turns: each step one rank comes 30 ms late,
     so the other waits for it in a collective (a wait share both ranks have)."""
-    if step % 2 == RANK % 2:
+    if PACED and step % 2 == RANK % 2:
         time.sleep(PACE_S)
 
 
