@@ -224,12 +224,20 @@ class Stalled:
 
 
 def stalled(name: str, tmp: Path, plant: str = "--stall", hang_timeout_s: float | None = STALL_HANG_TIMEOUT_S,
-            within_s: float | None = None) -> Stalled:
+            within_s: float | None = None, named=None) -> Stalled:
     """The job with --stall (or ``plant``: --skip, a collective skipped on
     rank 1, which says SKIP): the HANG line, the event directory once every
     rank's stacks are in, and stack-viewer's answer on it. ``hang_timeout_s``
     None: the launcher's default; ``within_s``: the HANG line must come this
-    soon after the plant."""
+    soon after the plant. ``named``: called once, when the HANG line has come
+    (or the job is over without it); what is left then is the dumps."""
+    told = []
+
+    def tell() -> None:
+        if named is not None and not told:
+            told.append(True)
+            named()
+
     timeout = ["--hang-timeout", f"{hang_timeout_s}s"] if hang_timeout_s is not None else []
     launch = Launch(["--nproc-per-node", str(WORLD), "--master-port", str(free_port()), "--rdzv-id", name,
                      "--timeline-path", str(tmp), *timeout, script(name), str(tmp / "out"), plant],
@@ -238,6 +246,7 @@ def stalled(name: str, tmp: Path, plant: str = "--stall", hang_timeout_s: float 
         stall = launch.wait_line(r"^STALL " if plant == "--stall" else r"^SKIP ", 180)
         assert stall is not None, launch.output()
         hang = launch.wait_line(r"HANG: ", (within_s or STALL_HANG_TIMEOUT_S) + 30)
+        tell()
         assert hang is not None, launch.output()
         if within_s is not None:
             assert hang[0] - stall[0] <= within_s, (f"HANG {hang[0] - stall[0]:.1f} s after the plant, "
@@ -253,6 +262,7 @@ def stalled(name: str, tmp: Path, plant: str = "--stall", hang_timeout_s: float 
         return Stalled(hang=hang[1][hang[1].index("HANG: "):], event=event, viewer=viewer, summary=summary,
                        output=launch.output())
     finally:
+        tell()
         _kill_workers(launch, name)
         launch.kill()
 

@@ -106,17 +106,26 @@ def test_metrics_match_what_the_script_timed(name, healthy):
 AT_ONCE = 3
 
 
-def _plant(plant: str, name: str, tmp):
-    """One planted job (jobs.stalled), or the exception it raised."""
+def _plant(plant: str, name: str, tmp, named):
+    """One planted job (jobs.stalled), or the exception it raised;
+    ``named()`` is called once, when its HANG line has come or it is over."""
+    told = []
+
+    def tell() -> None:
+        if not told:
+            told.append(True)
+            named()
     try:
         if plant == "--stall":
-            return jobs.stalled(name, tmp)
+            return jobs.stalled(name, tmp, named=tell)
         # the launcher's defaults (--hang-timeout 300 s): the divergence (or,
         # across groups, the deadlock) proves the hang, and it is named within
         # 10 s of the skip (issues 36 and 41)
-        return jobs.stalled(name, tmp, plant=plant, hang_timeout_s=None, within_s=10.0)
+        return jobs.stalled(name, tmp, plant=plant, hang_timeout_s=None, within_s=10.0, named=tell)
     except BaseException as e:   # handed to the test that judges this job
         return e
+    finally:
+        tell()
 
 
 @pytest.fixture(scope="module")
@@ -132,14 +141,21 @@ def planted(request, tmp_path_factory):
     wanted = sorted({(plants[item.originalname], item.callspec.params["name"]) for item in request.session.items
                      if item.module is request.module and item.originalname in plants})
     tmps = {key: tmp_path_factory.mktemp(key[1] + key[0].replace("-", "_")) for key in wanted}
-    runs = {}
-    # The skips first, side by side and with nothing else: their HANG must
-    # come within 10 s of the skip, which a third job's start-up (its imports
-    # are seconds of CPU) could crowd out on a loaded machine.
-    for plant, width in (("--skip", len(SKIPS)), ("--skip-cross", len(SKIPS)), ("--stall", AT_ONCE)):
-        keys = [key for key in wanted if key[0] == plant]
-        with ThreadPoolExecutor(width) as pool:
-            runs.update(zip(keys, pool.map(lambda key: _plant(*key, tmps[key]), keys)))
+    # The skips first, side by side and with nothing else starting: their
+    # HANG must come within 10 s of the skip, which another job's start-up
+    # (its imports are seconds of CPU) could crowd out on a loaded machine.
+    # A job's slot is free once its HANG has come: its stacks' dumps and
+    # stack-viewer overlap the next start-up, which takes longer.
+    futures = {}
+    with ThreadPoolExecutor(max(1, len(wanted))) as pool:
+        for plant, width in (("--skip", len(SKIPS)), ("--skip-cross", len(SKIPS)), ("--stall", AT_ONCE)):
+            slots = threading.Semaphore(width)
+            for key in [key for key in wanted if key[0] == plant]:
+                slots.acquire()
+                futures[key] = pool.submit(_plant, *key, tmps[key], slots.release)
+            for _ in range(width):   # every job of this plant has named its hang (or ended)
+                slots.acquire()
+    runs = {key: future.result() for key, future in futures.items()}
 
     def get(plant: str, name: str):
         run = runs[(plant, name)]
