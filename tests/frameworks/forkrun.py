@@ -1,27 +1,30 @@
-"""A framework job's ranks without xpu-diag, forked from one process that has
-imported the framework already: the bitwise reference of jobs.healthy.
+"""Framework jobs' ranks without xpu-diag, forked from one process that has
+imported the frameworks already: the bitwise references of jobs.healthy.
 
-``python forkrun.py WORLD PORT MODULES SCRIPT ARGS...``: imports MODULES
-(comma-separated), then forks WORLD ranks on this host, whose rank 0 hosts
-the job's store on PORT. Each gets the
-environment torchrun gives its workers and runs ``python SCRIPT ARGS`` as a
-fresh interpreter would, its own modules (the scripts' fwlib) imported after
-the fork. Exit status: the first rank's that failed (-N for signal N), else 0;
-once one fails the others are killed, as torchrun does.
+``python forkrun.py AT_ONCE MODULES JOBS``: imports MODULES (comma-separated),
+then runs the jobs of the JSON file JOBS, AT_ONCE at a time. A job is
+``{"world", "port", "argv", "env", "log"}``: ``world`` ranks on this host,
+rank 0 hosting the job's store on ``port``, each with exactly ``env`` and
+what torchrun adds for its workers, each running ``python *argv`` as a fresh
+interpreter would (its own modules, the scripts' fwlib, imported after the
+fork), their stdout and stderr in the file ``log``. A job's status is its
+first failed rank's (-N for signal N), else 0; once one rank fails the
+others are killed, as torchrun does. Prints the statuses, a JSON list in
+the jobs' order.
 
 What it saves against plain torchrun: torchrun's own process (a torch import)
-and one of the two ranks' imports of torch and the framework (1.5-4 CPU-s
-each). What it leaves out: torchrun's agent store (rank 0 hosts the job's
-store, TORCHELASTIC_USE_AGENT_STORE=False), its error file, and the
-interpreter's teardown at a rank's exit (threads are joined and the exit
-handlers run; the parameters are written before). None of them touches what a
-rank computes.
+and every rank's imports of torch and its framework (1.5-4 CPU-s each). What
+it leaves out: torchrun's agent store (rank 0 hosts the job's store,
+TORCHELASTIC_USE_AGENT_STORE=False), its error file, and the interpreter's
+teardown at a rank's exit (threads are joined and the exit handlers run; the
+parameters are written before). None of them touches what a rank computes.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib
+import json
 import os
 import runpy
 import signal
@@ -40,7 +43,8 @@ def rank_env(rank: int, world: int, port: str) -> dict:
 
 
 def _rank(env: dict, argv: list[str]) -> None:
-    """In the forked child: ``python argv...`` as rank env["RANK"]; never returns."""
+    """In a forked child: ``python argv...`` with exactly ``env``; never returns."""
+    os.environ.clear()
     os.environ.update(env)
     try:
         sys.argv = list(argv)
@@ -63,21 +67,13 @@ def _status(raw: int) -> int:
     return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
 
 
-def main(argv: list[str]) -> int:
-    world, port, modules, args = int(argv[0]), argv[1], [m for m in argv[2].split(",") if m], argv[3:]
-    for module in modules:
-        importlib.import_module(module)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pids = []
-    for rank in range(world):
-        pid = os.fork()
-        if pid == 0:
-            _rank(rank_env(rank, world, port), args)
-        pids.append(pid)
+def _wait_all(pids: list[int]) -> int:
+    """Reaps ``pids``; the first nonzero status, the rest killed once it comes."""
     first = 0
     while pids:
         pid, raw = os.wait()
+        if pid not in pids:
+            continue
         pids.remove(pid)
         code = _status(raw)
         if code and not first:
@@ -85,6 +81,46 @@ def main(argv: list[str]) -> int:
             for other in pids:
                 os.kill(other, signal.SIGKILL)
     return first
+
+
+def _job(job: dict) -> None:
+    """In a forked child: the job's ranks, run to the end; exits with its status."""
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for fd in (1, 2):
+        os.dup2(log, fd)
+    os.close(log)
+    pids = []
+    for rank in range(job["world"]):
+        pid = os.fork()
+        if pid == 0:
+            _rank(dict(job["env"], **rank_env(rank, job["world"], job["port"])), job["argv"])
+        pids.append(pid)
+    os._exit(_wait_all(pids) & 0xFF)
+
+
+def main(argv: list[str]) -> int:
+    at_once, modules, path = int(argv[0]), [m for m in argv[1].split(",") if m], argv[2]
+    with open(path) as f:
+        todo = list(enumerate(json.load(f)))
+    for module in modules:
+        importlib.import_module(module)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    codes: list = [None] * len(todo)
+    running: dict[int, int] = {}      # pid -> the job's index
+    while todo or running:
+        while todo and len(running) < at_once:
+            index, job = todo.pop(0)
+            pid = os.fork()
+            if pid == 0:
+                _job(job)
+            running[pid] = index
+        pid, raw = os.wait()
+        if pid in running:
+            code = _status(raw)
+            codes[running.pop(pid)] = code - 256 if code > 127 else code
+    print(json.dumps(codes))
+    return 0
 
 
 if __name__ == "__main__":

@@ -63,11 +63,12 @@ def torchrun(name: str, out: Path, world: int = WORLD, args=()) -> subprocess.Po
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-# What each script imports at its top, imported once before its ranks fork
-# (forkrun.py), and torch._dynamo, which DDP's and fully_shard's constructors
-# import. DeepSpeed's accelerator is chosen as it is imported, and the script
+# What each script imports at its top, imported once before the ranks fork
+# (forkrun.py), and ("") torch._dynamo, which DDP's and fully_shard's
+# constructors import. DeepSpeed's accelerator is chosen as it is imported, and the script
 # asks for the CPU one before it imports it.
 PRELOAD = {
+    "": ("torch._dynamo",),
     "lightning_ddp": ("lightning", "lightning.pytorch.strategies",
                       "torch.distributed.algorithms.ddp_comm_hooks.default_hooks"),
     "hf_trainer": ("transformers", "transformers.trainer", "transformers.models.gpt2.modeling_gpt2",
@@ -79,22 +80,6 @@ PRELOAD = {
     "deepspeed_zero3": ("deepspeed", "deepspeed.comm.torch", "torch.distributed"),
 }
 PRELOAD_ENV = {"deepspeed_zero3": {"DS_ACCELERATOR": "cpu"}}
-
-
-def unlaunched(name: str, out: Path, world: int = WORLD, args=()) -> subprocess.Popen:
-    """The job's ranks without xpu-diag, as torchrun starts them for a user
-    who runs it without us (same script, argv, world size and the environment
-    torchrun gives its workers), forked from one process that has imported
-    the framework (forkrun.py): started, not waited for."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", **QUIET, **PRELOAD_ENV.get(name, {}))
-    for key in [k for k in env if k.startswith("XPU_TIMER_")]:
-        del env[key]
-    env.setdefault("OMP_NUM_THREADS", "1")   # torchrun's, for more than one worker: read as torch loads
-    preload = ",".join(("torch._dynamo", *PRELOAD.get(name, ())))
-    return subprocess.Popen([sys.executable, str(Path(__file__).parent / "forkrun.py"), str(world),
-                             str(free_port()), preload, script(name), str(out), *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
 
 
 class Scraper:
@@ -177,32 +162,70 @@ def launched(name: str, tmp: Path, world: int = WORLD, args=(), stepped: threadi
                    results=results(tmp / "launcher", world) if code == 0 else [], reference=[], scrapes=scrapes)
 
 
+REFERENCES_AT_ONCE = 2   # each mostly computes: CPU
+
+
+def references(names: list[str], tmps: dict[str, Path], world: int = WORLD) -> dict[str, list[dict] | Exception]:
+    """Per job, what the same ranks without xpu-diag write (``results``), or
+    why they did not: each job's ranks as torchrun starts them for a user who
+    runs it without us (same script, argv, world size and the environment
+    torchrun gives its workers), forked from one process that has imported
+    every framework once (forkrun.py), and unpaced (``--unpaced``: the pace's
+    sleeps only shape the timing, which this run is not judged on)."""
+    base = dict(os.environ, PYTHONWARNINGS="ignore", **QUIET)
+    for key in [k for k in base if k.startswith("XPU_TIMER_")]:
+        del base[key]
+    base.setdefault("OMP_NUM_THREADS", "1")   # torchrun's, for more than one worker: read as torch loads
+    todo = [dict(world=world, port=str(free_port()), argv=[script(name), str(tmps[name] / "reference"), "--unpaced"],
+                 env=dict(base, **PRELOAD_ENV.get(name, {})), log=str(tmps[name] / "reference.log"))
+            for name in names]
+    jobs_file = tmps[names[0]] / "references.json"
+    jobs_file.write_text(json.dumps(todo))
+    preload = ",".join(dict.fromkeys(m for name in ("", *names) for m in PRELOAD.get(name, ())))
+    env = dict(base, **{k: v for name in names for k, v in PRELOAD_ENV.get(name, {}).items()})
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "forkrun.py"), str(REFERENCES_AT_ONCE),
+                             preload, str(jobs_file)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        said, _ = proc.communicate(timeout=240)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, f"forkrun.py: exit {proc.returncode}\n{said[-4000:]}"
+    found = {}
+    for name, code in zip(names, json.loads(said.strip().splitlines()[-1])):
+        log = (tmps[name] / "reference.log").read_text(errors="replace")
+        found[name] = (results(tmps[name] / "reference", world) if code == 0 else
+                       AssertionError(f"the ranks without xpu-diag: exit {code}\n{log[-4000:]}"))
+    return found
+
+
 def reference(name: str, tmp: Path, world: int = WORLD, args=()) -> list[dict]:
-    """What the same ranks without xpu-diag write (``results``): forked with
-    torchrun's environment (``unlaunched``), unpaced (``--unpaced``: the
-    pace's sleeps only shape the timing, which this run is not judged on);
-    with ``--cuda``, under plain torchrun as it was paced (a fork of a process
-    that has imported a framework may find CUDA initialised already)."""
-    start = (lambda: torchrun(name, tmp / "reference", world, args)) if "--cuda" in args else \
-        (lambda: unlaunched(name, tmp / "reference", world, [*args, "--unpaced"]))
+    """What the same ranks without xpu-diag write (``references``); with
+    ``--cuda``, under plain torchrun as it was paced (a fork of a process that
+    has imported a framework may find CUDA initialised already)."""
+    if "--cuda" not in args:
+        found = references([name], {name: tmp}, world)[name]
+        if isinstance(found, Exception):
+            raise found
+        return found
     for _ in range(2):
-        proc = start()
+        proc = torchrun(name, tmp / "reference", world, args)
         try:
             said, _ = proc.communicate(timeout=240)
         finally:
             _kill_group(proc)
         # Plain torch, without us: gloo's thread and the interpreter's exit
-        # raced after training finished (test_lightning_teardown.py; forked
-        # ranks skip that teardown). The reference is only the baseline the
-        # launcher's run is compared to: run it again.
+        # raced after training finished (test_lightning_teardown.py). The
+        # reference is only the baseline the launcher's run is compared to:
+        # run it again.
         if not (proc.returncode != 0 and EXIT_RACE in said):
             break
-    assert proc.returncode == 0, f"the ranks without xpu-diag: exit {proc.returncode}\n{said[-4000:]}"
+    assert proc.returncode == 0, f"plain torchrun: exit {proc.returncode}\n{said[-4000:]}"
     return results(tmp / "reference", world)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL ``proc`` and, if it leads a session (``unlaunched``), its ranks."""
+    """SIGKILL ``proc`` and, if it leads a session (forkrun.py), its ranks."""
     if proc.poll() is None:
         try:
             if os.getpgid(proc.pid) == proc.pid:

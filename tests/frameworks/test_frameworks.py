@@ -33,7 +33,6 @@ pytestmark = pytest.mark.timeout(300)
 
 # The healthy jobs, in the order they run.
 HEALTHY_ORDER = ("deepspeed_zero3", "hf_trainer", "lightning_ddp", "megatron_tp", "fsdp2", "pipeline")
-REFERENCES_AT_ONCE = 2   # each mostly imports its framework: CPU
 
 
 def _caught(job, *args, **kwargs):
@@ -67,15 +66,17 @@ def healthy(request, tmp_path_factory):
             stepped = threading.Event()
             launched[name] = pool.submit(_caught, jobs.launched, name, tmps[name], stepped=stepped)
             stepped.wait()
-        with ThreadPoolExecutor(REFERENCES_AT_ONCE) as refs:
-            references = dict(zip(names, refs.map(lambda name: _caught(jobs.reference, name, tmps[name]), names)))
+        references = _caught(jobs.references, names, tmps) if names else {}
         runs = {name: future.result() for name, future in launched.items()}
 
     def get(name: str, with_reference: bool = False):
-        for found in (runs[name], references[name] if with_reference else None):
+        run = runs[name]
+        reference = (references if isinstance(references, BaseException) else references[name]) \
+            if with_reference else []
+        for found in (run, reference):
             if isinstance(found, BaseException):
                 raise found
-        return dataclasses.replace(runs[name], reference=references[name]) if with_reference else runs[name]
+        return dataclasses.replace(run, reference=reference) if with_reference else run
     return get
 
 
