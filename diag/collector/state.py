@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import ItemsView, Mapping, ValuesView
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
@@ -178,23 +178,12 @@ class RankMap(Mapping):
         return len(self._settled)
 
     def items(self):
-        return self.every().items()
+        every = self._every
+        return every.items() if every is not None else _Items(self)
 
     def values(self):
-        return self.every().values()
-
-    def every(self) -> dict[int, RankEntry]:
-        """Every rank's entry (made at the first call; two threads at once
-        make the same)."""
         every = self._every
-        if every is None:
-            pending = self._pending
-            every = {}
-            for rank, old in self._settled.items():
-                kept = pending.get(old.node_rank)
-                every[rank] = old if kept is None else _entry(rank, old, kept)
-            self._every = every
-        return every
+        return every.values() if every is not None else _Values(self)
 
     def maybe_past(self, now: float, wait_s: float) -> list[int]:
         """The ranks whose op may have been in flight longer than ``wait_s``
@@ -210,6 +199,28 @@ class RankMap(Mapping):
                     continue
             out.extend(info.ranks)
         return out
+
+    def _made(self):
+        """(rank, entry) of every rank, made as the caller reads them: a rule
+        that stops at the first rank (the idle rule, most ticks) makes one.
+        A pass that reads to the end keeps them all for the passes after it
+        (two threads at once make the same)."""
+        every, pending = {}, self._pending
+        for rank, old in self._settled.items():
+            kept = pending.get(old.node_rank)
+            entry = every[rank] = old if kept is None else _entry(rank, old, kept)
+            yield rank, entry
+        self._every = every
+
+
+class _Items(ItemsView):
+    def __iter__(self):
+        return self._mapping._made()
+
+
+class _Values(ValuesView):
+    def __iter__(self):
+        return (entry for _, entry in self._mapping._made())
 
 
 def _entry(rank: int, old: RankEntry | None, kept: tuple) -> RankEntry | None:
