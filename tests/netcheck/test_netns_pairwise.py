@@ -61,7 +61,7 @@ def test_node_dropping_out_mid_test_times_out_and_is_named(netns_cluster, tmp_pa
     assert killed and results[2][0] == -signal.SIGKILL
     assert rc0 == 1, err0
     fl = faultlist.load(out)
-    assert set(fl.faulty) == {"node2"}
+    assert set(fl.faulty) == {"node2"}, out.read_text() + err0[-3000:]
     assert "dropped out or hung" in fl.faulty["node2"]
     assert results[1][0] == 1 and results[3][0] == 1   # survivors finish too, with the verdict
 
