@@ -65,8 +65,8 @@ def torchrun(name: str, out: Path, world: int = WORLD, args=()) -> subprocess.Po
 
 # What each script imports at its top, imported once before the ranks fork
 # (forkrun.py), and ("") torch._dynamo, which DDP's and fully_shard's
-# constructors import. DeepSpeed's accelerator is chosen as it is imported, and the script
-# asks for the CPU one before it imports it.
+# constructors import. DeepSpeed's accelerator is chosen as it is imported,
+# and the script asks for the CPU one before it imports it.
 PRELOAD = {
     "": ("torch._dynamo",),
     "lightning_ddp": ("lightning", "lightning.pytorch.strategies",
@@ -165,19 +165,22 @@ def launched(name: str, tmp: Path, world: int = WORLD, args=(), stepped: threadi
 REFERENCES_AT_ONCE = 2   # each mostly computes: CPU
 
 
-def references(names: list[str], tmps: dict[str, Path], world: int = WORLD) -> dict[str, list[dict] | Exception]:
+def references(names: list[str], tmps: dict[str, Path], world: int = WORLD,
+               args=()) -> dict[str, list[dict] | Exception]:
     """Per job, what the same ranks without xpu-diag write (``results``), or
     why they did not: each job's ranks as torchrun starts them for a user who
     runs it without us (same script, argv, world size and the environment
     torchrun gives its workers), forked from one process that has imported
     every framework once (forkrun.py), and unpaced (``--unpaced``: the pace's
-    sleeps only shape the timing, which this run is not judged on)."""
+    sleeps only shape the timing, which this run is not judged on).
+    ``args``: the scripts' own extra arguments."""
     base = dict(os.environ, PYTHONWARNINGS="ignore", **QUIET)
     for key in [k for k in base if k.startswith("XPU_TIMER_")]:
         del base[key]
     base.setdefault("OMP_NUM_THREADS", "1")   # torchrun's, for more than one worker: read as torch loads
-    todo = [dict(world=world, port=str(free_port()), argv=[script(name), str(tmps[name] / "reference"), "--unpaced"],
-                 env=dict(base, **PRELOAD_ENV.get(name, {})), log=str(tmps[name] / "reference.log"))
+    todo = [dict(world=world, port=str(free_port()), env=dict(base, **PRELOAD_ENV.get(name, {})),
+                 argv=[script(name), str(tmps[name] / "reference"), *args, "--unpaced"],
+                 log=str(tmps[name] / "reference.log"))
             for name in names]
     jobs_file = tmps[names[0]] / "references.json"
     jobs_file.write_text(json.dumps(todo))
@@ -204,7 +207,7 @@ def reference(name: str, tmp: Path, world: int = WORLD, args=()) -> list[dict]:
     ``--cuda``, under plain torchrun as it was paced (a fork of a process that
     has imported a framework may find CUDA initialised already)."""
     if "--cuda" not in args:
-        found = references([name], {name: tmp}, world)[name]
+        found = references([name], {name: tmp}, world, args)[name]
         if isinstance(found, Exception):
             raise found
         return found

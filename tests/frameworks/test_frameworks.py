@@ -45,9 +45,9 @@ def _caught(job, *args, **kwargs):
 
 @pytest.fixture(scope="module")
 def healthy(request, tmp_path_factory):
-    """``healthy(name)`` -> the Healthy run of framework ``name`` with its
-    reference (``with_reference``). Every job the selected tests of this module judge is run
-    here. Under the launcher, each starts once the one before has taken its
+    """``healthy(name)`` -> the Healthy run of framework ``name``, with its
+    reference if ``with_reference``. Every job the selected tests of this
+    module judge is run here. Under the launcher, each starts once the one before has taken its
     last step: that one's exit (1-4 s: the ranks' teardown, the launcher's
     report) overlaps this one's start-up, and no job's steps, whose /metrics
     are judged, share the machine with another's start-up. The references
