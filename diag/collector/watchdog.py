@@ -117,12 +117,18 @@ class Watchdog:
         paused_after = max(PAUSED_MIN_S, min(self.config.silent_after_s, self.config.hang_timeout_s) / 2)
         waited_from = time.monotonic()
         while not self._stop.wait(interval):
-            began, cpu = time.monotonic(), time.thread_time()
+            began, cpu, ran = time.monotonic(), time.thread_time(), time.process_time()
             late = began - waited_from - interval
             if late > paused_after:
                 self._no_throw(self.paused, "forgiving the collector's own pause", late, began)
             self._no_throw(self.tick, "evaluating the hang rules")
             took = time.monotonic() - began
+            # A stop that lands inside a tick shows as a long tick in which no
+            # thread of the process ran (one that waited for the GIL did not
+            # wait on nothing): the same pause, after the tick.
+            idle = took - (time.process_time() - ran)
+            if idle > paused_after:
+                self._no_throw(self.paused, "forgiving the collector's own pause", idle, time.monotonic())
             if took > SLOW_TICK_S and began - said > 60:   # the HANG path itself is late: say so, at most once a minute
                 said = began
                 # Its own CPU up to the line against the wall time tells a
