@@ -1,7 +1,7 @@
 """Framework jobs' ranks without xpu-diag, forked from one process that has
 imported the frameworks already: the bitwise references of jobs.healthy.
 
-``python forkrun.py AT_ONCE MODULES JOBS``: imports MODULES (comma-separated),
+``python -m tests.frameworks.forkrun AT_ONCE MODULES JOBS`` (from the repository's root): imports MODULES (comma-separated),
 then runs the jobs of the JSON file JOBS, AT_ONCE at a time. A job is
 ``{"world", "port", "argv", "env", "log"}``: ``world`` ranks on this host,
 rank 0 hosting the job's store on ``port``, each with exactly ``env`` and
@@ -22,14 +22,13 @@ parameters are written before). None of them touches what a rank computes.
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import json
 import os
-import runpy
 import signal
 import sys
-import threading
+
+from tests.recover import preloaded
 
 
 def rank_env(rank: int, world: int, port: str) -> dict:
@@ -46,25 +45,7 @@ def _rank(env: dict, argv: list[str]) -> None:
     """In a forked child: ``python argv...`` with exactly ``env``; never returns."""
     os.environ.clear()
     os.environ.update(env)
-    try:
-        sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-        runpy.run_path(argv[0], run_name="__main__")
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _status(raw: int) -> int:
-    return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
+    preloaded.run_and_exit(argv)
 
 
 def _wait_all(pids: list[int]) -> int:
@@ -75,7 +56,7 @@ def _wait_all(pids: list[int]) -> int:
         if pid not in pids:
             continue
         pids.remove(pid)
-        code = _status(raw)
+        code = preloaded.status(raw)
         if code and not first:
             first = code
             for other in pids:
@@ -117,7 +98,7 @@ def main(argv: list[str]) -> int:
             running[pid] = index
         pid, raw = os.wait()
         if pid in running:
-            code = _status(raw)
+            code = preloaded.status(raw)
             codes[running.pop(pid)] = code - 256 if code > 127 else code
     print(json.dumps(codes))
     return 0

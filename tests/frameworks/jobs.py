@@ -186,7 +186,7 @@ def references(names: list[str], tmps: dict[str, Path], world: int = WORLD,
     jobs_file.write_text(json.dumps(todo))
     preload = ",".join(dict.fromkeys(m for name in ("", *names) for m in PRELOAD.get(name, ())))
     env = dict(base, **{k: v for name in names for k, v in PRELOAD_ENV.get(name, {}).items()})
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "forkrun.py"), str(REFERENCES_AT_ONCE),
+    proc = subprocess.Popen([sys.executable, "-m", "tests.frameworks.forkrun", str(REFERENCES_AT_ONCE),
                              preload, str(jobs_file)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -58,8 +58,14 @@ def _child(req: dict) -> None:
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(f, fd)
         os.close(f)
+    run_and_exit(req["argv"])
+
+
+def run_and_exit(argv: list[str]) -> None:
+    """``python argv...`` in this forked process, and its exit as the
+    interpreter's would be; never returns."""
     try:
-        _run(req["argv"])
+        _run(argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
@@ -96,7 +102,7 @@ def _run(argv: list[str]) -> None:
         runpy.run_path(argv[0], run_name="__main__")
 
 
-def _status(raw: int) -> int:
+def status(raw: int) -> int:
     """A waitpid status as subprocess's returncode (-N for signal N)."""
     return -os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else os.WEXITSTATUS(raw)
 
@@ -128,7 +134,7 @@ def serve(files: str) -> None:
             out = {"pid": pid}
         else:
             pid, raw = os.waitpid(req["pid"], os.WNOHANG if req["op"] == "poll" else 0)
-            out = {"status": _status(raw) if pid else None}
+            out = {"status": status(raw) if pid else None}
             if pid:
                 children.discard(pid)
         reply.write(json.dumps(out) + "\n")
