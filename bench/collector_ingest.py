@@ -879,7 +879,7 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
     if declared is not None:
         print(f"  HANG line says      the op was {declared:.1f} s old: {declared - args.hang_timeout:+.1f} s past "
               f"the timeout by the collector's own clock")
-    for line in [l for l in seen["lines"] if "watchdog tick took" in l][:3]:
+    for line in [l for l in seen["lines"] if "watchdog tick took" in l][:6]:
         print(f"  collector: {line}")
     for what, at in (("HANG line", seen.get("hang_at")), ("DumpStacks at agent", load.dump_at)):
         late = "never" if at is None or due is None else f"{at - due:+.2f} s after the stall crossed the timeout"

@@ -129,14 +129,18 @@ class Watchdog:
             idle = took - (time.process_time() - ran)
             if idle > paused_after:
                 self._no_throw(self.paused, "forgiving the collector's own pause", idle, time.monotonic())
-            if took > SLOW_TICK_S and began - said > 60:   # the HANG path itself is late: say so, at most once a minute
+            declared = self._line_at >= began
+            # The HANG path itself is late: say so, at most once a minute, and
+            # always for the tick that said a HANG line (its delay is the HANG's).
+            if took > SLOW_TICK_S and (declared or began - said > 60):
                 said = began
-                # Its own CPU up to the line against the wall time tells a
-                # tick that waited for the GIL from one that had too much to do.
+                # Its own CPU against the wall time tells a tick that waited
+                # for the GIL from one that had too much to do.
                 line = (f"; its HANG line {self._line_at - began:.1f} s into it, {self._line_cpu - cpu:.1f} s of "
-                        f"it on this thread's CPU" if self._line_at >= began else "")
-                log.warning("a watchdog tick took %.1f s (%d agents, %d ranks; %.1f s behind%s)", took,
-                            *self.state.size, self.pacer.lag_s, line)
+                        f"it on this thread's CPU" if declared else "")
+                log.warning("a watchdog tick took %.1f s, %.1f s of it on its thread's CPU (%d agents, %d ranks; "
+                            "%.1f s behind%s)", took, time.thread_time() - cpu, *self.state.size, self.pacer.lag_s,
+                            line)
             waited_from = time.monotonic()
 
     def paused(self, paused_s: float, now: float) -> None:

@@ -93,6 +93,8 @@
 # cpu25000: 25,000 agents (200,000 ranks) through 782 real report relays, the collector on
 # two cores of its own (about 250 s; the relays ~46 MiB resident each, ~36 GiB in all).
 # cpu25000only: that run alone, without the in-process tick benches (they run on any host).
+# cpu25000prof2: cpu25000only with py-spy (--gil) on the collector: the window's healthy 9 s, then 20 s from
+# the stall through its HANG (--threads: the watchdog's declaring tick apart from ingest).
 # cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
 # x2race: issue 36 item 3 on 2 GPUs: bench/verdict_race.py plants a stalled rank, a
 # skipped collective, a never-ending GPU kernel, a dropped link (socket transport, the
@@ -200,6 +202,14 @@ case $label in
       # the healthy half of the window: its rank stalls 10 s in, the HANG 10 s later
       py-spy record -p $pid -d 16 -r 100 --gil --threads --nonblocking --format raw -o $R/collector_gil.txt > $R/spy.log 2>&1
       wait $bench; grep -v '^  driver\|relay: ingest\|relay of nodes' $R/relays.log | head -30 ;;
+  cpu25000prof2) python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
+      bench=$!
+      for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
+      for i in $(seq 300); do grep -q 'the window starts' $R/relays.log && break; sleep 1; done
+      # the healthy part of the window (its rank stalls 10 s in), then the stall through its HANG (20 s in) and after
+      py-spy record -p $pid -d 9 -r 100 --gil --nonblocking --format raw -o $R/collector_gil_healthy.txt > $R/spy.log 2>&1
+      py-spy record -p $pid -d 20 -r 100 --gil --threads --nonblocking --format raw -o $R/collector_gil_stall.txt >> $R/spy.log 2>&1
+      wait $bench; grep -v '^  driver\|relay: ingest\|relay of nodes' $R/relays.log | head -34 ;;
   cpu12500prof) python3 bench/collector_ingest.py --agents 12500 --drivers 8 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
       bench=$!   # the window starts once every agent is relayed and the storm's OVERLOAD is over (60-70 s in)
       for i in $(seq 60); do pid=$(pgrep -f 'm diag.collector --listen' | head -1); [ -n "$pid" ] && break; sleep 1; done
