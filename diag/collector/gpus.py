@@ -33,6 +33,12 @@ CHECK_EVERY_S = 2.0
 # match completes (the nvidia-smi index); a device NVML never matches is
 # named as it stands after this long.
 SETTLE_S = 10.0
+# A rank whose reports name no GPU (a CPU job, a rank without the tracer) is
+# looked at every CHECK_EVERY_S for this long, then every NAMELESS_EVERY_S:
+# each look makes the rank's entry from its node's report, which at 200,000
+# ranks every 2 s cost a fifth of the collector's CPU.
+NAMELESS_AFTER_S = 60.0
+NAMELESS_EVERY_S = 30.0
 TOOL = "xpu-diag collector"
 
 
@@ -73,19 +79,32 @@ class GpuWatch:
         self._seen: set[int] = set()               # ranks whose GPU was looked at
         self._first: dict[int, float] = {}         # rank -> when its GPU was first named, still unsettled
         self._said: set[tuple] = set()
-        self._next = 0.0
+        self._nameless: dict[int, float] = {}      # rank -> when it was first looked at and named no GPU
+        self._next = self._nameless_next = 0.0
 
     def tick(self, snap: Snapshot) -> None:
-        if snap.now < self._next:
+        now = snap.now
+        if now < self._next:
             return
-        self._next = snap.now + CHECK_EVERY_S
-        fresh = []
-        for rank, entry in snap.ranks.items():
-            if rank in self._seen or not entry.progress.HasField("gpu"):
+        self._next = now + CHECK_EVERY_S
+        recheck = now >= self._nameless_next
+        if recheck:
+            self._nameless_next = now + NAMELESS_EVERY_S
+        fresh, ranks, seen, nameless = [], snap.ranks, self._seen, self._nameless
+        for rank in ranks:   # the keys: an entry is made only for a rank still looked at
+            if rank in seen:
                 continue
-            identity = wire.identity_of(entry.progress.gpu.identity)
-            if not identity.known:
+            since = nameless.get(rank)
+            if since is not None and not recheck and now - since >= NAMELESS_AFTER_S:
                 continue
+            entry = ranks.get(rank)
+            if entry is None:
+                continue
+            identity = wire.identity_of(entry.progress.gpu.identity) if entry.progress.HasField("gpu") else None
+            if identity is None or not identity.known:
+                nameless.setdefault(rank, now)
+                continue
+            nameless.pop(rank, None)
             first = self._first.setdefault(rank, snap.now)
             if entry.progress.gpu.nvml == NOT_SAMPLED and snap.now - first < SETTLE_S:
                 continue

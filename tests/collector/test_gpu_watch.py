@@ -1,7 +1,7 @@
 """The collector's start-up GPU lines (diag/collector/gpus.GpuWatch): said
 once, so they wait for the identity the agent's NVML match completes."""
 
-from diag.collector.gpus import SETTLE_S, GpuWatch
+from diag.collector.gpus import NAMELESS_AFTER_S, NAMELESS_EVERY_S, SETTLE_S, GpuWatch
 from diag.collector.state import RankEntry, Snapshot
 from diag.gpu.api import NOT_SAMPLED
 from diag.pb import collector_pb2 as pb
@@ -44,3 +44,46 @@ def test_without_nvml_the_line_is_said_at_once():
     said = []
     GpuWatch(said.append).tick(_snap(0.0, -1, "NVML is not available (libnvidia-ml.so.1 not found)"))
     assert said and "share one GPU" in said[0], said
+
+
+class _Counted(dict):
+    """A snapshot's ranks that count the entries read (the collector's
+    RankMap makes each from its node's report when read)."""
+
+    reads = 0
+
+    def get(self, rank, default=None):
+        self.reads += 1
+        return super().get(rank, default)
+
+
+def _nameless_snap(now: float, gpu_for: set[int] = frozenset()) -> Snapshot:
+    ranks = _Counted()
+    for rank in range(100):   # a CPU job's ranks name no GPU
+        progress = pb.RankProgress(rank=rank, local_rank=rank % 8)
+        if rank in gpu_for:
+            progress.gpu.CopyFrom(pb.GpuHealth(identity=pb.GpuIdentity(pci_bus_id=BUS, uuid=UUID, index=0,
+                                                                    cuda_device=0)))
+        ranks[rank] = RankEntry(progress, now, rank // 8)
+    return Snapshot(now, 100, ranks, {})
+
+
+def test_ranks_that_name_no_gpu_are_read_less_often_after_a_minute_and_a_late_gpu_is_still_named():
+    said = []
+    watch = GpuWatch(said.append)
+    reads = []
+    for now in range(0, 120, 2):   # every check, for two minutes
+        snap = _nameless_snap(float(now))
+        watch.tick(snap)
+        reads.append((now, snap.ranks.reads))
+    assert all(n == 100 for t, n in reads if t < NAMELESS_AFTER_S), reads
+    later = [(t, n) for t, n in reads if t >= NAMELESS_AFTER_S]
+    assert all(n in (0, 100) for _, n in later), later
+    assert sum(n for _, n in later) <= 100 * (1 + len(later) * 2 // NAMELESS_EVERY_S), later   # one look a NAMELESS_EVERY_S
+    assert said == []
+    # two ranks of node 0 start naming one GPU: said within NAMELESS_EVERY_S
+    now = 120.0
+    while not said and now < 120.0 + NAMELESS_EVERY_S + 2:
+        watch.tick(_nameless_snap(now, gpu_for={0, 1}))
+        now += 2
+    assert said and "ranks 0-1 share one GPU on node 0" in said[0], said
