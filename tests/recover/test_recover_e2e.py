@@ -34,6 +34,7 @@ STEPS, AT = 45, 37
 FAST_DUMPS = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}   # gdb: seconds per rank
 NODE_KILL_AT = 20
 GOAL_S = 30.0   # HANG line -> first step after the restart, the workers' own start-up excluded
+KEEP_ALIVE = "keep_alive_interval=1,keep_alive_max_attempt=5"   # c10d rendezvous: a gone node swept after 5 s
 
 
 def recover_args(tmp_path, job_id, fault, *, nproc=4, rdzv="static", extra=(), nap="0.05"):
@@ -255,6 +256,11 @@ def test_a_node_blamed_on_hardware_is_left_out_and_the_job_goes_on_smaller(launc
     node 0 alone passes the next rendezvous: 2 ranks restore the replicated
     (DDP) state the 4-rank job saved, from node 0's memory, and finish."""
     from tests.gpu_health.test_gpu_job import replay
+    # Node 0's next rendezvous waits until node 1, gone without a word, is
+    # swept as dead: torch's default is three missed 5 s heartbeats, 12 s of
+    # idle wall here after node 1 left. A heartbeat every second, swept after
+    # five missed: a live launcher's keep-alive thread late by 5 s under load
+    # is far-fetched, and the restart waits 2-4 s for the gone node instead.
     on_gpu = os.path.join(ROOT, "tests", "scripts", "on_gpu.py")
     port = free_port()
     env = dict(FAST_DUMPS, XPU_TIMER_JOB_TOKEN="shared-by-the-scheduler")
@@ -262,7 +268,7 @@ def test_a_node_blamed_on_hardware_is_left_out_and_the_job_goes_on_smaller(launc
     def node(rank, nvml, gpus):
         return launches(["--nproc-per-node", "2", "--nnodes", "1:2", "--node-rank", str(rank),
                          "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                         "--rdzv-conf", f"is_host={int(rank == 0)},last_call_timeout=1",
+                         "--rdzv-conf", f"is_host={int(rank == 0)},last_call_timeout=1,{KEEP_ALIVE}",
                          "--rdzv-id", f"shrink-{port}", "--hang-timeout", "3s", "--hang-action", "recover",
                          "--max-restarts", "1", "--ckpt-persist-every", "1", "--timeline-path", str(tmp_path / "tl"),
                          "--no-hook", "--gpu-sample-interval", "1s", "--nvml-replay", replay(nvml),
