@@ -61,11 +61,13 @@ def _probe_or_skip(setup: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 def _finished_job(setup: str, tmp_path, nproc: int, steps: int) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The launcher over ``setup``'s /dev/shm, running torchless_stall.py with no stall:
-    it must exit 0 with every rank's result. Returns it and its output lines."""
+    """The launcher over ``setup``'s /dev/shm, running torchless_stall.py with no stall
+    and no nap between steps (the steps' records are what counts here, not
+    their pace: 0.05 s a step was 5 s of 100 steps): it must exit 0 with
+    every rank's result. Returns it and its output lines."""
     env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
     out = _unshared(setup, *launcher(), "--nproc-per-node", str(nproc), "--hang-timeout", "60s",
-                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "torchless_stall.py"), "0", str(steps),
+                    "--timeline-path", str(tmp_path), os.path.join(SCRIPTS, "torchless_stall.py"), "0", str(steps), "0",
                     cwd=ROOT, env=dict(env, PYTHONWARNINGS="ignore"), timeout=180)
     lines = (out.stdout + out.stderr).splitlines()
     assert out.returncode == 0, "\n".join(lines)
@@ -82,7 +84,9 @@ NEARLY_FULL = ('mount -t tmpfs -o size=8m tmpfs /dev/shm || exit 97; '
 
 def test_a_nearly_full_dev_shm_switches_the_tracer_off_and_training_finishes(tmp_path):
     _probe_or_skip(NEARLY_FULL, "true")
-    # Before the fix a rank died here with exitcode -7 (SIGBUS) and the job failed.
+    # Before the fix a rank died here with exitcode -7 (SIGBUS) and the job
+    # failed. 100 steps of 4 ranks: 800 records, 100 KiB of sparse pages,
+    # past the 64 KiB left, were the rings still sparse.
     out, lines = _finished_job(NEARLY_FULL, tmp_path, 4, 100)
     off = [line for line in lines if "switched off" in line]
     assert len(off) == 4, "\n".join(lines)      # one line per rank, naming the directory
