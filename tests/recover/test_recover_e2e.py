@@ -32,7 +32,9 @@ pytestmark = pytest.mark.timeout(300)
 SCRIPT = os.path.join(ROOT, "tests", "recover", "scripts", "recover_job.py")
 STEPS, AT = 45, 37
 FAST_DUMPS = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}   # gdb: seconds per rank
-NODE_KILL_AT = 20
+# Step 10 of 45 (was 20): at 0.25 s a step that is 2.5 s less of waiting, and the
+# kill lands further from the end, whenever the first persists come in.
+NODE_KILL_AT = 10
 GOAL_S = 30.0   # HANG line -> first step after the restart, the workers' own start-up excluded
 KEEP_ALIVE = "keep_alive_interval=1,keep_alive_max_attempt=5"   # c10d rendezvous: a gone node swept after 5 s
 
@@ -200,7 +202,7 @@ def common_step(ckpt, ranks) -> int:
 def test_a_node_killed_whole_recovers_from_the_persisted_copy(undisturbed, launches, tmp_path):
     """Two launchers on this host play nodes 0 and 1 (static rendezvous on
     loopback, as tests/functional), a rank each. Node 1, launcher and worker, dies by
-    SIGKILL after step 20; node 0's worker fails, and the scheduler ends the
+    SIGKILL after step 10; node 0's worker fails, and the scheduler ends the
     job and launches it again (new launchers: no memory anywhere). Every rank
     restores the newest step all have from the copies both agents persisted to
     the shared --ckpt-dir, and the job ends bitwise equal to the undisturbed run.
