@@ -5,8 +5,10 @@ report is what one Python gRPC process pays before the collector does any
 work of its own (docs/collector.md, "Scale"). It writes its address to
 --address-file and prints the collector's ``ingest:`` stats line each second
 and its ``stopped (N node reports ingested`` line at exit, so the bench reads
-it exactly as it reads the collector. Not for use outside the bench: no
-token check, no commands, no verdicts."""
+it exactly as it reads the collector. It answers the handshake and checks
+each call's credential with the collector's own interceptor (the token from
+the environment, as the bench gives the collector), since agents hello
+before they connect. Not for use outside the bench: no commands, no verdicts."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root, uninstalled
 
+from diag.collector.auth import TokenInterceptor  # noqa: E402
 from diag.collector.config import Config  # noqa: E402
+from diag.common import envnames  # noqa: E402
 from diag.collector.server import SPARE_CALLS, server_options  # noqa: E402
 from diag.pb import collector_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -41,7 +45,8 @@ class Discard(pb_grpc.CollectorServicer):
 
 async def serve(args) -> None:
     calls = args.max_agents + SPARE_CALLS
-    server = grpc.aio.server(maximum_concurrent_rpcs=calls, options=server_options(Config.max_dump_bytes, calls))
+    server = grpc.aio.server(maximum_concurrent_rpcs=calls, options=server_options(Config.max_dump_bytes, calls),
+                             interceptors=[TokenInterceptor(os.environ[envnames.JOB_TOKEN])])
     servicer = Discard()
     pb_grpc.add_CollectorServicer_to_server(servicer, server)
     port = server.add_insecure_port(args.listen)
