@@ -598,6 +598,8 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     relays0 = relay_cpu_seconds()
     stall_at = args.seconds / 2 - args.hang_timeout
     await asyncio.sleep(max(0.0, stall_at))
+    # the window's healthy part: the collector's steady cost, before the stall's probes and declaration
+    healthy = (time.monotonic() - t0, load.sent - sent0, cpu_seconds(proc.pid) - cpu0)
     load.stall_since = time.monotonic()
     await asyncio.sleep(args.seconds - max(0.0, stall_at))
     t1, sent1, cpu1, judge1 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
@@ -605,18 +607,18 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     rss = rss_mib(proc.pid)
     load.stop.set()
     return (t0, t1, sent1 - sent0, (cpu1 - cpu0, judge1 - judge0, relays1[0] - relays0[0], relays1[1], relays1[2]), rss,
-            connect_s, relayed)
+            connect_s, relayed, healthy)
 
 
 async def drive(load, proc: subprocess.Popen, seen: dict, args) -> dict:
     tasks = load.tasks()
-    t0, t1, reports, cpu, rss, connect_s, relayed = await _window(load, proc, seen, args)
+    t0, t1, reports, cpu, rss, connect_s, relayed, healthy = await _window(load, proc, seen, args)
     await asyncio.gather(*tasks, return_exceptions=True)
     await counted(seen, load.sent)   # before the relays stop: see _drive_slice
     await load.close()
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 relay_rss=cpu[4], t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
-                failed=load.failed)
+                failed=load.failed, healthy=healthy)
 
 
 def relay_cpu_seconds() -> tuple[float, int, float]:
@@ -746,7 +748,7 @@ async def _drive_slice(load: Load, index: int, lo: int, hi: int, shared) -> None
 async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) -> dict:
     for p in load.procs:
         p.start()
-    t0, t1, reports, cpu, rss, connect_s, relayed = await _window(load, proc, seen, args)
+    t0, t1, reports, cpu, rss, connect_s, relayed, healthy = await _window(load, proc, seen, args)
     deadline = time.monotonic() + 90
     while load.ended < len(load.procs) and time.monotonic() < deadline and any(p.is_alive() for p in load.procs):
         await asyncio.sleep(0.2)
@@ -757,7 +759,7 @@ async def drive_many(load: Drivers, proc: subprocess.Popen, seen: dict, args) ->
     await counted(seen, load.sent)
     return dict(wall=t1 - t0, reports=reports, cpu=cpu[0], judge_cpu=cpu[1], relay_cpu=cpu[2], relays=cpu[3],
                 relay_rss=cpu[4], t0=t0, t1=t1, rss=rss, connect_s=connect_s, connected=load.connected, relayed=relayed,
-                failed=load.failed)
+                failed=load.failed, healthy=healthy)
 
 
 async def counted(seen: dict, sent: int, limit_s: float = 20.0) -> None:
@@ -849,6 +851,10 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
     print(f"  collector CPU       {m['cpu']:.1f} s in {m['wall']:.1f} s = {cpu_share:.2f} cores "
           f"({100 * cpu_share / cores:.0f}% of this {cores}-core machine); "
           f"{1e6 * m['cpu'] / max(1, m['reports']):.0f} us CPU per report")
+    wall, sent, cpu = m["healthy"]
+    if wall > 0:
+        print(f"  before the stall    {cpu:.1f} s in {wall:.1f} s = {cpu / wall:.2f} cores, "
+              f"{1e6 * cpu / max(1, sent):.0f} us CPU per report (the steady cost: no hang rule's pass over every rank)")
     if args.ingest_procs:
         judge = m["judge_cpu"]
         print(f"  of which the judge  {judge:.1f} s = {judge / m['wall']:.2f} cores, "
