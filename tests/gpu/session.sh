@@ -93,7 +93,8 @@
 # cpu25000: 25,000 agents (200,000 ranks) through 782 real report relays, the collector on
 # two cores of its own (about 250 s; the relays ~46 MiB resident each, ~36 GiB in all).
 # cpu25000only: that run alone, without the in-process tick benches (they run on any host);
-# CPU25000_SECONDS=60 makes its window 60 s, the first 20 s of it healthy (the steady cost apart).
+# CPU25000_SECONDS=60 makes its window 60 s, the first 20 s of it healthy (the steady cost apart);
+# CPU25000_TREE=DIR runs the collector from another tree (git archive REV diag | tar -x -C DIR).
 # cpu25000prof2: cpu25000only with py-spy (--gil) on the collector: the window's healthy 9 s, then 20 s from
 # the stall through its HANG (--threads: the watchdog's declaring tick apart from ingest).
 # cpu12500prof: the real-relay run with py-spy (--gil) on the collector for 25 s of its window.
@@ -194,7 +195,7 @@ case $label in
       run collector_tick_25000_relayed 90 python3 bench/collector_tick.py --agents 25000 --relayed
       run collector_tick_25000_behind 90 python3 bench/collector_tick.py --agents 25000 --stall behind ;;
   cpu25000only) listen_drops > $R/listen_drops.txt; free -g > $R/memory.txt
-      run relays_25000_cores2 340 python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds ${CPU25000_SECONDS:-40} --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_25000_cores2_collector.log
+      run relays_25000_cores2 340 python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds ${CPU25000_SECONDS:-40} --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_25000_cores2_collector.log ${CPU25000_TREE:+--collector-tree $CPU25000_TREE}
       listen_drops >> $R/listen_drops.txt; free -g >> $R/memory.txt ;;
   cpu25000prof) python3 bench/collector_ingest.py --agents 25000 --drivers 10 --seconds 40 --hang-timeout 10 --nodes-per-relay 32 --collector-cores 2 --collector-log $R/relays_collector.log > $R/relays.log 2>&1 &
       bench=$!   # the window starts once every driver's agents are relayed (50 to 140 s in at this size)
