@@ -14,7 +14,7 @@ job (scripts/gloo_left_up.py). The race itself (before the fix about one run in
 the suite's only Lightning jobs that leave their group to the exit (the timed
 ones destroy it, the stalled ones are killed). At one loss in 15, `make test`'s
 few runs see the race by chance at best (4 runs: one time in four, 2: one in
-seven); what guards the fix on every run is the exit handler's check, and
+eight); what guards the fix on every run is the exit handler's check, and
 `make soak` is what measures the race. Not marked alone: the race is lost more
 often on a loaded machine, so running beside other tests makes the check
 stricter."""
