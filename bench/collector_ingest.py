@@ -213,8 +213,9 @@ def start_collector(workdir: str, token: str, args, floor: bool = False) -> tupl
         os.sched_setaffinity(0, split[1])
         print(f"  cpus                collector on {sorted(split[0])}, the agents and relays on the other "
               f"{len(split[1])}", flush=True)
-    if args.collector_tree:
-        env["PYTHONPATH"] = os.path.abspath(args.collector_tree)
+    if args.collector_tree:   # first on the path; what the rest needs (a host's own site dirs) after it
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(args.collector_tree),
+                                                        os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=set_up,
                             cwd=os.path.abspath(args.collector_tree) if args.collector_tree else None)
     seen: dict = {"lines": [], "timed": []}
@@ -597,9 +598,21 @@ async def _window(load, proc: subprocess.Popen, seen: dict, args) -> tuple:
     t0, sent0, cpu0, judge0 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
     relays0 = relay_cpu_seconds()
     stall_at = args.seconds / 2 - args.hang_timeout
+    # The window's healthy part: the collector's steady cost, before the stall's
+    # probes and declaration; second by second too, since a pass that comes once
+    # in 100 s at this size (SLOW's) would weigh as much as the rest in 20 s.
+    seconds = []
+
+    async def each_second():
+        while True:
+            await asyncio.sleep(1.0)
+            seconds.append((time.monotonic(), cpu_seconds(proc.pid)))
+
+    sampler = asyncio.ensure_future(each_second())
     await asyncio.sleep(max(0.0, stall_at))
-    # the window's healthy part: the collector's steady cost, before the stall's probes and declaration
-    healthy = (time.monotonic() - t0, load.sent - sent0, cpu_seconds(proc.pid) - cpu0)
+    sampler.cancel()
+    healthy = (time.monotonic() - t0, load.sent - sent0, cpu_seconds(proc.pid) - cpu0,
+               [(c1 - c0) / (b - a) for (a, c0), (b, c1) in zip([(t0, cpu0)] + seconds, seconds)])
     load.stall_since = time.monotonic()
     await asyncio.sleep(args.seconds - max(0.0, stall_at))
     t1, sent1, cpu1, judge1 = time.monotonic(), load.sent, cpu_seconds(proc.pid), cpu_seconds(proc.pid, False)
@@ -851,10 +864,15 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
     print(f"  collector CPU       {m['cpu']:.1f} s in {m['wall']:.1f} s = {cpu_share:.2f} cores "
           f"({100 * cpu_share / cores:.0f}% of this {cores}-core machine); "
           f"{1e6 * m['cpu'] / max(1, m['reports']):.0f} us CPU per report")
-    wall, sent, cpu = m["healthy"]
+    wall, sent, cpu, per_second = m["healthy"]
     if wall > 0:
         print(f"  before the stall    {cpu:.1f} s in {wall:.1f} s = {cpu / wall:.2f} cores, "
               f"{1e6 * cpu / max(1, sent):.0f} us CPU per report (the steady cost: no hang rule's pass over every rank)")
+    if per_second:
+        ordered = sorted(per_second)
+        print(f"  ... second by second {ordered[len(ordered) // 2]:.2f} cores median, "
+              f"{ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]:.2f} at the 90th percentile, {ordered[-1]:.2f} at most "
+              f"({len(ordered)} s)")
     if args.ingest_procs:
         judge = m["judge_cpu"]
         print(f"  of which the judge  {judge:.1f} s = {judge / m['wall']:.2f} cores, "
