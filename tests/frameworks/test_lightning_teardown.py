@@ -64,7 +64,8 @@ def test_a_gloo_group_left_up_is_destroyed_at_exit_while_the_interpreter_is_whol
     # (under plain torch nothing does, and the script prints nothing).
     # One job at a time: the two side by side (tried, to save their wall)
     # aborted the DDP one after its group was destroyed ("terminate called",
-    # 2 of 8 rounds, 0 of 8 apart): a race this check is not about.
+    # 2 of 16 rounds; apart 0 of 16, 8 of them beside two busy loops): a race
+    # this check is not about.
     job = Launch(["--nproc-per-node", str(jobs.WORLD), "--master-port", str(free_port()),
                   "--timeline-path", str(tmp_path / "timeline"), jobs.script("gloo_left_up"),
                   *(["--ddp"] if last_op == "ddp_backward" else [])], env=jobs.QUIET)
