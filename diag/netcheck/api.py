@@ -15,7 +15,7 @@ EXIT_HEALTHY = 0
 EXIT_FAULTY = 1
 EXIT_USAGE = 2
 EXIT_CANNOT_RUN = 3
-EXIT_INCOMPLETE = 4      # no node faulty, but some unknown: --deadline, or alone and slow (never read as healthy)
+EXIT_INCOMPLETE = 4      # no node faulty, but --deadline left some unknown (never read as healthy)
 
 # Verdicts and the rules that can fire (each failing record names one).
 PASS, FAIL, INFO, UNKNOWN = "pass", "fail", "info", "unknown"   # unknown: never measured, never healthy

@@ -118,7 +118,7 @@ def run(cfg: Config) -> int:
 
 
 def verdict_code(doc: dict[str, Any]) -> int:
-    """1 when a node is faulty; else 4 when nodes are unknown (--deadline, alone and slow); else 0."""
+    """1 when a node is faulty; else 4 when --deadline left nodes unknown; else 0."""
     if doc["faulty"]:
         return EXIT_FAULTY
     return EXIT_INCOMPLETE if doc.get("summary", {}).get("unknown") else EXIT_HEALTHY

@@ -12,8 +12,7 @@ from typing import Any, Callable
 
 from diag import faultlist
 from diag.netcheck import rules
-from diag.netcheck.api import (FAIL, INFO, PASS, UNKNOWN, RULE_MAD, RULE_PAIRING, RULE_RATIO, RULE_TIMEOUT,
-                               Measurement)
+from diag.netcheck.api import FAIL, INFO, PASS, UNKNOWN, RULE_PAIRING, RULE_TIMEOUT, Measurement
 from diag.netcheck.config import Config
 from diag.netcheck.pairing import FAULTY, HEALTHY, PairOutcome, Pinpointer
 from diag.netcheck.pairjob import pair_job_budget
@@ -82,8 +81,8 @@ class Coordinator:
             self.reporter.start(f"round {rnd}: {len(pairs)} pair(s)", len(pairs))
             round_start = time.monotonic()
             results = self._collect(rnd, pairs)
-            same_round = self._add_to_fleet(pairs, results)
-            pp.record([o for a, b in pairs if (o := self._judge(rnd, a, b, results, pp, same_round)) is not None])
+            self._add_to_fleet(pairs, results)
+            pp.record([o for a, b in pairs if (o := self._judge(rnd, a, b, results, pp)) is not None])
             self.timing["rounds_s"].append(time.monotonic() - round_start)
         if self.cfg.out.rank_order:
             self._probe_topology(pp)
@@ -263,30 +262,17 @@ class Coordinator:
     def _pair_busbw(a: int, b: int, results: dict, test: str) -> float:
         return sum(results[u]["tests"][test]["busbw"] for u in (a, b)) / 2  # nccl-tests averages ranks
 
-    def _add_to_fleet(self, pairs: list[tuple[int, int]], results: dict) -> dict[str, list[float]]:
-        """The round's figures by test (every round's are kept in ``self.fleet``).
-
-        The whole round is gathered before any pair is judged, so the first pair
-        judged is compared with its round, not with itself.
-        """
-        same_round: dict[str, list[float]] = {}
+    def _add_to_fleet(self, pairs: list[tuple[int, int]], results: dict) -> None:
+        # The whole round joins the fleet before any pair is judged, so the
+        # first pair judged is compared with its round, not with itself.
         for a, b in pairs:
             ra, rb = results.get(a), results.get(b)
             if ra and rb and ra["ok"] and rb["ok"]:
                 self.pair_busbw[frozenset((a, b))] = self._pair_busbw(a, b, results, "all_reduce")
                 for test in ra["tests"]:
-                    busbw = self._pair_busbw(a, b, results, test)
-                    self.fleet.setdefault(test, []).append(busbw)
-                    same_round.setdefault(test, []).append(busbw)
-        return same_round
+                    self.fleet.setdefault(test, []).append(self._pair_busbw(a, b, results, test))
 
-    def _judge(self, rnd: int, a: int, b: int, results: dict, pp: Pinpointer,
-               same_round: dict[str, list[float]]) -> PairOutcome | None:
-        """A pair's verdict. The relative rules compare it with the pairs of its own round:
-        pairs measured at the same time share the host's and the network's load, which
-        can change between rounds (a shared host, other jobs' traffic). A pair with no
-        other in its round is compared with the earlier rounds: it may pass that way,
-        but a relative rule cannot name it, and its untested members stay unknown."""
+    def _judge(self, rnd: int, a: int, b: int, results: dict, pp: Pinpointer) -> PairOutcome | None:
         link = f"{self.label(a)}<->{self.label(b)}"
         if any((results.get(u) or {}).get("deadline") for u in (a, b)):
             why = f"pair {link} not finished by --deadline {self.cfg.measure.deadline:g}s"
@@ -303,15 +289,13 @@ class Coordinator:
                                                 verdict=FAIL, reason=reason, rule=rule, round=rnd))
             self.pair_rule[frozenset((a, b))] = rule
             return PairOutcome(a, b, False, reason)
-        ok, reasons, unjudged = True, [], []
+        ok, reasons = True, []
         th = self._thresholds(a, b)
         for test in results[a]["tests"]:
             figs = [results[u]["tests"][test] for u in (a, b)]
             busbw = self._pair_busbw(a, b, results, test)
-            v = self._verdict(rnd, link, test, busbw, th, same_round.get(test, []))
-            if v.verdict == UNKNOWN:
-                unjudged.append(v.reason)
-            elif v.verdict == FAIL:
+            v = rules.judge(busbw, self.fleet[test], th, f"{test} busbw", "GB/s")
+            if v.verdict == FAIL:
                 ok = False
                 reasons.append(f"[{v.rule}] {v.reason}")
                 self.pair_rule[frozenset((a, b))] = v.rule
@@ -322,29 +306,7 @@ class Coordinator:
                     round=rnd, extra={"algbw": f["algbw"], "seconds": f["seconds"],
                                       "mean_seconds": f.get("mean_seconds", f["seconds"]), "bytes": f["bytes"],
                                       "pair_busbw": busbw, **self._transport(results[u])}))
-        if ok and unjudged:
-            untested = [u for u in (a, b) if pp.status[u] != HEALTHY]
-            if untested:
-                self.reporter.log(f"round {rnd}: pair {link} slower than the earlier rounds, measured alone; "
-                                  f"{' and '.join(map(self.label, untested))} stay(s) unknown")
-            for u in untested:
-                pp.set_aside(u)
-                self.unmeasured.setdefault(u, f"not judged: {unjudged[0]}")
-            return None
         return PairOutcome(a, b, ok, "; ".join(reasons))
-
-    def _verdict(self, rnd: int, link: str, test: str, busbw: float, th: rules.Thresholds,
-                 same_round: list[float]) -> rules.Verdict:
-        """``busbw`` judged against its round's figures; alone in its round, against the
-        earlier rounds', where a relative rule's failure is UNKNOWN, not FAIL."""
-        if len(same_round) >= 2:
-            return rules.judge(busbw, same_round, th, f"{test} busbw", "GB/s")
-        v = rules.judge(busbw, self.fleet[test], th, f"{test} busbw", "GB/s")
-        if v.verdict == FAIL and v.rule in (RULE_RATIO, RULE_MAD):
-            why = (f"{v.reason} of earlier rounds, but measured alone in round {rnd} with {link}: "
-                   "nothing beside it tells a slow node from a busy host")
-            return rules.Verdict(UNKNOWN, v.rule, v.threshold, v.expected, why)
-        return v
 
     @staticmethod
     def _transport(result: dict) -> dict[str, Any]:

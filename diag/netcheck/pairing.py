@@ -5,18 +5,15 @@ A good pair proves both members healthy. A bad pair makes both suspects,
 until one of them is proven healthy, which pins the fault on the other.
 Later rounds pair every suspect (and any unit not yet tested) with a
 proven-healthy unit; when there are not enough of those, suspects are paired
-with each other, never twice with the same partner. A later round of one
-pair also measures a reference pair of two free healthy units beside it, so
-that its figure is judged against one taken at the same time. A unit the
-figures cannot judge is set aside (unknown). docs/netcheck.md gives the number
-of rounds this takes for one fault and for k faults.
+with each other, never twice with the same partner. docs/netcheck.md gives
+the number of rounds this takes for one fault and for k faults.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-HEALTHY, SUSPECT, UNTESTED, FAULTY, UNKNOWN = "healthy", "suspect", "untested", "faulty", "unknown"
+HEALTHY, SUSPECT, UNTESTED, FAULTY = "healthy", "suspect", "untested", "faulty"
 
 
 @dataclass(frozen=True)
@@ -56,11 +53,6 @@ class Pinpointer:
             self.status[unit] = FAULTY
             self.faulty[unit] = reason
             self._propagate()
-
-    def set_aside(self, unit: int) -> None:
-        """Stop testing ``unit`` without a verdict: measured, but by nothing that can judge it."""
-        if self.status.get(unit) in (SUSPECT, UNTESTED):
-            self.status[unit] = UNKNOWN
 
     def plan(self) -> list[tuple[int, int]] | None:
         """Pairs for the next round, or None when the search is over."""
@@ -131,12 +123,6 @@ class Pinpointer:
             if partner is not None:
                 waiting.remove(partner)
                 pairs.append((unit, partner))
-        if len(pairs) == 1 and len(healthy) >= 2:
-            # A lone pair has nothing measured at the same time to be judged against:
-            # two free healthy units give it a reference, under the same conditions.
-            fresh = [(a, b) for i, a in enumerate(healthy) for b in healthy[i + 1:]
-                     if frozenset((a, b)) not in self.tried]
-            pairs.append(fresh[0] if fresh else (healthy[0], healthy[1]))
         return pairs
 
     def _give_up(self, units: list[int], why: str) -> None:

@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from diag.netcheck.pairing import FAULTY, HEALTHY, UNKNOWN, PairOutcome, Pinpointer
+from diag.netcheck.pairing import FAULTY, HEALTHY, PairOutcome, Pinpointer
 
 
 def simulate(n, faulty, max_rounds=10):
@@ -64,26 +64,6 @@ def test_dropped_node_partner_is_retested_not_blamed():
     pp.record([PairOutcome(a, b, True) for a, b in pairs])
     assert pp.plan() is None
     assert set(pp.faulty) == {3} and pp.status[2] == HEALTHY
-
-
-def test_a_lone_later_round_gets_a_reference_pair_of_free_healthy_units():
-    pp = Pinpointer(list(range(5)))
-    pp.plan()
-    pp.record([PairOutcome(0, 1, True), PairOutcome(2, 3, True)])
-    pairs = pp.plan()
-    assert pairs[0][0] == 4 and len(pairs) == 2
-    assert all(pp.status[u] == HEALTHY for u in pairs[1]) and not set(pairs[0][1:]) & set(pairs[1])
-
-
-def test_three_live_units_have_no_reference_and_a_set_aside_unit_ends_the_search():
-    pp = Pinpointer(list(range(4)))
-    pp.plan()
-    pp.mark_faulty(2, "dropped out")
-    pp.record([PairOutcome(0, 1, True), PairOutcome(2, 3, False, "timeout")])
-    assert pp.plan() == [(3, 0)]
-    pp.set_aside(3)
-    assert pp.plan() is None
-    assert set(pp.faulty) == {2} and pp.status[3] == UNKNOWN
 
 
 def test_pinned_reason_names_the_healthy_partner():
