@@ -109,7 +109,7 @@ def test_new_user_run_picks_the_routed_interface_and_names_nodes_apart(netns_clu
     rc0, out0, err0 = results[0]
     host = socket.gethostname()
     assert rc0 == 1, err0[-3000:]
-    assert out0.strip() == f"{host}#3"             # sbatch --exclude gets the unique name
+    assert out0.strip() == f"{host}#3", err0[-4000:]   # sbatch --exclude gets the unique name
     assert f"warning: 5 nodes share the name(s) {host}" in err0
     for k, (rc, _, err) in enumerate(results):     # every node ends with the verdict and the same list
         assert rc == 1, (k, err[-2000:])
