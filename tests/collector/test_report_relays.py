@@ -167,10 +167,9 @@ def _relay_by_hand(tmp_path, batch_s: float, stderr=None):
 
 
 def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
-    """A relay started by hand with a 2 s batch window (was 3: a second of
-    the test's wait): a healthy report waits for the window, one with an op
-    in flight for 2 s goes up at once (under 1.5 s: one that waited for the
-    window would take 2 s)."""
+    """A relay started by hand with a 2 s batch window: a healthy report
+    waits for the window, one with an op in flight for 2 s goes up at once
+    (under 1.5 s: one that waited for the window would take 2 s)."""
     from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
     server, relay, port_file = _relay_by_hand(tmp_path, batch_s=2)
     agent = None

@@ -63,7 +63,7 @@ def _probe_or_skip(setup: str, *argv: str) -> subprocess.CompletedProcess:
 def _finished_job(setup: str, tmp_path, nproc: int, steps: int) -> tuple[subprocess.CompletedProcess, list[str]]:
     """The launcher over ``setup``'s /dev/shm, running torchless_stall.py with no stall
     and no nap between steps (the steps' records are what counts here, not
-    their pace: 0.05 s a step was 5 s of 100 steps): it must exit 0 with
+    their pace: a nap of 0.05 s a step would be 5 s of 100 steps): it must exit 0 with
     every rank's result. Returns it and its output lines."""
     env = {k: v for k, v in os.environ.items() if k not in ("XPU_TIMER_JOB_TOKEN", "PYTHONUNBUFFERED")}
     out = _unshared(setup, *launcher(), "--nproc-per-node", str(nproc), "--hang-timeout", "60s",

@@ -32,9 +32,9 @@ pytestmark = pytest.mark.timeout(300)
 SCRIPT = os.path.join(ROOT, "tests", "recover", "scripts", "recover_job.py")
 STEPS, AT = 45, 37
 FAST_DUMPS = {"XPU_TIMER_DUMP_TOOLS": "py-spy"}   # gdb: seconds per rank
-# Step 10 of 45 (was 20): at 0.25 s a step, up to 2.5 s less of waiting (about
-# 1 s measured: the first persists gate the kill too), and the kill lands
-# further from the job's end whenever they come in.
+# Step 10 of 45: early, so the test waits little for it (the first persists
+# gate the kill too), and the kill lands well before the job's end whenever
+# they come in.
 NODE_KILL_AT = 10
 GOAL_S = 30.0   # HANG line -> first step after the restart, the workers' own start-up excluded
 KEEP_ALIVE = "keep_alive_interval=1,keep_alive_max_attempt=5"   # c10d rendezvous: a gone node swept after 5 s
@@ -263,7 +263,8 @@ def test_a_node_blamed_on_hardware_is_left_out_and_the_job_goes_on_smaller(launc
     # swept as dead: torch's default is three missed 5 s heartbeats, 12 s of
     # idle wall here after node 1 left. A heartbeat every second, swept after
     # five missed: a live launcher's keep-alive thread late by 5 s under load
-    # is far-fetched, and the restart's "to new workers" is 3.5-6.5 s (was 12).
+    # is far-fetched, and the restart's "to new workers" is 3.5-6.5 s (12 s with
+    # torch's default).
     on_gpu = os.path.join(ROOT, "tests", "scripts", "on_gpu.py")
     port = free_port()
     env = dict(FAST_DUMPS, XPU_TIMER_JOB_TOKEN="shared-by-the-scheduler")
