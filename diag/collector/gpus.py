@@ -105,8 +105,8 @@ class GpuWatch:
                 nameless.setdefault(rank, now)
                 continue
             nameless.pop(rank, None)
-            first = self._first.setdefault(rank, snap.now)
-            if entry.progress.gpu.nvml == NOT_SAMPLED and snap.now - first < SETTLE_S:
+            first = self._first.setdefault(rank, now)
+            if entry.progress.gpu.nvml == NOT_SAMPLED and now - first < SETTLE_S:
                 continue
             self._first.pop(rank, None)
             self._seen.add(rank)
