@@ -265,7 +265,12 @@ PERF = perf_window()
 FINGERPRINTS = False   # --fingerprints: every rank carries a 64-op window (what a job-wide stall sends)
 
 
-def make_report(node: int, world: int, stall_since: float | None, now: float, perf: bool = True) -> pb.NodeReport:
+def make_report(node: int, world: int, stall_since: float | None, now: float, perf: bool = True,
+                idle_since: float | None = None) -> pb.NodeReport:
+    """Node ``node``'s report at ``now``: its ranks at seq 100, done; from
+    ``stall_since`` (node 0) all but local rank 3 in all_reduce seq 101.
+    ``idle_since``: the ranks not in it have done nothing since (a job that
+    stopped there); without it they report no idle time (ops keep ending)."""
     ranks = []
     for local in range(RANKS_PER_AGENT):
         rank = node * RANKS_PER_AGENT + local
@@ -283,6 +288,8 @@ def make_report(node: int, world: int, stall_since: float | None, now: float, pe
         if stall_since is not None and local != 3:  # local rank 3 is the culprit: not in the collective
             r.oldest_in_flight.CopyFrom(pb.InFlightOp(name="all_reduce", kind=pb.OP_KIND_COLLECTIVE, comm_id=0,
                                                       seq=101, age_ns=int((now - stall_since) * 1e9)))
+        elif idle_since is not None:
+            r.idle_ns = int(max(0.0, now - idle_since) * 1e9)
         ranks.append(r)
     return pb.NodeReport(job_id="bench", node_rank=node, hostname=f"sim{node}", agent_pid=20000 + node,
                          ranks=ranks, local_world_size=RANKS_PER_AGENT)
@@ -395,9 +402,10 @@ class Load:
             while not self.stop.is_set() and not route["moving"]:
                 with_perf = n % pace["perf_every"] == 0
                 payload = full if with_perf else bare
-                if node == 0 and self.stall_since is not None:
-                    payload = make_report(0, self.world, self.stall_since, time.monotonic(),
-                                          perf=with_perf).SerializeToString()
+                if self.stall_since is not None:   # the job stopped: ranks report their idle time (or the stall)
+                    payload = make_report(node, self.world, self.stall_since if node == 0 else None,
+                                          time.monotonic(), perf=with_perf,
+                                          idle_since=self.stall_since).SerializeToString()
                 began = time.monotonic()
                 self.phase[node] = f"{where}: writing"
                 await call.write(payload if self.args.old_agents else stamped(payload))
@@ -518,8 +526,9 @@ class RelayLoad:
                     with_perf = n % every == 0
                     payload = full[node] if with_perf else bare[node]
                     read = None if args.old_relays else digests[node, with_perf]
-                    if node == 0 and self.stall_since is not None:
-                        report = make_report(0, self.world, self.stall_since, now, perf=with_perf)
+                    if self.stall_since is not None:   # the job stopped: ranks report their idle time (or the stall)
+                        report = make_report(node, self.world, self.stall_since if node == 0 else None, due[node],
+                                             perf=with_perf, idle_since=self.stall_since)
                         payload, read = report.SerializeToString(), None if args.old_relays else digest(report)
                     # Built by its agent when due, then held by the relay until now.
                     sent_ns = int(due[node] * 1e9)

@@ -9,6 +9,16 @@ not grow with the healthy ranks. Judging is ``diag.hang.decide``; what
 follows a verdict (the line, the commands, hang.json) is the watchdog's
 (``Watchdog.declare``). Ingest is held, in this pass alone, while an op
 that just neared the timeout is judged and its line and commands go out.
+
+Judging every rank costs seconds at 200,000 ranks, so the verdict is judged
+ahead (``Ahead``): once the earliest op will cross the timeout within a
+lead of about twice that cost, ``decide`` runs on the snapshot moved to
+that moment, as if every report until then said what the last one of its
+node did. It stands, and is declared when the moment comes, while the
+state's ``mark`` says that held (no op started or ended, no rank exited,
+nothing forgiven) and the same agents are quiet; anything else drops it
+and the timeout's tick judges afresh, as before (docs/collector.md
+"Judged ahead").
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from diag.collector import verdict
 from diag.collector.config import Config
 from diag.collector.pace import Pacer
 from diag.collector.schedule import Pass, Tick
-from diag.collector.state import JobState, Snapshot
+from diag.collector.state import PROGRESS_SLACK_S, JobState, Snapshot
 from diag.hang.api import Findings, Limits
 from diag.hang.decide import decide
 from diag.hang.detector import ACTIVITY_SLACK_S, HangDetector, IdleDetector
@@ -34,6 +44,12 @@ log = logging.getLogger("diag.collector")
 INDEX_SLACK_S = 1.5
 HOLD_FOR_S = INDEX_SLACK_S + 2.0   # the window's width, and a little: the ticks that may declare
 PROBE_EVERY_S = 1.0   # the verdict rules' look while an op is waited on (probe_due)
+# Judging ahead: the verdict is the op's state this long past its crossing
+# (strictly past the timeout), and before this pass has timed a look of its
+# own, one is taken to cost this much a rank (3-4 s at 200,000 ranks on the
+# device host, docs/gpu-runs/h200x1/s24/).
+AHEAD_PAST_S = 0.05
+COST_PER_RANK_S = 20e-6
 
 
 @dataclasses.dataclass
@@ -45,6 +61,21 @@ class _Look:
     expired: set[int]            # ranks whose op nears the timeout
     quiet: set[int]              # agents quiet past --silent-after (silent candidates)
     probing: bool | None = None  # whether the verdict rules look this tick (worked out when asked)
+    crossing: float | None = None   # when the earliest op nearing the timeout crosses it (ahead_due)
+
+
+@dataclasses.dataclass
+class Ahead:
+    """A verdict judged ahead of the timeout: ``findings`` at ``at`` (an op
+    crossed it), on a snapshot whose state's mark was ``mark`` with
+    ``quiet`` agents quiet; it stands until ``until`` (the next op to cross)."""
+
+    at: float
+    findings: Findings
+    mark: tuple
+    quiet: set[int]
+    until: float
+    judged: float   # when its snapshot was taken
 
 
 class HangPass(Pass):
@@ -58,6 +89,11 @@ class HangPass(Pass):
         self.expired_since: dict[int, float] = {}   # rank -> when its op entered the index's window
         self._quiet: set[int] = set()   # agents quiet at the last tick
         self._look: _Look | None = None
+        self.ahead: Ahead | None = None   # the verdict judged ahead, while it stands
+        self._tried: tuple | None = None   # (mark, quiet) of the last look ahead: not again on the same state
+        self._tried_at = float("-inf")
+        self.judge_cost: float | None = None   # the last full judgement's seconds (the lead)
+        self.declared_ahead: float | None = None   # the last HANG's verdict was judged this long before its moment
 
     def look(self, tick: Tick) -> _Look:
         if self._look is None or self._look.tick is not tick:
@@ -70,17 +106,46 @@ class HangPass(Pass):
 
     def wants_snapshot(self, tick: Tick) -> bool:
         look = self.look(tick)
-        return bool(look.expired) or self.probing(tick) or look.quiet != self._quiet or not self.detector.armed
+        return (bool(look.expired) or self.probing(tick) or self.ahead_due(tick) or look.quiet != self._quiet
+                or not self.detector.armed)
 
     def probing(self, tick: Tick) -> bool:
         """Whether the verdict rules look this tick (diag/hang/decide.py):
-        their look is due and some op has waited their shortest wait."""
+        their look is due and some op has waited their shortest wait. Not
+        once the timeout's verdict is being judged ahead: a look would cost
+        as much and end after it."""
         look = self.look(tick)
         if look.probing is None:
             limits = self.probe_due(tick.now)
             look.probing = limits is not None and self.detector.armed and bool(
-                self._state.expired(tick.now - limits.probe_s + INDEX_SLACK_S))
+                self._state.expired(tick.now - limits.probe_s + INDEX_SLACK_S)) and not self.ahead_due(tick) \
+                and self.ahead is None
         return look.probing
+
+    def lead(self, world_size: int) -> float:
+        """How long before an op crosses the timeout its verdict is judged:
+        twice a judgement's cost and half a second, within [INDEX_SLACK_S,
+        half the timeout]."""
+        cost = self.judge_cost if self.judge_cost is not None else world_size * COST_PER_RANK_S
+        return min(self._config.hang_timeout_s / 2, max(INDEX_SLACK_S, 2 * cost + 0.5))
+
+    def ahead_due(self, tick: Tick) -> bool:
+        """Whether this tick judges the timeout's verdict ahead: some op
+        crosses it within the lead, none has yet, and the state or the
+        quiet agents changed since the last look ahead, at most once in
+        twice a judgement's cost (a job that goes on around a stuck op
+        changes the state at every report)."""
+        look = self.look(tick)
+        if look.crossing is None:
+            look.crossing = float("inf")
+            again = max(PROBE_EVERY_S, 2 * (self.judge_cost or 0.0))
+            if self.detector.armed and self.ahead is None and tick.now - self._tried_at >= again:
+                _, world = self._state.size
+                soon = self._state.expired(tick.now - self._config.hang_timeout_s + self.lead(world))
+                first = self._state.first_start(soon) if soon else None
+                if first is not None:
+                    look.crossing = first + self._config.hang_timeout_s
+        return tick.now < look.crossing < float("inf") and (self._state.mark(), look.quiet) != self._tried
 
     def probe_due(self, now: float) -> Limits | None:
         """The verdict rules' limits when their next look is due, else None.
@@ -101,7 +166,22 @@ class HangPass(Pass):
     def run(self, tick: Tick, now: float) -> None:
         look = self.look(tick)
         try:
+            if self.detector.armed and self._ahead_stands(look, tick):
+                tick.near_timeout = True   # the perf path waits, as for any op near the timeout
+                if now >= self.ahead.at:
+                    hold = self._newly_expired(look.expired, now)
+                    self.declared_ahead = self.ahead.at - self.ahead.judged
+                    with self._actions.ingest_held(hold):
+                        tick.hanging = self.judge(tick.snap, tick.unix, look.silent_after_s, False, tick,
+                                                  self.ahead.findings.later(now - self.ahead.at))
+                    self.ahead = None
+                return   # until then the verdict stands: nothing to judge
+            if tick.snapshot_wanted and self.ahead_due(tick):
+                tick.near_timeout = True
+                self.judge_ahead(tick.snap, look)
+                return
             if tick.snapshot_wanted:
+                self.declared_ahead = None
                 # An op is near the timeout: ingest holds while the rules judge and
                 # the line and commands go out (not while hang.json is built);
                 # the pacer forgives the wait it causes.
@@ -111,17 +191,22 @@ class HangPass(Pass):
         finally:
             self._quiet = look.quiet
 
-    def judge(self, snap: Snapshot, unix: float, silent_after_s: float, probe: bool, tick: Tick) -> bool:
-        """HANG, SILENT on a full snapshot; True while the job hangs. While a
-        declared hang lasts, only whether it is over and who turned silent
-        (the detector's own look at the hung ranks): explaining every rank
-        again each tick would cost O(world) for nothing."""
-        if self.detector.armed:
+    def judge(self, snap: Snapshot, unix: float, silent_after_s: float, probe: bool, tick: Tick,
+              ahead: Findings | None = None) -> bool:
+        """HANG, SILENT on a full snapshot (or the verdict judged ``ahead``
+        for this moment); True while the job hangs. While a declared hang
+        lasts, only whether it is over and who turned silent (the detector's
+        own look at the hung ranks): explaining every rank again each tick
+        would cost O(world) for nothing."""
+        if ahead is not None:
+            findings = ahead
+        elif self.detector.armed:
             limits = self.limits(silent_after_s, probe)
             started = time.perf_counter()
             findings = decide(snap, limits)
+            self.judge_cost = time.perf_counter() - started
             if limits.proofs:
-                self.probe_at, self.probe_cost = snap.now, time.perf_counter() - started
+                self.probe_at, self.probe_cost = snap.now, self.judge_cost
         else:
             findings = Findings(world_size=snap.world_size, silent_agents=silent_agents(snap, silent_after_s))
         tick.silent_nodes = {a.node_rank for a in findings.silent_agents}
@@ -133,6 +218,45 @@ class HangPass(Pass):
         if fire:
             self._actions.declare(findings, snap, unix)
         return findings.is_hang or not self.detector.armed
+
+    def judge_ahead(self, snap: Snapshot, look: _Look) -> None:
+        """The timeout's verdict at ``look.crossing`` (and a little past),
+        judged on ``snap`` moved there: the ranks' ages grow by the time to
+        it, as they do while no report says otherwise, and every agent is
+        taken to have reported as recently as now (those that stop turn
+        quiet, which drops the verdict). Kept (``ahead``) where it is a hang
+        and every agent not quiet built its report after the job's latest
+        progress: a report that left earlier may still tell of an op this
+        snapshot missed, which the mark would not see."""
+        self._tried, self._tried_at = (snap.mark, look.quiet), snap.now
+        at = look.crossing + AHEAD_PAST_S
+        moved = at - snap.now
+        agents = {n: a._replace(last_seen=a.last_seen + moved) for n, a in snap.agents.items()}
+        started = time.perf_counter()
+        findings = decide(snap._replace(now=at, agents=agents), self.limits(look.silent_after_s, False))
+        self.judge_cost = time.perf_counter() - started
+        if not findings.is_hang or not snap.mark:
+            return
+        from_ = snap.mark[1] + PROGRESS_SLACK_S
+        if any(a.sent < from_ for n, a in snap.agents.items() if n not in look.quiet):
+            return
+        named = {r for g in findings.hung for r in g.ranks} | set(findings.silent_ranks)
+        soon = self._state.expired(snap.now - self._config.hang_timeout_s + self.lead(snap.world_size))
+        nxt = self._state.first_start(soon - named)
+        until = float("inf") if nxt is None else nxt + self._config.hang_timeout_s
+        self.ahead = Ahead(at, findings, snap.mark, set(look.quiet), until, snap.now)
+
+    def _ahead_stands(self, look: _Look, tick: Tick) -> bool:
+        """Whether the verdict judged ahead holds: nothing moved since its
+        snapshot but ages, the same agents are quiet, and no op it does
+        not name has crossed the timeout since. Dropped otherwise."""
+        ahead = self.ahead
+        if ahead is None:
+            return False
+        if self._state.mark() == ahead.mark and look.quiet == ahead.quiet and tick.now < ahead.until:
+            return True
+        self.ahead = None
+        return False
 
     def _newly_expired(self, expired: set[int], now: float) -> bool:
         """Whether some rank's op reached the index's window lately (within

@@ -54,6 +54,10 @@ REFILE_S = 0.5
 # pass every few seconds is the safety net).
 FILE_AFTER_NS = 1_000_000_000
 FILE_AFTER_S = FILE_AFTER_NS * 1e-9
+# A rank's op start or end moves by the report's transit time and the learned
+# clock offset from one report to the next; more than this is something done
+# (``JobState.progress_at``).
+PROGRESS_SLACK_S = 0.25
 
 
 class ReportError(ValueError):
@@ -115,7 +119,9 @@ class KeptReport:
 
 
 class AgentInfo(NamedTuple):
-    """One agent's latest report; replaced (never mutated) on every report."""
+    """One agent's latest report; replaced (never mutated) on every report.
+    ``last_seen`` is when it came, ``sent`` when it was built (both on the
+    collector's clock)."""
 
     node_rank: int
     hostname: str
@@ -123,17 +129,20 @@ class AgentInfo(NamedTuple):
     last_seen: float
     ranks: tuple[int, ...]
     connected: bool
+    sent: float = 0.0
 
 
 class Snapshot(NamedTuple):
     """A consistent copy of the state at monotonic time ``now``. The entries
     and kept reports are shared with the live state but immutable; copying
-    is O(ranks) in C, and a rank's entry is made when read (RankMap)."""
+    is O(ranks) in C, and a rank's entry is made when read (RankMap).
+    ``mark``: the state's :meth:`JobState.mark` as it was taken."""
 
     now: float
     world_size: int
     ranks: Mapping[int, RankEntry]
     agents: dict[int, AgentInfo]
+    mark: tuple = ()
 
 
 class RankMap(Mapping):
@@ -297,6 +306,12 @@ class JobState:
         self.lag_reports = 0
         self._dropped: dict[int, int] = {}   # rank -> dropped_records, ranks that ever dropped only
         self.exit_reports = 0   # reports of exited ranks: the failure pass looks only when it moves
+        # What lets a verdict judged ahead of the timeout stand (mark()): the
+        # changes that ages alone do not make, and the latest op start or end
+        # of a live rank, moved only by more than PROGRESS_SLACK_S.
+        self._moved = 0
+        self._progress_at = float("-inf")
+        self._exited: dict[int, int] = {}   # rank -> pid, ranks reported not alive
 
     def ingest(self, report: pb.NodeReport, now: float, clock: AgentClock | None = None) -> None:
         """Store one report received at monotonic ``now``.
@@ -317,7 +332,7 @@ class JobState:
                                   f"(the report's first rank says world_size {world})")
         sent = clock.sent_at(report.sent_mono_ns, now) if clock is not None else now
         ids = tuple(ids)
-        info = AgentInfo(node, report.hostname, report.agent_pid, now, ids, True)
+        info = AgentInfo(node, report.hostname, report.agent_pid, now, ids, True, sent)
         # Agents send the window for all their ranks or none (one report in N
         # when paced): one look per report, and a window carried over is
         # checked (same process, present) only when read (RankEntry.perf).
@@ -329,17 +344,25 @@ class JobState:
         oldest = -1
         with self._lock:
             self._keep(node, kept, sent, perf, ids)
-            dropped, ops = self._dropped, self._ops
+            dropped, ops, exited = self._dropped, self._ops, self._exited
             active_at = self.active_at
+            moved_past = self._progress_at + PROGRESS_SLACK_S
+            progress = float("-inf")
             for rank, r in zip(ids, rs):
                 n = r.dropped_records
                 if n or rank in dropped:
                     dropped[rank] = n
                 if not r.alive:
                     self.exit_reports += 1
+                    if exited.get(rank) != r.pid:
+                        exited[rank] = r.pid
+                        self._moved += 1
                     if rank in ops:
                         self._unfile(rank)
                     continue
+                if exited and rank in exited:
+                    del exited[rank]
+                    self._moved += 1
                 if r.HasField("oldest_in_flight"):
                     op = r.oldest_in_flight
                     age_ns = op.age_ns
@@ -347,16 +370,23 @@ class JobState:
                         oldest = age_ns
                     if sent > active_at:
                         active_at = sent
+                    start = sent - age_ns * 1e-9
+                    if start > progress:
+                        progress = start
                     if age_ns >= FILE_AFTER_NS:
-                        self._file(rank, (r.pid, op.name, op.kind, op.comm_id, op.seq), sent - age_ns * 1e-9)
+                        self._file(rank, (r.pid, op.name, op.kind, op.comm_id, op.seq), start)
                         continue
                 else:
                     active = sent - r.idle_ns * 1e-9
                     if active > active_at:
                         active_at = active
+                    if active > progress:
+                        progress = active
                 if rank in ops:
                     self._unfile(rank)
             self.active_at = active_at
+            if progress > moved_past:
+                self._progress_at = progress
             if oldest >= 0:
                 kept.bound = oldest * 1e-9
             self._reported(info, world if ranks else 0, now - sent)
@@ -375,7 +405,7 @@ class JobState:
         if node < 0 or ids and not (0 < world <= MAX_WORLD_SIZE and min(ids) >= 0 and max(ids) < world):
             return False
         sent = clock.sent_at(digest.sent_mono_ns, now) if clock is not None else now
-        info = tuple.__new__(AgentInfo, (node, digest.hostname, digest.agent_pid, now, ids, True))
+        info = tuple.__new__(AgentInfo, (node, digest.hostname, digest.agent_pid, now, ids, True, sent))
         changed = self._claims_change(node, ids)
         if changed:
             self._settle(self._holders(node, ids))
@@ -383,15 +413,24 @@ class JobState:
         kept = KeptReport(data, node, FILE_AFTER_S if digest.in_flight else None, ids)
         with self._lock:
             self._keep(node, kept, sent, digest.perf, ids)
-            dropped, ops = self._dropped, self._ops
+            dropped, ops, exited = self._dropped, self._ops, self._exited
             if dropped:   # none dropped now: a rank that had (a new process) is back at 0
                 for rank in ids:
                     if rank in dropped:
                         dropped[rank] = 0
+            if exited:   # every rank of a plain report is alive
+                for rank in ids:
+                    if exited.pop(rank, None) is not None:
+                        self._moved += 1
             if ids:
-                active = sent if digest.in_flight else sent - digest.min_idle_ns * 1e-9
+                if digest.in_flight:   # an op younger than FILE_AFTER_S: started after this
+                    active, progress = sent, sent - FILE_AFTER_S
+                else:
+                    active = progress = sent - digest.min_idle_ns * 1e-9
                 if active > self.active_at:
                     self.active_at = active
+                if progress > self._progress_at + PROGRESS_SLACK_S:
+                    self._progress_at = progress
             if ops:   # no op of these ranks is old enough to stay filed
                 for rank in ids:
                     if rank in ops:
@@ -421,6 +460,7 @@ class JobState:
         info = self._agents.get(node)
         if info is not None and info.ranks == ids:
             return False
+        self._moved += 1
         self._known.update(ids)
         if info is not None:
             self._orphans.update(set(info.ranks).difference(ids))
@@ -484,6 +524,7 @@ class JobState:
         if old is not None and old[0] == key and start > old[1] - REFILE_S:
             return
         self._unfile(rank)
+        self._moved += 1
         second = int(start)
         if self._cursor is not None and second <= self._cursor:
             self._expired.add(rank)
@@ -495,6 +536,7 @@ class JobState:
         old = self._ops.pop(rank, None)
         if old is None:
             return
+        self._moved += 1
         ranks = self._by_second.get(old[2])
         if ranks is not None:
             ranks.discard(rank)
@@ -575,11 +617,12 @@ class JobState:
             self._settle_held()
             with self._lock:
                 for node, info in self._agents.items():   # all moved alike: the order of last report holds
-                    self._agents[node] = info._replace(last_seen=later(info.last_seen))
+                    self._agents[node] = info._replace(last_seen=later(info.last_seen), sent=later(info.sent))
                 for rank, entry in self._ranks.items():
                     self._ranks[rank] = entry._replace(received=later(entry.received))
                 if self.active_at != float("-inf"):
                     self.active_at = later(self.active_at)
+                self._moved += 1
 
     def snapshot(self, now: float) -> Snapshot:
         """The state at ``now``: O(nodes) here, and a rank's entry made when
@@ -588,7 +631,23 @@ class JobState:
         with self._settling, self._lock:
             agents = dict(self._agents)
             ranks = RankMap(dict(self._ranks), dict(self._pending), agents, frozenset(self._orphans))
-            return Snapshot(now, self._world_size, ranks, agents)
+            return Snapshot(now, self._world_size, ranks, agents, (self._moved, self._progress_at))
+
+    def mark(self) -> tuple[int, float]:
+        """(changes, latest progress): equal to a snapshot's ``mark`` while
+        every report since says what the last one of its node said, ages
+        apart: no op started or ended (beyond PROGRESS_SLACK_S of the latest
+        seen), no rank exited or came back, no node's ranks changed, no
+        pause forgiven. A verdict judged on that snapshot for a later time
+        stands then (hang_pass.py)."""
+        with self._lock:
+            return self._moved, self._progress_at
+
+    def first_start(self, ranks) -> float | None:
+        """When the earliest filed op of ``ranks`` started (None: none filed)."""
+        with self._lock:
+            ops = self._ops
+            return min((ops[r][1] for r in ranks if r in ops), default=None)
 
     @property
     def size(self) -> tuple[int, int]:

@@ -136,8 +136,10 @@ class Watchdog:
                 said = began
                 # Its own CPU against the wall time tells a tick that waited
                 # for the GIL from one that had too much to do.
+                ahead = self.hang.declared_ahead
                 line = (f"; its HANG line {self._line_at - began:.1f} s into it, {self._line_cpu - cpu:.1f} s of "
-                        f"it on this thread's CPU" if declared else "")
+                        f"it on this thread's CPU" + (f", its verdict judged {ahead:.1f} s ahead" if ahead else "")
+                        if declared else "")
                 log.warning("a watchdog tick took %.1f s, %.1f s of it on its thread's CPU (%d agents, %d ranks; "
                             "%.1f s behind%s)", took, time.thread_time() - cpu, *self.state.size, self.pacer.lag_s,
                             line)

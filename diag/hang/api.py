@@ -273,6 +273,13 @@ class Findings:
     def is_hang(self) -> bool:
         return bool(self.hung)
 
+    def later(self, s: float) -> Findings:
+        """These findings ``s`` seconds on with nothing else changed (a
+        verdict judged ahead, declared a tick after its moment): the hung
+        ops have waited that much longer."""
+        return dataclasses.replace(self, hung=tuple(dataclasses.replace(g, max_age_s=g.max_age_s + s)
+                                                    for g in self.hung))
+
     @property
     def hung_ranks(self) -> list[int]:
         return sorted({r for g in self.hung for r in g.ranks})
