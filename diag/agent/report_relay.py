@@ -21,8 +21,10 @@ from diag.common import envnames
 from diag.common.net import resolve_ipv4, route_source
 
 # A report a second from each of the group's nodes: gathered this long, the
-# collector gets a message of ~N/2 reports twice a second (docs/collector.md).
-BATCH_S = 0.5
+# collector gets a message of ~N reports every 2 s, each node's newest plain
+# report of the two (ingest.coalesced; docs/collector.md "Report relays"). A
+# plain report has no op in flight for URGENT_S: nothing a verdict waits for.
+BATCH_S = 2.0
 # A report with an op in flight this long goes up at once (the collector's
 # index takes ops from 1 s in flight): the HANG line never waits for a batch.
 URGENT_S = 1.0

@@ -220,8 +220,8 @@ class Ingest:
                 up, closed, self._up, self._closed = self._up, self._closed, [], []
                 now, window = time.monotonic(), self._batch_s
                 reports = [ipb.RelayedReport(stream=sid, report=data, held_us=int(1e6 * min(now - at, window)),
-                                             digest=read) for sid, data, at, read in up]
-                self._sending = len(reports)
+                                             digest=read) for sid, data, at, read in coalesced(up)]
+                self._sending = len(up)
                 await call.write(ipb.RelayUp(reports=reports, closed=closed))
                 self._sending = 0
                 self._room.set()
@@ -294,6 +294,32 @@ async def serve(args) -> int:
     ingest.end_streams(f"the {'relay' if relay_of else 'ingest process'} stopped: its link to the collector ended")
     await server.stop(1.0)
     return 0
+
+
+def coalesced(up: list) -> list:
+    """A batch's reports, (stream, bytes, when read, digest or None), as
+    they go up: of a stream's plain reports (with a digest) only the newest,
+    which says all the older ones said, newer; its digest counts them
+    (``superseded``), for the judge counts every report. One that carried
+    the performance window goes up unless the newest carries it too: the
+    judge keeps a rank's newest window apart from its newest report. At a
+    report a second and a 2 s batch this halves the judge's reports."""
+    newest: dict[int, int] = {}
+    for i, (sid, _, _, read) in enumerate(up):
+        if read is not None:
+            newest[sid] = i
+    if len(newest) == sum(read is not None for _, _, _, read in up):
+        return up   # no stream twice: nothing to leave out
+    out, left = [], {}
+    for i, item in enumerate(up):
+        sid, read = item[0], item[3]
+        if read is not None and newest[sid] != i and (not read.perf or up[newest[sid]][3].perf):
+            left[sid] = left.get(sid, 0) + 1 + read.superseded
+            continue
+        out.append(item)
+    for sid, n in left.items():
+        up[newest[sid]][3].superseded += n
+    return out
 
 
 def _read(data: bytes, age_ns: int) -> tuple[bool, ipb.ReportDigest | None]:

@@ -134,7 +134,7 @@ class IngestLinkServicer(ipb_grpc.IngestLinkServicer):
             if session.commands:
                 link.wake.set()
         try:
-            self._state.ingest(report, now, session.clock)
+            self._state.ingest(report, now, session.clock, relayed.digest.superseded)
         except ReportError as exc:
             link.abort(stream, grpc.StatusCode.INVALID_ARGUMENT, f"bad NodeReport: {exc}")
             del link.sessions[stream]

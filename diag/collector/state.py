@@ -313,8 +313,10 @@ class JobState:
         self._progress_at = float("-inf")
         self._exited: dict[int, int] = {}   # rank -> pid, ranks reported not alive
 
-    def ingest(self, report: pb.NodeReport, now: float, clock: AgentClock | None = None) -> None:
-        """Store one report received at monotonic ``now``.
+    def ingest(self, report: pb.NodeReport, now: float, clock: AgentClock | None = None,
+               superseded: int = 0) -> None:
+        """Store one report received at monotonic ``now`` (and count the
+        ``superseded`` ones a relay sent it for: ingest.coalesced).
 
         Raises ReportError, and stores nothing, when a rank or world size is
         out of range or the ranks disagree on the world size.
@@ -390,6 +392,7 @@ class JobState:
             if oldest >= 0:
                 kept.bound = oldest * 1e-9
             self._reported(info, world if ranks else 0, now - sent)
+            self.reports += superseded
         if changed:   # its ranks' entries made now: a snapshot finds each rank's node in them
             self._settle((node,))
 
@@ -436,6 +439,7 @@ class JobState:
                     if rank in ops:
                         self._unfile(rank)
             self._reported(info, world if ids else 0, now - sent)
+            self.reports += digest.superseded   # the relay sent this one for them (ingest.coalesced)
         if changed:
             self._settle((node,))
         return True

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x64iag/pb/ingest.proto\x12\x07\x64iag.pb\"g\n\rRelayedReport\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0e\n\x06report\x18\x02 \x01(\x0c\x12\x0f\n\x07held_us\x18\x03 \x01(\r\x12%\n\x06\x64igest\x18\x04 \x01(\x0b\x32\x15.diag.pb.ReportDigest\"\xb5\x01\n\x0cReportDigest\x12\x11\n\tnode_rank\x18\x01 \x01(\x05\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x11\n\tagent_pid\x18\x03 \x01(\x05\x12\x14\n\x0csent_mono_ns\x18\x04 \x01(\x04\x12\x12\n\nworld_size\x18\x05 \x01(\x05\x12\r\n\x05ranks\x18\x06 \x03(\x05\x12\x0c\n\x04perf\x18\x07 \x01(\x08\x12\x11\n\tin_flight\x18\x08 \x01(\x08\x12\x13\n\x0bmin_idle_ns\x18\t \x01(\x04\"B\n\x07RelayUp\x12\'\n\x07reports\x18\x01 \x03(\x0b\x32\x16.diag.pb.RelayedReport\x12\x0e\n\x06\x63losed\x18\x02 \x03(\r\"\\\n\x0eRelayedCommand\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\x0c\x12\x12\n\nabort_code\x18\x03 \x01(\x05\x12\x15\n\rabort_message\x18\x04 \x01(\t\"6\n\tRelayDown\x12)\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x17.diag.pb.RelayedCommand2?\n\nIngestLink\x12\x31\n\x05Relay\x12\x10.diag.pb.RelayUp\x1a\x12.diag.pb.RelayDown(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x64iag/pb/ingest.proto\x12\x07\x64iag.pb\"g\n\rRelayedReport\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0e\n\x06report\x18\x02 \x01(\x0c\x12\x0f\n\x07held_us\x18\x03 \x01(\r\x12%\n\x06\x64igest\x18\x04 \x01(\x0b\x32\x15.diag.pb.ReportDigest\"\xc9\x01\n\x0cReportDigest\x12\x11\n\tnode_rank\x18\x01 \x01(\x05\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x11\n\tagent_pid\x18\x03 \x01(\x05\x12\x14\n\x0csent_mono_ns\x18\x04 \x01(\x04\x12\x12\n\nworld_size\x18\x05 \x01(\x05\x12\r\n\x05ranks\x18\x06 \x03(\x05\x12\x0c\n\x04perf\x18\x07 \x01(\x08\x12\x11\n\tin_flight\x18\x08 \x01(\x08\x12\x13\n\x0bmin_idle_ns\x18\t \x01(\x04\x12\x12\n\nsuperseded\x18\n \x01(\r\"B\n\x07RelayUp\x12\'\n\x07reports\x18\x01 \x03(\x0b\x32\x16.diag.pb.RelayedReport\x12\x0e\n\x06\x63losed\x18\x02 \x03(\r\"\\\n\x0eRelayedCommand\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\x0c\x12\x12\n\nabort_code\x18\x03 \x01(\x05\x12\x15\n\rabort_message\x18\x04 \x01(\t\"6\n\tRelayDown\x12)\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x17.diag.pb.RelayedCommand2?\n\nIngestLink\x12\x31\n\x05Relay\x12\x10.diag.pb.RelayUp\x1a\x12.diag.pb.RelayDown(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -24,13 +24,13 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_RELAYEDREPORT']._serialized_start=33
   _globals['_RELAYEDREPORT']._serialized_end=136
   _globals['_REPORTDIGEST']._serialized_start=139
-  _globals['_REPORTDIGEST']._serialized_end=320
-  _globals['_RELAYUP']._serialized_start=322
-  _globals['_RELAYUP']._serialized_end=388
-  _globals['_RELAYEDCOMMAND']._serialized_start=390
-  _globals['_RELAYEDCOMMAND']._serialized_end=482
-  _globals['_RELAYDOWN']._serialized_start=484
-  _globals['_RELAYDOWN']._serialized_end=538
-  _globals['_INGESTLINK']._serialized_start=540
-  _globals['_INGESTLINK']._serialized_end=603
+  _globals['_REPORTDIGEST']._serialized_end=340
+  _globals['_RELAYUP']._serialized_start=342
+  _globals['_RELAYUP']._serialized_end=408
+  _globals['_RELAYEDCOMMAND']._serialized_start=410
+  _globals['_RELAYEDCOMMAND']._serialized_end=502
+  _globals['_RELAYDOWN']._serialized_start=504
+  _globals['_RELAYDOWN']._serialized_end=558
+  _globals['_INGESTLINK']._serialized_start=560
+  _globals['_INGESTLINK']._serialized_end=623
 # @@protoc_insertion_point(module_scope)

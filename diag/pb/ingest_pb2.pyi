@@ -18,7 +18,7 @@ class RelayedReport(_message.Message):
     def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ..., held_us: _Optional[int] = ..., digest: _Optional[_Union[ReportDigest, _Mapping]] = ...) -> None: ...
 
 class ReportDigest(_message.Message):
-    __slots__ = ("node_rank", "hostname", "agent_pid", "sent_mono_ns", "world_size", "ranks", "perf", "in_flight", "min_idle_ns")
+    __slots__ = ("node_rank", "hostname", "agent_pid", "sent_mono_ns", "world_size", "ranks", "perf", "in_flight", "min_idle_ns", "superseded")
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     AGENT_PID_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class ReportDigest(_message.Message):
     PERF_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     MIN_IDLE_NS_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
     node_rank: int
     hostname: str
     agent_pid: int
@@ -37,7 +38,8 @@ class ReportDigest(_message.Message):
     perf: bool
     in_flight: bool
     min_idle_ns: int
-    def __init__(self, node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., perf: bool = ..., in_flight: bool = ..., min_idle_ns: _Optional[int] = ...) -> None: ...
+    superseded: int
+    def __init__(self, node_rank: _Optional[int] = ..., hostname: _Optional[str] = ..., agent_pid: _Optional[int] = ..., sent_mono_ns: _Optional[int] = ..., world_size: _Optional[int] = ..., ranks: _Optional[_Iterable[int]] = ..., perf: bool = ..., in_flight: bool = ..., min_idle_ns: _Optional[int] = ..., superseded: _Optional[int] = ...) -> None: ...
 
 class RelayUp(_message.Message):
     __slots__ = ("reports", "closed")

@@ -224,6 +224,49 @@ def test_a_relay_stopped_sends_what_it_holds_before_it_exits(tmp_path):
         server.stop(grace=0).wait(5)
 
 
+def test_a_relay_sends_a_streams_newest_plain_report_for_the_older_ones_and_every_perf_window(tmp_path, monkeypatch):
+    """Three plain reports of node 0 in one batch (the first with the perf
+    window) and one of node 1: the judge reads node 0's first (its window)
+    and newest, counts all four, and node 0's rank reads the newest with
+    the window of the first (ingest.coalesced)."""
+    from tests.collector.fakes import ALL_REDUCE, FakeAgent, node_report, rank_progress
+    server, relay, port_file = _relay_by_hand(tmp_path, batch_s=30, stderr=subprocess.PIPE)
+    read = []   # each plain report the judge read: how many it stood for
+    ingest_digest = server.state.ingest_digest
+    monkeypatch.setattr(server.state, "ingest_digest",
+                        lambda data, d, *a: read.append(1 + d.superseded) or ingest_digest(data, d, *a))
+    agents = []
+    try:
+        wait_for(lambda: server.servicer.relays.linked == 1 and port_file.exists(), "the relay linked", 30)
+        for node in range(2):   # each stream opens with a stalled op's report, which goes up at once
+            agents.append(FakeAgent(f"127.0.0.1:{port_file.read_text()}", TOKEN))
+            agents[-1].send(node_report(node, [rank_progress(node, 2, op=ALL_REDUCE, age_s=2.0, seq=5, started=5,
+                                                             completed=4)], seq=1))
+        wait_for(lambda: server.state.reports == 2, "the streams' first reports", 15)
+        first = rank_progress(0, 2, started=5, completed=5)
+        first.perf.window_s = 10.0
+        agents[0].send(node_report(0, [first], seq=2))
+        agents[0].send(node_report(0, [rank_progress(0, 2, started=6, completed=6)], seq=3))
+        agents[0].send(node_report(0, [rank_progress(0, 2, started=7, completed=7)], seq=4))
+        agents[1].send(node_report(1, [rank_progress(1, 2, started=7, completed=7)], seq=2))
+        time.sleep(1.0)   # the relay has read them, and holds them for its window
+        relay.send_signal(signal.SIGTERM)   # a relay stopped sends what it holds: the batch, now
+        assert relay.wait(10) == 0
+        assert server.state.reports == 6
+        ranks = server.state.snapshot(time.monotonic()).ranks
+        assert ranks[0].progress.comms[0].last_started_seq == 7 and ranks[0].perf.window_s == 10.0
+        assert ranks[1].progress.comms[0].last_started_seq == 7
+        # node 0's report with the window (nothing newer carried one), its newest for the one between; node 1's
+        assert sorted(read) == [1, 1, 2], read
+    finally:
+        for agent in agents:
+            agent.close(clean=False)
+        if relay.poll() is None:
+            relay.kill()
+        relay.wait(10)
+        server.stop(grace=0).wait(5)
+
+
 def test_an_agent_that_ignores_the_relay_commands_goes_on_reporting_directly(tmp_path):
     """An agent of an older release: ServeRelay and RelayVia are unknown to it."""
     from tests.collector.fakes import FakeAgent, node_report, rank_progress
@@ -353,6 +396,7 @@ def test_a_relay_stopped_while_the_collector_takes_nothing_says_how_many_reports
         for seq in range(held // 2):
             for node, agent in enumerate(agents):
                 ranks = [rank_progress(8 * node + r, 16, started=seq, completed=seq) for r in range(8)]
+                ranks[0].dropped_records = 1   # the judge reads each such report (no newer one stands for it)
                 agent.send(node_report(node, ranks, seq=seq + 2))
         time.sleep(2.0)   # the relay has read them, and holds them for its window
         stopped = time.monotonic()
