@@ -67,15 +67,28 @@ class _Look:
 @dataclasses.dataclass
 class Ahead:
     """A verdict judged ahead of the timeout: ``findings`` at ``at`` (an op
-    crossed it), on a snapshot whose state's mark was ``mark`` with
+    crossed it), on ``snap`` (its state's mark the one that must hold) with
     ``quiet`` agents quiet; it stands until ``until`` (the next op to cross)."""
 
     at: float
     findings: Findings
-    mark: tuple
+    snap: Snapshot
     quiet: set[int]
     until: float
-    judged: float   # when its snapshot was taken
+
+    def view(self, now: float) -> Snapshot:
+        """The snapshot it was judged on, moved to ``now``: ranks age, and
+        every agent is taken to have reported as recently as when it was
+        taken (what the mark and the quiet agents say still holds). Its
+        entries are made already: the line and hang.json read them without
+        parsing 25,000 reports again."""
+        return moved(self.snap, now)
+
+
+def moved(snap: Snapshot, now: float) -> Snapshot:
+    later = now - snap.now
+    return snap._replace(now=now, agents={n: a._replace(last_seen=a.last_seen + later)
+                                          for n, a in snap.agents.items()})
 
 
 class HangPass(Pass):
@@ -92,7 +105,7 @@ class HangPass(Pass):
         self.ahead: Ahead | None = None   # the verdict judged ahead, while it stands
         self._tried: tuple | None = None   # (mark, quiet) of the last look ahead: not again on the same state
         self._tried_at = float("-inf")
-        self.judge_cost: float | None = None   # the last full judgement's seconds (the lead)
+        self.judge_cost: float | None = None   # the last judgement that explained a hang, seconds (the lead)
         self.declared_ahead: float | None = None   # the last HANG's verdict was judged this long before its moment
 
     def look(self, tick: Tick) -> _Look:
@@ -124,8 +137,8 @@ class HangPass(Pass):
 
     def lead(self, world_size: int) -> float:
         """How long before an op crosses the timeout its verdict is judged:
-        twice a judgement's cost and half a second, within [INDEX_SLACK_S,
-        half the timeout]."""
+        twice the cost of a judgement that explains a hang and half a
+        second, within [INDEX_SLACK_S, half the timeout]."""
         cost = self.judge_cost if self.judge_cost is not None else world_size * COST_PER_RANK_S
         return min(self._config.hang_timeout_s / 2, max(INDEX_SLACK_S, 2 * cost + 0.5))
 
@@ -168,17 +181,21 @@ class HangPass(Pass):
         try:
             if self.detector.armed and self._ahead_stands(look, tick):
                 tick.near_timeout = True   # the perf path waits, as for any op near the timeout
-                if now >= self.ahead.at:
+                ahead = self.ahead
+                if now >= ahead.at:
                     hold = self._newly_expired(look.expired, now)
-                    self.declared_ahead = self.ahead.at - self.ahead.judged
+                    self.declared_ahead = ahead.at - ahead.snap.now
                     with self._actions.ingest_held(hold):
-                        tick.hanging = self.judge(tick.snap, tick.unix, look.silent_after_s, False, tick,
-                                                  self.ahead.findings.later(now - self.ahead.at))
+                        tick.hanging = self.judge(ahead.view(now), tick.unix, look.silent_after_s, False, tick,
+                                                  ahead.findings.later(now - ahead.at))
                     self.ahead = None
                 return   # until then the verdict stands: nothing to judge
             if tick.snapshot_wanted and self.ahead_due(tick):
                 tick.near_timeout = True
-                self.judge_ahead(tick.snap, look)
+                # Held as the declaring tick holds it: this is that judgement,
+                # taken early (and the backlog it makes is forgiven).
+                with self._actions.ingest_held(True):
+                    self.judge_ahead(tick.snap, look)
                 return
             if tick.snapshot_wanted:
                 self.declared_ahead = None
@@ -204,9 +221,11 @@ class HangPass(Pass):
             limits = self.limits(silent_after_s, probe)
             started = time.perf_counter()
             findings = decide(snap, limits)
-            self.judge_cost = time.perf_counter() - started
+            took = time.perf_counter() - started
+            if findings.is_hang or limits.proofs:   # a look that explains (the rules that explain ran)
+                self.judge_cost = took
             if limits.proofs:
-                self.probe_at, self.probe_cost = snap.now, self.judge_cost
+                self.probe_at, self.probe_cost = snap.now, took
         else:
             findings = Findings(world_size=snap.world_size, silent_agents=silent_agents(snap, silent_after_s))
         tick.silent_nodes = {a.node_rank for a in findings.silent_agents}
@@ -230,13 +249,11 @@ class HangPass(Pass):
         snapshot missed, which the mark would not see."""
         self._tried, self._tried_at = (snap.mark, look.quiet), snap.now
         at = look.crossing + AHEAD_PAST_S
-        moved = at - snap.now
-        agents = {n: a._replace(last_seen=a.last_seen + moved) for n, a in snap.agents.items()}
         started = time.perf_counter()
-        findings = decide(snap._replace(now=at, agents=agents), self.limits(look.silent_after_s, False))
-        self.judge_cost = time.perf_counter() - started
+        findings = decide(moved(snap, at), self.limits(look.silent_after_s, False))
         if not findings.is_hang or not snap.mark:
             return
+        self.judge_cost = time.perf_counter() - started
         from_ = snap.mark[1] + PROGRESS_SLACK_S
         if any(a.sent < from_ for n, a in snap.agents.items() if n not in look.quiet):
             return
@@ -244,7 +261,7 @@ class HangPass(Pass):
         soon = self._state.expired(snap.now - self._config.hang_timeout_s + self.lead(snap.world_size))
         nxt = self._state.first_start(soon - named)
         until = float("inf") if nxt is None else nxt + self._config.hang_timeout_s
-        self.ahead = Ahead(at, findings, snap.mark, set(look.quiet), until, snap.now)
+        self.ahead = Ahead(at, findings, snap, set(look.quiet), until)
 
     def _ahead_stands(self, look: _Look, tick: Tick) -> bool:
         """Whether the verdict judged ahead holds: nothing moved since its
@@ -253,7 +270,7 @@ class HangPass(Pass):
         ahead = self.ahead
         if ahead is None:
             return False
-        if self._state.mark() == ahead.mark and look.quiet == ahead.quiet and tick.now < ahead.until:
+        if self._state.mark() == ahead.snap.mark and look.quiet == ahead.quiet and tick.now < ahead.until:
             return True
         self.ahead = None
         return False

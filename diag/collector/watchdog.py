@@ -268,7 +268,7 @@ class Watchdog:
                                   dropped=dropped, refused=refused, stall=stall,
                                   idle_timeout_s=self.config.idle_timeout_s)
         silent = set(findings.silent_ranks)
-        expected = {r for r, e in snap.ranks.items() if r < findings.world_size and r not in silent}
+        expected = {r for r in snap.ranks if r < findings.world_size and r not in silent}   # no entry made
         event = self._events.open_event(event_id, path, doc, expected, snap.now)
         event.refused = refused
         # Who is asked for last words, set before any command goes out: the
