@@ -50,7 +50,6 @@ from diag.agent.config import AgentConfig  # noqa: E402
 from diag.agent.connection import HEALTHY_AFTER, MOVE_WAIT_S, bounded_pace  # noqa: E402
 from diag.agent.report_relay import BATCH_S as RELAY_BATCH_S, ReportRelay  # noqa: E402
 from diag.collector.digest import digest  # noqa: E402
-from diag.collector.ingest import coalesced  # noqa: E402
 from diag.collector.relay_board import PERF_EVERY as RELAY_PERF_EVERY, RELAY_METADATA  # noqa: E402
 from diag.common import envnames, handshake  # noqa: E402
 from diag.pb import collector_pb2 as pb  # noqa: E402
@@ -518,33 +517,30 @@ class RelayLoad:
                     wait = min(wait, max(0.0, due[0] - time.monotonic()))
                 woke = time.monotonic() + wait
                 await asyncio.sleep(wait)
-                now, up, batch = time.monotonic(), ipb.RelayUp(), []
+                now, up = time.monotonic(), ipb.RelayUp()
                 self.late_s = max(self.late_s, now - woke)
                 for node in nodes:
-                    while due[node] <= now:   # every report the node's agent sent meanwhile
-                        interval, every, n = pace[node]
-                        with_perf = n % every == 0
-                        payload = full[node] if with_perf else bare[node]
-                        read = None if args.old_relays else ipb.ReportDigest()
-                        if read is not None:
-                            read.CopyFrom(digests[node, with_perf])
-                        if self.stall_since is not None:   # the job stopped: ranks report idle time (or the stall)
-                            report = make_report(node, self.world, self.stall_since if node == 0 else None, due[node],
-                                                 perf=with_perf, idle_since=self.stall_since)
-                            payload, read = report.SerializeToString(), None if args.old_relays else digest(report)
-                        # Built by its agent when due, then held by the relay until now.
-                        sent_ns = int(due[node] * 1e9)
-                        if read is not None:
-                            read.sent_mono_ns = sent_ns
-                        batch.append((node + 1, stamped(payload, sent_ns), due[node], read))
-                        pace[node][2] += 1
-                        due[node] = max(due[node] + interval, now - interval)
-                for stream, payload, at, read in (batch if args.old_relays else coalesced(batch)):
-                    up.reports.add(stream=stream, report=payload, held_us=int(1e6 * min(now - at, args.batch_s)),
-                                   digest=read)
+                    if due[node] > now:
+                        continue
+                    interval, every, n = pace[node]
+                    with_perf = n % every == 0
+                    payload = full[node] if with_perf else bare[node]
+                    read = None if args.old_relays else digests[node, with_perf]
+                    if node == 0 and self.stall_since is not None:
+                        report = make_report(0, self.world, self.stall_since, now, perf=with_perf)
+                        payload, read = report.SerializeToString(), None if args.old_relays else digest(report)
+                    # Built by its agent when due, then held by the relay until now.
+                    sent_ns = int(due[node] * 1e9)
+                    relayed = up.reports.add(stream=node + 1, report=stamped(payload, sent_ns),
+                                             held_us=int(1e6 * min(now - due[node], args.batch_s)))
+                    if read is not None:
+                        relayed.digest.CopyFrom(read)
+                        relayed.digest.sent_mono_ns = sent_ns
+                    pace[node][2] += 1
+                    due[node] = max(due[node] + interval, now - interval)
                 if up.reports:
                     await call.write(up)
-                    self.sent += len(batch)
+                    self.sent += len(up.reports)
                     if first:
                         self.connected += len(nodes)
                         self.relayed += len(nodes)

@@ -255,7 +255,10 @@ class HangPass(Pass):
             return
         self.judge_cost = time.perf_counter() - started
         from_ = snap.mark[1] + PROGRESS_SLACK_S
-        if any(a.sent < from_ for n, a in snap.agents.items() if n not in look.quiet):
+        late = [n for n, a in snap.agents.items() if a.sent < from_ and n not in look.quiet]
+        if late:
+            self._said_ahead(f"not kept: {len(late)} agent(s) (node {late[0]} first) had reported nothing built "
+                             f"since the job's latest progress")
             return
         named = {r for g in findings.hung for r in g.ranks} | set(findings.silent_ranks)
         soon = self._state.expired(snap.now - self._config.hang_timeout_s + self.lead(snap.world_size))
@@ -270,10 +273,22 @@ class HangPass(Pass):
         ahead = self.ahead
         if ahead is None:
             return False
-        if self._state.mark() == ahead.snap.mark and look.quiet == ahead.quiet and tick.now < ahead.until:
+        mark = self._state.mark()
+        if mark == ahead.snap.mark and look.quiet == ahead.quiet and tick.now < ahead.until:
             return True
         self.ahead = None
+        self._said_ahead("dropped: " + ("the job moved" if mark[0] == ahead.snap.mark[0] and mark != ahead.snap.mark
+                                        else "the state changed" if mark != ahead.snap.mark
+                                        else "other agents are quiet" if look.quiet != ahead.quiet
+                                        else "another op crossed the timeout"))
         return False
+
+    def _said_ahead(self, what: str) -> None:
+        """Why a verdict judged ahead is not declared, where judging it cost
+        a second or more (a large job): one line, at info."""
+        if (self.judge_cost or 0.0) >= 1.0:
+            log.info("the timeout's verdict judged ahead (%.1f s) %s; the timeout's tick judges afresh",
+                     self.judge_cost, what)
 
     def _newly_expired(self, expired: set[int], now: float) -> bool:
         """Whether some rank's op reached the index's window lately (within
