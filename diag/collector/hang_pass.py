@@ -131,16 +131,36 @@ class HangPass(Pass):
         if look.probing is None:
             limits = self.probe_due(tick.now)
             look.probing = limits is not None and self.detector.armed and bool(
-                self._state.expired(tick.now - limits.probe_s + INDEX_SLACK_S)) and not self.ahead_due(tick) \
-                and self.ahead is None
+                self._state.expired(tick.now - limits.probe_s + INDEX_SLACK_S)) and self.ahead is None \
+                and self.crossing(tick) == float("inf")
         return look.probing
+
+    def cost(self, world_size: int) -> float:
+        """What a judgement that explains a hang costs here, in seconds."""
+        return self.judge_cost if self.judge_cost is not None else world_size * COST_PER_RANK_S
 
     def lead(self, world_size: int) -> float:
         """How long before an op crosses the timeout its verdict is judged:
         twice the cost of a judgement that explains a hang and half a
         second, within [INDEX_SLACK_S, half the timeout]."""
-        cost = self.judge_cost if self.judge_cost is not None else world_size * COST_PER_RANK_S
-        return min(self._config.hang_timeout_s / 2, max(INDEX_SLACK_S, 2 * cost + 0.5))
+        return min(self._config.hang_timeout_s / 2, max(INDEX_SLACK_S, 2 * self.cost(world_size) + 0.5))
+
+    def crossing(self, tick: Tick) -> float:
+        """When the earliest op crosses the timeout, where that is within
+        the lead and a judgement's cost (inf otherwise, or while a verdict
+        judged ahead stands): from then on the verdict rules' look is not
+        taken, for it would still run when the look ahead is due."""
+        look = self.look(tick)
+        if look.crossing is None:
+            look.crossing = float("inf")
+            if self.detector.armed and self.ahead is None:
+                _, world = self._state.size
+                soon = self._state.expired(tick.now - self._config.hang_timeout_s + self.lead(world)
+                                           + self.cost(world))
+                first = self._state.first_start(soon) if soon else None
+                if first is not None:
+                    look.crossing = first + self._config.hang_timeout_s
+        return look.crossing
 
     def ahead_due(self, tick: Tick) -> bool:
         """Whether this tick judges the timeout's verdict ahead: some op
@@ -148,17 +168,13 @@ class HangPass(Pass):
         quiet agents changed since the last look ahead, at most once in
         twice a judgement's cost (a job that goes on around a stuck op
         changes the state at every report)."""
-        look = self.look(tick)
-        if look.crossing is None:
-            look.crossing = float("inf")
-            again = max(PROBE_EVERY_S, 2 * (self.judge_cost or 0.0))
-            if self.detector.armed and self.ahead is None and tick.now - self._tried_at >= again:
-                _, world = self._state.size
-                soon = self._state.expired(tick.now - self._config.hang_timeout_s + self.lead(world))
-                first = self._state.first_start(soon) if soon else None
-                if first is not None:
-                    look.crossing = first + self._config.hang_timeout_s
-        return tick.now < look.crossing < float("inf") and (self._state.mark(), look.quiet) != self._tried
+        crossing = self.crossing(tick)
+        if not tick.now < crossing < float("inf"):
+            return False
+        _, world = self._state.size
+        again = max(PROBE_EVERY_S, 2 * (self.judge_cost or 0.0))
+        return (crossing - tick.now <= self.lead(world) and tick.now - self._tried_at >= again
+                and (self._state.mark(), self.look(tick).quiet) != self._tried)
 
     def probe_due(self, now: float) -> Limits | None:
         """The verdict rules' limits when their next look is due, else None.
