@@ -61,7 +61,7 @@ class _Look:
     expired: set[int]            # ranks whose op nears the timeout
     quiet: set[int]              # agents quiet past --silent-after (silent candidates)
     probing: bool | None = None  # whether the verdict rules look this tick (worked out when asked)
-    crossing: float | None = None   # when the earliest op nearing the timeout crosses it (ahead_due)
+    crossing: float | None = None   # when the earliest op nearing the timeout crosses it (HangPass.crossing)
 
 
 @dataclasses.dataclass
@@ -86,6 +86,8 @@ class Ahead:
 
 
 def moved(snap: Snapshot, now: float) -> Snapshot:
+    """``snap`` as it would read at ``now`` were every report until then the
+    same as its node's last, ages apart (judge_ahead, Ahead.view)."""
     later = now - snap.now
     return snap._replace(now=now, agents={n: a._replace(last_seen=a.last_seen + later)
                                           for n, a in snap.agents.items()})
@@ -264,20 +266,24 @@ class HangPass(Pass):
         progress: a report that left earlier may still tell of an op this
         snapshot missed, which the mark would not see."""
         self._tried, self._tried_at = (snap.mark, look.quiet), snap.now
-        at = look.crossing + AHEAD_PAST_S
-        started = time.perf_counter()
-        findings = decide(moved(snap, at), self.limits(look.silent_after_s, False))
-        if not findings.is_hang or not snap.mark:
+        if not snap.mark:
             return
-        self.judge_cost = time.perf_counter() - started
         from_ = snap.mark[1] + PROGRESS_SLACK_S
         late = [n for n, a in snap.agents.items() if a.sent < from_ and n not in look.quiet]
         if late:
-            self._said_ahead(f"not kept: {len(late)} agent(s) (node {late[0]} first) had reported nothing built "
+            self._said_ahead(f"not judged: {len(late)} agent(s) (node {late[0]} first) had reported nothing built "
                              f"since the job's latest progress")
             return
+        at = look.crossing + AHEAD_PAST_S
+        started = time.perf_counter()
+        findings = decide(moved(snap, at), self.limits(look.silent_after_s, False))
+        if not findings.is_hang:
+            return
+        self.judge_cost = time.perf_counter() - started
         named = {r for g in findings.hung for r in g.ranks} | set(findings.silent_ranks)
-        soon = self._state.expired(snap.now - self._config.hang_timeout_s + self.lead(snap.world_size))
+        # the ops that may cross by the declaring tick (a tick after ``at`` at most) but for those named
+        world = snap.world_size
+        soon = self._state.expired(snap.now - self._config.hang_timeout_s + self.lead(world) + self.cost(world) + 1.0)
         nxt = self._state.first_start(soon - named)
         until = float("inf") if nxt is None else nxt + self._config.hang_timeout_s
         self.ahead = Ahead(at, findings, snap, set(look.quiet), until)
@@ -293,10 +299,13 @@ class HangPass(Pass):
         if mark == ahead.snap.mark and look.quiet == ahead.quiet and tick.now < ahead.until:
             return True
         self.ahead = None
-        self._said_ahead("dropped: " + ("the job moved" if mark[0] == ahead.snap.mark[0] and mark != ahead.snap.mark
-                                        else "the state changed" if mark != ahead.snap.mark
-                                        else "other agents are quiet" if look.quiet != ahead.quiet
-                                        else "another op crossed the timeout"))
+        if mark == ahead.snap.mark:
+            why = "other agents are quiet" if look.quiet != ahead.quiet else "another op crossed the timeout"
+        elif mark[0] == ahead.snap.mark[0]:
+            why = "an op started or ended"
+        else:
+            why = "an op was filed or ended, a rank exited or a node's ranks changed"
+        self._said_ahead("dropped: " + why)
         return False
 
     def _said_ahead(self, what: str) -> None:

@@ -124,6 +124,30 @@ def test_a_rank_that_moves_before_the_timeout_drops_the_verdict_judged_ahead(tmp
     assert any(now == T0 + 15.5 for now, _ in judged), judged   # judged at the declaring tick itself
 
 
+def test_no_verdict_is_judged_ahead_while_an_agent_has_reported_nothing_since_the_job_last_moved(
+        tmp_path, monkeypatch):
+    """Node 9's agent sends nothing after second 5 (quiet, not yet silent):
+    a report of its on the way could tell of an op after the job's latest
+    progress, which no mark would show. The timeout's tick judges."""
+    watchdog, state, out, judged = make(tmp_path, monkeypatch)
+    t = T0
+    for second in range(1, 21):
+        for n in range(NODES):
+            if n != 9 or second <= 5:
+                state.ingest(node(n, second), T0 + second)
+        for half in (0.0, 0.5):
+            t = T0 + second + half
+            watchdog.tick(now=t, now_unix=1.7e9 + t)
+            assert watchdog.hang.ahead is None
+            if watchdog.declared:
+                break
+        if watchdog.declared:
+            break
+    assert watchdog.declared and t == T0 + 15.5, t
+    assert any(now == T0 + 15.5 for now, _ in judged), judged
+    assert out.getvalue().startswith("HANG: ranks 56-63 in all_reduce"), out.getvalue()
+
+
 def test_a_long_op_that_ends_before_the_timeout_is_no_hang_though_judged_ahead(tmp_path, monkeypatch):
     """Every rank in one op from second 5 (a checkpoint's barrier, say): the
     look ahead finds it hung at the timeout; it ends at second 14."""
