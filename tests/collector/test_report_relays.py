@@ -166,6 +166,16 @@ def _relay_by_hand(tmp_path, batch_s: float, stderr=None):
     return server, relay, port_file
 
 
+def _stop(server, relay, agents) -> None:
+    """After a test of a relay started by hand: its agents, the relay, the collector."""
+    for agent in agents:
+        agent.close(clean=False)
+    if relay.poll() is None:
+        relay.kill()
+    relay.wait(10)
+    server.stop(grace=0).wait(5)
+
+
 def test_a_relay_batches_reports_but_sends_a_stalled_one_at_once(tmp_path):
     """A relay started by hand with a 2 s batch window: a healthy report
     waits for the window, one with an op in flight for 2 s goes up at once
@@ -216,12 +226,7 @@ def test_a_relay_stopped_sends_what_it_holds_before_it_exits(tmp_path):
         assert "link to the collector ended" not in relay.stderr.read()
         wait_for(lambda: server.servicer.relays.linked == 0, "the collector forgot the relay", 10)
     finally:
-        for agent in agents:
-            agent.close(clean=False)
-        if relay.poll() is None:
-            relay.kill()
-        relay.wait(10)
-        server.stop(grace=0).wait(5)
+        _stop(server, relay, agents)
 
 
 def test_a_relay_sends_a_streams_newest_plain_report_for_the_older_ones_and_every_perf_window(tmp_path, monkeypatch):
@@ -259,12 +264,7 @@ def test_a_relay_sends_a_streams_newest_plain_report_for_the_older_ones_and_ever
         # node 0's report with the window (nothing newer carried one), its newest for the one between; node 1's
         assert sorted(read) == [1, 1, 2], read
     finally:
-        for agent in agents:
-            agent.close(clean=False)
-        if relay.poll() is None:
-            relay.kill()
-        relay.wait(10)
-        server.stop(grace=0).wait(5)
+        _stop(server, relay, agents)
 
 
 def test_an_agent_that_ignores_the_relay_commands_goes_on_reporting_directly(tmp_path):
@@ -367,12 +367,7 @@ def test_a_relay_whose_collector_stops_first_exits_without_a_traceback(tmp_path)
         said = relay.stderr.read()
         assert "Traceback" not in said and "CancelledError" not in said, said
     finally:
-        if agent is not None:
-            agent.close(clean=False)
-        if relay.poll() is None:
-            relay.kill()
-        relay.wait(10)
-        server.stop(grace=0).wait(5)
+        _stop(server, relay, [agent] if agent is not None else [])
 
 
 def test_a_relay_stopped_while_the_collector_takes_nothing_says_how_many_reports_it_dropped(tmp_path):
@@ -413,9 +408,4 @@ def test_a_relay_stopped_while_the_collector_takes_nothing_says_how_many_reports
         time.sleep(0.5)
         assert server.state.reports + dropped[0] == held + 1, (server.state.reports, dropped)
     finally:
-        for agent in agents:
-            agent.close(clean=False)
-        if relay.poll() is None:
-            relay.kill()
-        relay.wait(10)
-        server.stop(grace=0).wait(5)
+        _stop(server, relay, agents)
