@@ -57,7 +57,8 @@ from diag.pb import ingest_pb2 as ipb  # noqa: E402
 
 RANKS_PER_AGENT = 8
 TARGET_REPORTS_PER_S = 2000.0
-STATS_LINE = re.compile(r"ingest: (\d+) reports total, [0-9.]+/s over the last ([0-9.]+) s(?:.*; ([0-9.]+) s behind)?")
+STATS_LINE = re.compile(r"ingest: (\d+) reports total, [0-9.]+/s over the last ([0-9.]+) s"
+                        r"(?:.*; ([0-9.]+) s behind)?(?:; (\d+) of them coalesced)?")
 BACKOFF_MIN_S, BACKOFF_MAX_S = AgentConfig.backoff_min, AgentConfig.backoff_max   # an agent's own
 FDS_SPARE = 256   # beyond the sockets: files, pipes, gRPC's own
 
@@ -232,6 +233,7 @@ def start_collector(workdir: str, token: str, args, floor: bool = False) -> tupl
             if match:
                 seen["stats"].append((time.monotonic(), int(match.group(1)), float(match.group(2)),
                                       float(match.group(3) or 0)))
+                seen["coalesced"] = int(match.group(4) or 0)
             seen["lines"].append(line.rstrip())
             seen["timed"].append((time.monotonic(), line.rstrip()))
 
@@ -867,8 +869,11 @@ def print_figures(args, m: dict, seen: dict, load, fds: str) -> int:
     print(f"  sent by the agents  {rate:8.0f} node-reports/s")
     print(f"  ingested, sustained {got:8.0f} node-reports/s  ({got * RANKS_PER_AGENT:.0f} ranks/s; "
           f"target {TARGET_REPORTS_PER_S:.0f}: ratio {got / TARGET_REPORTS_PER_S:.2f})")
+    coalesced = seen.get("coalesced", 0)
     print(f"  ingested/sent       {ingested} / {load.sent} over the whole run"
-          f" ({'all' if ingested == load.sent else 'MISMATCH'})")
+          f" ({'all' if ingested == load.sent else 'MISMATCH'})"
+          + (f"; the judge read {ingested - coalesced}, the relays sending each node's newest plain report of a "
+             f"batch for the {coalesced} others" if coalesced else ""))
     print(f"  collector CPU       {m['cpu']:.1f} s in {m['wall']:.1f} s = {cpu_share:.2f} cores "
           f"({100 * cpu_share / cores:.0f}% of this {cores}-core machine); "
           f"{1e6 * m['cpu'] / max(1, m['reports']):.0f} us CPU per report")

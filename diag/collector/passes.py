@@ -99,8 +99,10 @@ class StatsPass(Pass):
         total = self._state.reports
         rate = (total - self._reports) / (now - self._at)
         agents, ranks = self._state.size
-        log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks; %.2f s behind",
-                 total, rate, now - self._at, agents, ranks, self._pacer.lag_s)
+        coalesced = self._state.coalesced
+        log.info("ingest: %d reports total, %.1f/s over the last %.3f s; %d agents, %d ranks; %.2f s behind%s",
+                 total, rate, now - self._at, agents, ranks, self._pacer.lag_s,
+                 f"; {coalesced} of them coalesced in report relays" if coalesced else "")
         self._at, self._reports = now, total
 
 

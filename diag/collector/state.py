@@ -296,6 +296,7 @@ class JobState:
         self._agents: dict[int, AgentInfo] = {}   # in order of last report (oldest first)
         self._world_size = 0
         self.reports = 0  # total NodeReports ingested (for the bench and logs)
+        self.coalesced = 0   # of them, those a relay sent a newer report of the node for (ingest.coalesced)
         # in-flight index: rank -> (op identity, start, start second); second -> ranks
         self._ops: dict[int, tuple[tuple, float, int]] = {}
         self._by_second: dict[int, set[int]] = {}
@@ -393,6 +394,7 @@ class JobState:
                 kept.bound = oldest * 1e-9
             self._reported(info, world if ranks else 0, now - sent)
             self.reports += superseded
+            self.coalesced += superseded
         if changed:   # its ranks' entries made now: a snapshot finds each rank's node in them
             self._settle((node,))
 
@@ -440,6 +442,7 @@ class JobState:
                         self._unfile(rank)
             self._reported(info, world if ids else 0, now - sent)
             self.reports += digest.superseded   # the relay sent this one for them (ingest.coalesced)
+            self.coalesced += digest.superseded
         if changed:
             self._settle((node,))
         return True
