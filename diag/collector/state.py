@@ -428,8 +428,8 @@ class JobState:
                     if exited.pop(rank, None) is not None:
                         self._moved += 1
             if ids:
-                if digest.in_flight:   # an op younger than FILE_AFTER_S: started after this
-                    active, progress = sent, sent - FILE_AFTER_S
+                if digest.in_flight:   # an op younger than FILE_AFTER_S: when it started, at most
+                    active = progress = sent
                 else:
                     active = progress = sent - digest.min_idle_ns * 1e-9
                 if active > self.active_at:

@@ -198,3 +198,23 @@ def test_the_state_mark_moves_with_what_ages_alone_do_not_make():
             assert state.mark() != mark
             mark = state.mark()
     assert state.mark() == mark
+
+
+def test_the_state_mark_moves_with_a_relayed_plain_report_of_a_young_op_not_with_one_that_only_ages():
+    """Through a relay (digest.py): node 2 idle since the stall, reported
+    again, leaves the mark; the same node with a young op in flight (it
+    started one after the stall, under FILE_AFTER_S ago) moves it."""
+    from diag.collector.digest import digest
+    state = JobState()
+    state.ingest(node(STUCK, 6), T0 + 6)
+    for second in (6, 7):
+        report = node(2, second)
+        assert state.ingest_digest(report.SerializeToString(), digest(report), T0 + second)
+        if second == 6:
+            mark = state.mark()
+    assert state.mark() == mark
+    young = node(2, 8)
+    young.ranks[0].oldest_in_flight.CopyFrom(pb.InFlightOp(age_ns=200_000_000, **ALL_REDUCE))
+    assert digest(young).in_flight
+    assert state.ingest_digest(young.SerializeToString(), digest(young), T0 + 8)
+    assert state.mark() != mark
