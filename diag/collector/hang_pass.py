@@ -196,6 +196,7 @@ class HangPass(Pass):
 
     def run(self, tick: Tick, now: float) -> None:
         look = self.look(tick)
+        self.declared_ahead = None   # said of this tick's HANG line only
         try:
             if self.detector.armed and self._ahead_stands(look, tick):
                 tick.near_timeout = True   # the perf path waits, as for any op near the timeout
@@ -216,7 +217,6 @@ class HangPass(Pass):
                     self.judge_ahead(tick.snap, look)
                 return
             if tick.snapshot_wanted:
-                self.declared_ahead = None
                 # An op is near the timeout: ingest holds while the rules judge and
                 # the line and commands go out (not while hang.json is built);
                 # the pacer forgives the wait it causes.

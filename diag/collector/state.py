@@ -392,9 +392,7 @@ class JobState:
                 self._progress_at = progress
             if oldest >= 0:
                 kept.bound = oldest * 1e-9
-            self._reported(info, world if ranks else 0, now - sent)
-            self.reports += superseded
-            self.coalesced += superseded
+            self._reported(info, world if ranks else 0, now - sent, superseded)
         if changed:   # its ranks' entries made now: a snapshot finds each rank's node in them
             self._settle((node,))
 
@@ -440,21 +438,20 @@ class JobState:
                 for rank in ids:
                     if rank in ops:
                         self._unfile(rank)
-            self._reported(info, world if ids else 0, now - sent)
-            self.reports += digest.superseded   # the relay sent this one for them (ingest.coalesced)
-            self.coalesced += digest.superseded
+            self._reported(info, world if ids else 0, now - sent, digest.superseded)
         if changed:
             self._settle((node,))
         return True
 
-    def _reported(self, info: AgentInfo, world: int, lag: float) -> None:
+    def _reported(self, info: AgentInfo, world: int, lag: float, superseded: int = 0) -> None:
         """The counts and indexes every report moves, under the lock; ``world``
         0 for a report with no ranks."""
         self._agents.pop(info.node_rank, None)   # re-insert: the dict stays in order of last report
         self._agents[info.node_rank] = info
         if world:
             self._world_size = world
-        self.reports += 1
+        self.reports += 1 + superseded   # those a relay sent this one for count too (ingest.coalesced)
+        self.coalesced += superseded
         if lag > self.lag_max:
             self.lag_max = lag
         self.lag_reports += 1
