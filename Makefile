@@ -91,36 +91,33 @@ demo: demo-deps demo-setup
 	$(MAKE) -C kernel_hook
 	$(BIN)/python examples/demo.py
 
-# Most tests wait on real processes: two workers, a file each at a time
-# (module fixtures run once), nearly halve the wall time on CI's 2 cores. The
-# tests that judge a rate or a duration (SLOW verdicts, bandwidth, GEMM
-# TFLOP/s, a ring that must not overflow) are marked `alone` and run after,
-# one at a time: beside another test they read its load, not ours.
-# Files go out longest first (tests/conftest.py says why), not xdist's
-# most-tests-first. The alone phase runs even when the parallel one failed (its
-# verdicts are as much news); the 20 slowest tests of both phases come last,
-# each with its CPU-seconds (tests/conftest.py records them).
+# Most tests wait on real processes: three workers, a file each at a time
+# (module fixtures run once), keep CI's 2 cores busy. The tests that judge a
+# rate or a duration (SLOW verdicts, bandwidth, a planted stall's timing) are
+# marked `alone` and run one at a time beside them, first in line for the CPU:
+# the parallel phase runs in a cgroup of a quarter of one task's weight
+# (tests/phases.py says why, and what it does where no cgroup can be made).
+# The few that judge milliseconds or a ring's pace are marked `quiet` and run
+# last, with nothing beside them. Files go out longest first
+# (tests/conftest.py says why), not xdist's most-tests-first. Every phase runs
+# even when one before failed (its verdicts are as much news); the 20 slowest
+# tests of all come last, each with its CPU-seconds (tests/conftest.py
+# records them).
 # lint-imports first (a fraction of a second): the layers of
 # docs/architecture.md, as pyproject.toml's [tool.importlinter] writes them.
 # Then our own modules' bytecode, written once: where PYTHONDONTWRITEBYTECODE
 # is set (this project's VMs set it), every rank, launcher, agent and CLI
 # would compile them anew, 0.28 CPU-s a 2-rank launch (6 %), and the suite is
 # bound by CPU (docs/bench-runs/s19-make-test-cpu.txt).
-# Two workers: with three on CI's two cores (14 minutes, not 17) four runs
-# in five met a test that a loaded host breaks (three fixed; netcheck's
-# dropout test blamed the dead node's partner), and a flaky suite costs more
-# than a slow one (docs/bench-runs/s22-make-test.txt).
-test: system-deps setup hook protoc-tools
+# The compiler first (the package's install builds the hook); then the rest
+# of the set-up's three parts side by side (apt, the venv, the protoc venv):
+# on a fresh CI machine each waits on the network more than on a core.
+test: demo-deps
+	@$(MAKE) --no-print-directory -j3 system-deps setup protoc-tools
+	@$(MAKE) --no-print-directory hook
 	$(BIN)/lint-imports --no-cache
 	@$(BIN)/python -m compileall -q -j 0 diag viewer tests bench
-	@mkdir -p build
-	@rm -f build/test-parallel.xml build/test-alone.xml
-	@rc=0; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder \
-	  --junitxml=build/test-parallel.xml -m "not alone" tests || rc=$$?; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider --junitxml=build/test-alone.xml -m alone tests || rc=$$?; \
-	$(BIN)/python tests/slowest.py 20 build/test-parallel.xml build/test-alone.xml; \
-	exit $$rc
+	@$(BIN)/python tests/phases.py 3
 
 # The exit races at the counts they were first measured with (tests/soak.py):
 # longer than make test's budget allows.

@@ -71,7 +71,7 @@ def test_a_burst_shares_its_fence_and_the_hung_op_never_ends(built, tmp_path):
     assert _hang_ends(tmp_path, "fence", 0) in ([], [1])
 
 
-@pytest.mark.alone     # a ring with no reader: the count only holds when the poller keeps pace
+@pytest.mark.quiet     # a ring with no reader: the count only holds when the poller keeps pace
 def test_no_fence_lands_inside_a_capture(built, tmp_path):
     out = run_prog("capture_race", "1500", shm_dir=str(tmp_path))
     assert out.returncode == 0, out.stderr
@@ -81,7 +81,7 @@ def test_no_fence_lands_inside_a_capture(built, tmp_path):
     assert len(ends) == 1500 and not any(r.flags & fmt.FLAG_FAILED for r in ends)
 
 
-@pytest.mark.alone
+@pytest.mark.quiet
 def test_no_fence_lands_on_a_destroyed_stream(built, tmp_path):
     # 900 rounds: 3,600 records, within the region's ring (no reader drains it
     # here), and the counts written at exit within the three quarters of it

@@ -21,7 +21,7 @@ def _run_core_test(tmp_path):
     return region
 
 
-@pytest.mark.alone     # under 10 % dropped: only while no other test starves the drainer
+@pytest.mark.quiet     # under 10 % dropped: only while no other test starves the drainer
 def test_many_threads_every_op_started_and_ended_once(built, tmp_path):
     region = _run_core_test(tmp_path)
     starts = {r.op_id: r for r in region.of(fmt.EVENT_START)}

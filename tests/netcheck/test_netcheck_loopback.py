@@ -20,7 +20,7 @@ def test_gemm_reports_tflops_on_cpu():
     assert g.shape == 64 and g.dtype == "float32" and g.tflops > 0 and g.seconds > 0
 
 
-@pytest.mark.alone     # two CPU GEMMs timed against each other
+@pytest.mark.quiet     # two CPU GEMMs timed against each other
 def test_two_healthy_nodes_with_compute_check(tmp_path):
     port = free_port()
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "--iface", "lo",

@@ -60,7 +60,10 @@ def runs(tmp_path_factory, module_launches):  # noqa: F811
     tmp = tmp_path_factory.mktemp("ds")
     pid = os.getpid()
     disk = tmp / "shared-ckpt"
-    jobs = {"reference": module_launches(args(tmp, f"dsref-{pid}", "none"), env=ENV),
+    # The undisturbed run's --hang-timeout is 10 s, not 3: between two of
+    # DeepSpeed's start-up broadcasts a rank computes alone for seconds, and on
+    # a loaded host that outlasted 3 s (a true stall, at that timeout).
+    jobs = {"reference": module_launches(args(tmp, f"dsref-{pid}", "none", hang_timeout="10s"), env=ENV),
             # attempt 0 hangs at AT; attempt 1, restored from it, loses rank 1 to kill -9 at KILL_AT
             "faults": module_launches(args(tmp, f"dsfaults-{pid}", "hang,kill", at=f"{AT},{KILL_AT}", restarts=2),
                                       env=ENV),
