@@ -1,6 +1,7 @@
 """The order in which `make test`'s parallel phase hands files to its workers.
 
-`make test` runs ``-n 2 --dist loadfile --no-loadscope-reorder``: each file is
+`make test`'s parallel phase runs ``-n 3 --dist loadfile --no-loadscope-reorder``
+(tests/phases.py): each file is
 one unit (its module fixtures run once), given out in collection order to the
 worker that runs dry first. xdist's own order (files with the most tests
 first) leaves the few-but-long files (real multi-rank jobs, a minute or more

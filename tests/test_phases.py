@@ -1,0 +1,59 @@
+"""tests/phases.py, make test's runner: the cgroup the parallel phase runs in,
+its fallback where there is none, and the quiet phase's files."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import phases
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_without_a_cpu_controller_the_phases_run_in_turn_and_say_so_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(phases, "CPU_CGROUPS", str(tmp_path / "no-cpu-controller"))
+    assert phases.background_cgroup() is None
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and "no cpu cgroup for the parallel phase" in out[0] and "runs before the alone phase, not beside it" in out[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(phases.CPU_CGROUPS, os.W_OK),
+                    reason="needs root and a writable cgroup v1 cpu controller")
+def test_every_descendant_of_the_parallel_phase_is_in_its_cgroup_and_the_group_goes_after():
+    path = phases.background_cgroup()
+    assert path is not None
+    try:
+        with open(os.path.join(path, "cpu.shares")) as f:
+            assert int(f.read()) == phases.BACKGROUND_SHARES
+        # what phases.start does for the parallel phase, with a child that
+        # starts a session of its own (as the launcher's jobs do)
+        grandchild = ("import os, subprocess, sys; "
+                      "print(subprocess.run([sys.executable, '-c', 'import os; print(open(\"/proc/self/cgroup\").read())'],"
+                      " start_new_session=True, capture_output=True, text=True).stdout)")
+
+        def join():
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        out = subprocess.run([sys.executable, "-c", grandchild], preexec_fn=join, capture_output=True,
+                             text=True, timeout=60).stdout
+        assert f":cpu:/{os.path.basename(path)}" in out or f":cpu,cpuacct:/{os.path.basename(path)}" in out, out
+    finally:
+        phases.remove_cgroup(path)
+    assert not os.path.exists(path)
+
+
+def test_the_quiet_phase_collects_every_file_with_a_quiet_test(monkeypatch):
+    # What pytest itself selects with -m quiet, against the files phases.py
+    # hands it. Any way of marking a test quiet names the marker, so pytest
+    # reads every test file that says "quiet" (the whole tree costs 8 CPU-s).
+    monkeypatch.chdir(ROOT)
+    saying = sorted(os.path.join(top, name) for top, _, names in os.walk("tests") for name in names
+                    if name.startswith("test_") and name.endswith(".py")
+                    and "quiet" in open(os.path.join(top, name)).read())
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                          "-m", "quiet", *saying], capture_output=True, text=True, timeout=300).stdout
+    selected = {line.split("::")[0] for line in out.splitlines() if "::" in line}
+    assert selected, out
+    assert set(phases.quiet_files()) == selected
