@@ -22,9 +22,10 @@ leave. A cgroup, not nice: nice weighs threads, so twenty runnable threads of
 the rest outweigh an alone test's two ranks (session 19 tried it,
 docs/bench-runs/s19-make-test-cpu.txt), and with autogroup scheduling every
 job that starts a session of its own would get a full share again; a cgroup
-weighs the phase as one, whatever its descendants do. The quiet tests judge
-milliseconds, which even a low-weight neighbour's time slice shows, so they
-wait for both.
+weighs the phase as one, whatever its descendants do. The quiet tests wait
+for both: those that judge milliseconds, which even a low-weight neighbour's
+time slice shows, and those whose own load would starve the parallel phase
+(the frameworks' healthy jobs, two at a time, fill both cores).
 
 Where no such cgroup can be made (not root, no cpu controller), the phases
 run one after the other, and that is said once.
@@ -81,7 +82,7 @@ def remove_cgroup(path: str) -> None:
 
 def quiet_files() -> list[str]:
     """The test files that mark a test quiet. Collecting the whole tree for
-    its half-dozen quiet tests took 8 of the quiet phase's 15 s."""
+    its few quiet files took 8 of the quiet phase's 15 s."""
     found = []
     for top, _, names in os.walk("tests"):
         for name in sorted(names):

@@ -9,6 +9,7 @@ collector's and the agent's writes, not torch."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -34,6 +35,12 @@ def test_a_refused_job_dir_is_never_named_as_where_the_stacks_are():
             assert hang[1].endswith(f"; stacks not written ({why})"), hang[1]
             stacks = job.wait_line(r"^STACKS: ", 60)
             assert stacks is not None and stacks[1].endswith(f": no stacks written ({why})"), job.output()
+            # The agent says the refusal when its upload is answered, which on
+            # a loaded host can come after the collector's STACKS line; the
+            # bug's per-file lines came within a second of the first.
+            assert job.wait_line(r"uploading the stacks of event \S+ failed: FAILED_PRECONDITION", 60), \
+                job.output()
+            time.sleep(2.0)
             job.kill()
             out = job.output()
             # Before: 8 lines, "uploading stacks of rank N failed: FAILED_PRECONDITION".
