@@ -11,7 +11,9 @@ Longest first instead: the short files fill in around them at the end.
 
 from __future__ import annotations
 
+import os
 import resource
+import time
 
 import pytest
 
@@ -60,9 +62,16 @@ def _cpu_s() -> float:
                for use in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
+# Beside it, when the test started (epoch seconds) and on which xdist worker:
+# JUnit has neither, and without them which files leave the cores idle at the
+# parallel phase's end is a guess (docs/bench-runs/s26-make-test.txt).
+_STARTED = pytest.StashKey[float]()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     item.stash[_CPU_AT_START] = _cpu_s()
+    item.stash[_STARTED] = time.time()
     yield
 
 
@@ -70,4 +79,7 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     if call.when == "teardown" and _CPU_AT_START in item.stash:
-        outcome.get_result().user_properties.append(("cpu_s", f"{_cpu_s() - item.stash[_CPU_AT_START]:.2f}"))
+        props = outcome.get_result().user_properties
+        props.append(("cpu_s", f"{_cpu_s() - item.stash[_CPU_AT_START]:.2f}"))
+        props.append(("started", f"{item.stash[_STARTED]:.1f}"))
+        props.append(("worker", os.environ.get("PYTEST_XDIST_WORKER", "main")))
