@@ -36,6 +36,7 @@ _TICK_NS = 1_000_000_000 // (os.sysconf("SC_CLK_TCK") or 100)
 @dataclass(frozen=True)
 class Activity:
     cpu_ns: int      # user + system CPU time of the tree's live processes
+    wait_ns: int     # time their main threads sat runnable on a run queue, waiting for a CPU
     io_bytes: int    # bytes read and written: syscalls' and the storage layer's
     procs: int       # processes summed
     disk_wait: bool  # the rank's main thread sleeps uninterruptibly (state D): in I/O
@@ -47,6 +48,7 @@ def of_tree(pid: int) -> Activity | None:
     if stat is None:
         return None
     cpu, disk_wait = stat
+    wait = _run_delay(pid)
     io = _io_bytes(pid)
     count, todo, seen = 1, _children(pid), {pid}
     while todo and count < MAX_PROCS:
@@ -58,10 +60,11 @@ def of_tree(pid: int) -> Activity | None:
         if c is None:     # exited between the listing and the read
             continue
         cpu += c[0]
+        wait += _run_delay(child)
         io += _io_bytes(child)
         count += 1
         todo.extend(_children(child))
-    return Activity(cpu, io, count, disk_wait)
+    return Activity(cpu, wait, io, count, disk_wait)
 
 
 def _stat(pid: int) -> tuple[int, bool] | None:
@@ -73,6 +76,20 @@ def _stat(pid: int) -> tuple[int, bool] | None:
         return (int(fields[11]) + int(fields[12])) * _TICK_NS, fields[0] == b"D"   # utime, stime; state
     except (IndexError, ValueError):
         return None
+
+
+def _run_delay(pid: int) -> int:
+    """ns ``pid``'s main thread has waited on a run queue: a rank that
+    computes on a host so loaded that it gets under BUSY_CPU_SHARE of a core
+    still wants the CPU, which a blocked rank never does (a false deadlock
+    proof on a starved 2-core VM). The main thread only: Python computes
+    there, and one read a process keeps the report cheap. 0 where the kernel
+    keeps no schedstat."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _io_bytes(pid: int) -> int:
@@ -114,7 +131,7 @@ def _children(pid: int) -> list[int]:
 
 class QuietClock:
     """How long each rank's tree has shown no activity: no CPU above
-    BUSY_CPU_SHARE of a core, no change in its I/O bytes or its kernel
+    BUSY_CPU_SHARE of a core (CPU used plus CPU waited for), no change in its I/O bytes or its kernel
     launches, and its main thread not in D state (I/O under way), between
     consecutive reads. A rank is keyed with its pid: a restarted worker
     starts afresh."""
@@ -131,8 +148,9 @@ class QuietClock:
         else:
             before, before_launches, t, busy_at = last
             cpu = found.cpu_ns - before.cpu_ns
+            wanted = cpu + found.wait_ns - before.wait_ns
             if (found.disk_wait or found.io_bytes != before.io_bytes or launches != before_launches
-                    or found.procs != before.procs or cpu < 0 or cpu > BUSY_CPU_SHARE * (now_ns - t)):
+                    or found.procs != before.procs or cpu < 0 or wanted > BUSY_CPU_SHARE * (now_ns - t)):
                 busy_at = now_ns
         self._last[key] = (found, launches, now_ns, busy_at)
         return now_ns - busy_at

@@ -93,3 +93,32 @@ def test_the_quiet_clock_runs_for_a_blocked_tree_and_stays_at_zero_for_a_busy_on
         for p, c in ((blocked, b_child), (busy, s_child)):
             p.kill(), p.wait()
             os.kill(c, 9)
+
+
+def test_a_rank_that_computes_starved_of_cpu_is_busy_not_quiet():
+    """A rank that computes on a host so loaded that it gets under
+    BUSY_CPU_SHARE of a core still waits for the CPU on a run queue, which a
+    blocked rank never does: busy all the same (a starved healthy rank was
+    once taken as blocked, and its crossed waits as a deadlock). Here it runs
+    at nice 19 on one CPU beside two spinners at nice 0: about 1 % of it."""
+    cpu = min(os.sched_getaffinity(0))
+    pin = f"import os; os.sched_setaffinity(0, {{{cpu}}})\n"
+    starved, child = _tree(pin + "os.nice(19); print('ready', flush=True)\nwhile True: pass")
+    hogs = [subprocess.Popen([sys.executable, "-c", pin + "while True: pass"]) for _ in range(2)]
+    clock = activity.QuietClock()
+    try:
+        assert starved.stdout.readline().strip() == "ready"
+        time.sleep(0.3)                      # the hogs are spinning too
+        t0, first = time.monotonic_ns(), activity.of_tree(starved.pid)
+        clock.observe(0, starved.pid, first, 0, t0)
+        time.sleep(1.0)
+        t1, then = time.monotonic_ns(), activity.of_tree(starved.pid)
+        share = activity.BUSY_CPU_SHARE * (t1 - t0)
+        assert then.cpu_ns - first.cpu_ns < share, (then, first)    # the premise: it gets too little to count
+        assert then.wait_ns - first.wait_ns > share, (then, first)  # but waits for more
+        assert clock.observe(0, starved.pid, then, 0, t1) == 0
+    finally:
+        for h in hogs:
+            h.kill(), h.wait()
+        starved.kill(), starved.wait()
+        os.kill(child, 9)
