@@ -101,9 +101,8 @@ demo: demo-deps demo-setup
 # marked `alone` and run one at a time beside them, first in line for the CPU:
 # the parallel phase runs in a cgroup of a quarter of one task's weight
 # (tests/phases.py says why, and what it does where no cgroup can be made).
-# The few that judge milliseconds or a ring's pace, and the frameworks'
-# healthy jobs (two at a time fill both cores: beside them the rest starved),
-# are marked `quiet` and run last, with nothing beside them. Files go out longest first
+# The few that judge milliseconds or a ring's pace are marked `quiet` and run
+# last, with nothing beside them. Files go out longest first
 # (tests/conftest.py says why), not xdist's most-tests-first. Every phase runs
 # even when one before failed (its verdicts are as much news); the 20 slowest
 # tests of all come last, each with its CPU-seconds (tests/conftest.py

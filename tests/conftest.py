@@ -22,24 +22,35 @@ import pytest
 # figures only order the queue: a stale one costs some idle time at the end of
 # the phase, never a test. Files not named here keep their collection order.
 LONGEST_FIRST = (
-    "tests/frameworks/test_frameworks.py",          # ~180 s: 10 planted jobs, several at a time
-    "tests/recover/test_recover_e2e.py",            # ~100 s: its launches are the suite's longest
-    "tests/recover/test_deepspeed.py",              # ~60 s: three DeepSpeed jobs side by side
-    "tests/netcheck/test_netns_pairwise.py",        # ~115 s
-    "tests/frameworks/test_lightning_teardown.py",  # ~50 s: 4 Lightning runs, three at a time
-    "tests/functional/test_launch.py",              # ~90 s
+    "tests/recover/test_recover_e2e.py",            # ~260 s: its launches are the suite's longest
+    "tests/frameworks/test_frameworks.py",          # ~210 s: 10 planted jobs, several at a time
+    "tests/recover/test_deepspeed.py",              # ~185 s: three DeepSpeed jobs side by side
+    "tests/frameworks/test_lightning_teardown.py",  # ~55 s: 4 Lightning runs, three at a time
+    # ~75 s, two framework jobs at a time (about 1.2 cores): dispatched about
+    # when the alone phase ends, it fills cores the waiting files after it
+    # leave idle (run after everything, it left 60 core-s idle)
+    "tests/frameworks/test_frameworks_healthy.py",
+    "tests/functional/test_launch.py",              # ~100 s
     "tests/functional/test_verdicts.py",            # ~80 s: seven jobs at once
-    "tests/tracer/test_tracer.py",                  # ~55 s
-    "tests/functional/test_untrusted_shm.py",       # ~50 s
-    "tests/functional/test_exit.py",                # ~45 s
-    "tests/functional/test_deadlock.py",            # ~40 s: three jobs at once
-    "tests/gpu_health/test_gpu_job.py",             # ~45 s
-    "tests/gpu_health/test_hook_device.py",         # ~35 s
-    "tests/functional/test_collector_life.py",      # ~35 s
-    "tests/functional/test_stalls.py",              # ~35 s
+    "tests/netcheck/test_netns_pairwise.py",        # ~65 s
+    "tests/tracer/test_tracer.py",                  # ~40 s
+    "tests/functional/test_stalls.py",              # ~25 s
     "tests/collector/test_report_relays.py",        # ~25 s
-    "tests/tracer/test_framework_ops.py",           # ~25 s
-    "tests/collector/test_collector_service.py",    # ~25 s
+    "tests/functional/test_deadlock.py",            # ~25 s: three jobs at once
+    "tests/functional/test_untrusted_shm.py",       # ~25 s
+    "tests/functional/test_fast_host.py",           # ~22 s
+    "tests/functional/test_groups.py",              # ~21 s
+    "tests/kernel_hook/test_hang_e2e.py",           # ~21 s
+    "tests/kernel_hook/test_link_e2e.py",           # ~21 s
+    "tests/functional/test_collector_life.py",      # ~21 s
+    "tests/perf/test_perf_job.py",                  # ~18 s
+    "tests/tracer/test_cpp_collectives.py",         # ~18 s
+    "tests/gpu_health/test_gpu_job.py",             # ~18 s
+    "tests/perf/test_prometheus_shards.py",         # ~17 s
+    "tests/functional/test_closing.py",             # ~17 s
+    "tests/recover/test_persist.py",                # ~17 s
+    "tests/functional/test_failed.py",              # ~16 s
+    "tests/timeline/test_timeline_e2e.py",          # ~16 s
 )
 _RANK = {path: i for i, path in enumerate(LONGEST_FIRST)}
 

@@ -23,9 +23,8 @@ the rest outweigh an alone test's two ranks (session 19 tried it,
 docs/bench-runs/s19-make-test-cpu.txt), and with autogroup scheduling every
 job that starts a session of its own would get a full share again; a cgroup
 weighs the phase as one, whatever its descendants do. The quiet tests wait
-for both: those that judge milliseconds, which even a low-weight neighbour's
-time slice shows, and those whose own load would starve the parallel phase
-(the frameworks' healthy jobs, two at a time, fill both cores).
+for both: they judge milliseconds, which even a low-weight neighbour's time
+slice shows.
 
 Where no such cgroup can be made (not root, no cpu controller), the phases
 run one after the other, and that is said once.
@@ -80,22 +79,22 @@ def remove_cgroup(path: str) -> None:
         pass
 
 
-def quiet_files() -> list[str]:
-    """The test files that mark a test quiet. Collecting the whole tree for
-    its few quiet files took 8 of the quiet phase's 15 s."""
+def marked_files(mark: str) -> list[str]:
+    """The test files that mark a test ``mark`` (alone, quiet). Collecting
+    the whole tree for a phase of a few files costs its process 4 CPU-s."""
     found = []
     for top, _, names in os.walk("tests"):
         for name in sorted(names):
             path = os.path.join(top, name)
             if name.startswith("test_") and name.endswith(".py"):
                 with open(path) as f:
-                    if "pytest.mark.quiet" in f.read():
+                    if f"pytest.mark.{mark}" in f.read():
                         found.append(path)
     return sorted(found)
 
 
-def start(phase: str, marks: str, extra: list[str] = (), cgroup: str | None = None,
-          paths: list[str] = ("tests",)) -> subprocess.Popen:
+def start(phase: str, marks: str, extra: tuple[str, ...] = (), cgroup: str | None = None,
+          paths: tuple[str, ...] | list[str] = ("tests",)) -> subprocess.Popen:
     """pytest for one phase; one in ``cgroup`` writes its output to
     build/test-PHASE.log, any other to ours."""
     def join() -> None:   # in the child, before exec: every descendant inherits it
@@ -126,14 +125,15 @@ def main(argv: list[str]) -> int:
             os.remove(os.path.join("build", name))
         except FileNotFoundError:
             pass
-    parallel = ("not alone and not quiet", ["-n", argv[0], "--dist", "loadfile", "--no-loadscope-reorder"])
+    parallel = ("not alone and not quiet", ("-n", argv[0], "--dist", "loadfile", "--no-loadscope-reorder"))
     rcs = {}
     began = time.monotonic()
     cgroup = background_cgroup()
     if cgroup:
         print(f"make test: the parallel phase runs beside the alone one, with cpu.shares {BACKGROUND_SHARES} "
               f"({cgroup})", flush=True)
-        procs = {"parallel": start("parallel", *parallel, cgroup=cgroup), "alone": start("alone", "alone")}
+        procs = {"parallel": start("parallel", *parallel, cgroup=cgroup),
+                 "alone": start("alone", "alone", paths=marked_files("alone"))}
         took = {}
         try:
             while len(took) < len(procs):
@@ -150,12 +150,14 @@ def main(argv: list[str]) -> int:
         rcs["parallel"] = ended("parallel", procs["parallel"].returncode, took["parallel"], logged=True)
         rcs["alone"] = ended("alone", procs["alone"].returncode, took["alone"])
     else:
-        for phase, (marks, extra) in (("parallel", parallel), ("alone", ("alone", []))):
+        for phase, (marks, extra, paths) in (("parallel", (*parallel, ("tests",))),
+                                             ("alone", ("alone", (), marked_files("alone")))):
             at = time.monotonic()
-            rcs[phase] = ended(phase, start(phase, marks, extra).wait(), time.monotonic() - at)
+            rcs[phase] = ended(phase, start(phase, marks, extra, paths=paths).wait(), time.monotonic() - at)
     at = time.monotonic()
-    if quiet_files():
-        rcs["quiet"] = ended("quiet", start("quiet", "quiet", paths=quiet_files()).wait(), time.monotonic() - at)
+    quiet = marked_files("quiet")
+    if quiet:
+        rcs["quiet"] = ended("quiet", start("quiet", "quiet", paths=quiet).wait(), time.monotonic() - at)
     subprocess.run([sys.executable, "tests/slowest.py", "20", *(f"build/test-{phase}.xml" for phase in rcs)])
     return next((rc for rc in rcs.values() if rc), 0)
 

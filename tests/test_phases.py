@@ -1,5 +1,5 @@
 """tests/phases.py, make test's runner: the cgroup the parallel phase runs in,
-its fallback where there is none, and the quiet phase's files."""
+its fallback where there is none, and the files of the alone and quiet phases."""
 
 import os
 import subprocess
@@ -44,16 +44,17 @@ def test_every_descendant_of_the_parallel_phase_is_in_its_cgroup_and_the_group_g
     assert not os.path.exists(path)
 
 
-def test_the_quiet_phase_collects_every_file_with_a_quiet_test(monkeypatch):
-    # What pytest itself selects with -m quiet, against the files phases.py
-    # hands it. Any way of marking a test quiet names the marker, so pytest
-    # reads every test file that says "quiet" (the whole tree costs 8 CPU-s).
+@pytest.mark.parametrize("mark", ["alone", "quiet"])
+def test_the_alone_and_quiet_phases_collect_every_file_with_such_a_test(monkeypatch, mark):
+    # What pytest itself selects with -m MARK, against the files phases.py
+    # hands it. Any way of marking a test names the marker, so pytest reads
+    # every test file that says it (the whole tree costs 4 CPU-s).
     monkeypatch.chdir(ROOT)
     saying = sorted(os.path.join(top, name) for top, _, names in os.walk("tests") for name in names
                     if name.startswith("test_") and name.endswith(".py")
-                    and "quiet" in open(os.path.join(top, name)).read())
+                    and mark in open(os.path.join(top, name)).read())
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                          "-m", "quiet", *saying], capture_output=True, text=True, timeout=300).stdout
+                          "-m", mark, *saying], capture_output=True, text=True, timeout=300).stdout
     selected = {line.split("::")[0] for line in out.splitlines() if "::" in line}
     assert selected, out
-    assert set(phases.quiet_files()) == selected
+    assert set(phases.marked_files(mark)) == selected
