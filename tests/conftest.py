@@ -26,10 +26,6 @@ LONGEST_FIRST = (
     "tests/frameworks/test_frameworks.py",          # ~210 s: 10 planted jobs, several at a time
     "tests/recover/test_deepspeed.py",              # ~185 s: three DeepSpeed jobs side by side
     "tests/frameworks/test_lightning_teardown.py",  # ~55 s: 4 Lightning runs, three at a time
-    # ~75 s, two framework jobs at a time (about 1.2 cores): dispatched about
-    # when the alone phase ends, it fills cores the waiting files after it
-    # leave idle (run after everything, it left 60 core-s idle)
-    "tests/frameworks/test_frameworks_healthy.py",
     "tests/functional/test_launch.py",              # ~100 s
     "tests/functional/test_verdicts.py",            # ~80 s: seven jobs at once
     "tests/netcheck/test_netns_pairwise.py",        # ~65 s

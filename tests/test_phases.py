@@ -58,3 +58,32 @@ def test_the_alone_and_quiet_phases_collect_every_file_with_such_a_test(monkeypa
     selected = {line.split("::")[0] for line in out.splitlines() if "::" in line}
     assert selected, out
     assert set(phases.marked_files(mark)) == selected
+
+
+def test_every_phase_writes_the_bytecode_of_what_it_imports(tmp_path, monkeypatch):
+    # The set-up compiles nothing of the venv (the Makefile): with
+    # PYTHONDONTWRITEBYTECODE left set, each of the suite's torch imports
+    # would compile torch's modules anew. Each phase's pytest is started with
+    # it unset, and so are the processes it starts.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(phases, "CPU_CGROUPS", str(tmp_path / "no-cpu-controller"))
+    seen = []
+
+    class Ran:
+        returncode = 0
+
+        def wait(self):
+            return 0
+
+        def poll(self):
+            return 0
+
+    def start(phase, *args, **kwargs):
+        seen.append((phase, os.environ.get("PYTHONDONTWRITEBYTECODE")))
+        return Ran()
+    monkeypatch.setattr(phases, "start", start)
+    monkeypatch.setattr(phases, "marked_files", lambda mark: [f"tests/test_{mark}.py"])
+    monkeypatch.setattr(phases.subprocess, "run", lambda *a, **k: None)    # the slowest tests' list
+    assert phases.main(["3"]) == 0
+    assert seen == [("parallel", None), ("alone", None), ("quiet", None)]
