@@ -11,6 +11,12 @@ no HANG line and exit 0). Printed per variant: runs, right, the seconds from
 the break to the HANG line (median and max), and each wrong run's line.
 Runs go ``--parallel`` at a time: on 2 cores keep it at 2, where start-up
 alone takes seconds of CPU; the 16 cores of the device host take 6.
+
+``--starve SHARES`` (root, a cgroup v1 cpu controller): the jobs run in a cpu
+cgroup of that weight beside two spinning processes a core at the full 1024,
+so that a rank which computes gets a few percent of a core, as a loaded CI
+VM once gave the healthy variant's computing rank (taken as blocked, its
+crossed waits as a deadlock, before the agent counted CPU waited for).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import glob
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +46,9 @@ VARIANTS = {
     "three-groups": (["--groups", "3", "--mode", "skip-default", "--at", "6", "--rank", "2"], "deadlock", [2]),
     "first-step": (["--mode", "skip-default", "--at", "1", "--rank", "1"], "deadlock", []),
     "healthy-async": (["--mode", "async-compute", "--at", "4", "--compute-s", "8", "--steps", "8"], None, []),
+    # as tests/functional/test_deadlock.py runs it: a quarter of each 100 ms computed
+    "healthy-async-quarter": (["--mode", "async-compute", "--at", "4", "--compute-s", "8", "--busy-share", "0.25",
+                               "--steps", "8"], None, []),
 }
 
 
@@ -82,12 +92,42 @@ def _said(result: dict) -> dict:
     return result
 
 
+CPU_CGROUPS = "/sys/fs/cgroup/cpu"
+
+
+def starve(shares: int) -> tuple[str, list[subprocess.Popen]]:
+    """Spinners at full weight, two a core, then this process (and every job
+    it starts) into a new cpu cgroup of ``shares``."""
+    path = os.path.join(CPU_CGROUPS, f"deadlock-runs-{os.getpid()}")
+    os.mkdir(path)
+    with open(os.path.join(path, "cpu.shares"), "w") as f:
+        f.write(str(shares))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+    return path, hogs
+
+
+def unstarve(path: str, hogs: list[subprocess.Popen]) -> None:
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+    with open(os.path.join(path, "cgroup.procs")) as f:
+        left = f.read().split()
+    for pid in left:
+        with open(os.path.join(CPU_CGROUPS, "cgroup.procs"), "w") as f:
+            f.write(pid)
+    os.rmdir(path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--out", help="write every run's result here (JSON)")
+    ap.add_argument("--starve", type=int, metavar="SHARES",
+                    help="run the jobs in a cpu cgroup of this weight beside two spinners a core (root)")
     args = ap.parse_args()
     names = [v for v in args.variants.split(",") if v]
     unknown = [v for v in names if v not in VARIANTS]
@@ -97,10 +137,21 @@ def main() -> int:
         return 2
     todo = [name for _ in range(args.runs) for name in names]   # interleaved: no variant gets the quiet hour
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
-        results = list(pool.map(lambda iv: _said(one(iv[1], os.path.join(tmp, str(iv[0])))), enumerate(todo)))
+    try:
+        starved = starve(args.starve) if args.starve else None
+    except OSError as e:
+        print(f"deadlock_runs: --starve needs root and a cgroup v1 cpu controller ({e.strerror}: {CPU_CGROUPS})",
+              file=sys.stderr)
+        return 2
+    try:
+        with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.parallel) as pool:
+            results = list(pool.map(lambda iv: _said(one(iv[1], os.path.join(tmp, str(iv[0])))), enumerate(todo)))
+    finally:
+        if starved:
+            unstarve(*starved)
     print(f"{len(results)} runs in {time.monotonic() - started:.0f} s, {args.parallel} at a time, "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores" + (f", starved: cpu.shares {args.starve} beside {2 * os.cpu_count()} spinners"
+                                       if args.starve else ""))
     print(f"{'variant':<16}{'runs':>6}{'right':>7}{'median s':>10}{'max s':>8}")
     for name in names:
         mine = [r for r in results if r["variant"] == name]
