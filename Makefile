@@ -111,10 +111,9 @@ demo: demo-deps demo-setup
 # Then our own modules' bytecode, written once: where PYTHONDONTWRITEBYTECODE
 # is set (this project's VMs set it), every rank, launcher, agent and CLI
 # would compile them anew, 0.28 CPU-s a 2-rank launch (6 %), and the suite is
-# bound by CPU (docs/bench-runs/s19-make-test-cpu.txt). The venv's own
-# packages are installed uncompiled (--no-compile): the tests write the
-# bytecode of what they import, a third of its 13,000 files, once
-# (tests/phases.py), where compiling all of them took 28 s on both cores.
+# bound by CPU (docs/bench-runs/s19-make-test-cpu.txt). The venv's packages
+# are left to the tests, which write the bytecode of what they import
+# (tests/phases.py).
 # The compiler first (the package's install builds the hook); then the rest
 # of the set-up's three parts side by side (apt, the venv, the protoc venv):
 # on a fresh CI machine each waits on the network more than on a core.

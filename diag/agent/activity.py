@@ -130,10 +130,10 @@ def _children(pid: int) -> list[int]:
 
 
 class QuietClock:
-    """How long each rank's tree has shown no activity: no CPU above
-    BUSY_CPU_SHARE of a core (CPU used plus CPU waited for), no change in its I/O bytes or its kernel
-    launches, and its main thread not in D state (I/O under way), between
-    consecutive reads. A rank is keyed with its pid: a restarted worker
+    """How long each rank's tree has shown no activity: no CPU used or
+    waited for above BUSY_CPU_SHARE of a core, no change in its I/O bytes or
+    its kernel launches, and its main thread not in D state (I/O under way),
+    between consecutive reads. A rank is keyed with its pid: a restarted worker
     starts afresh."""
 
     def __init__(self):

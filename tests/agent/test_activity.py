@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from diag.agent import activity
 
 # A parent that starts one child and then blocks; the child does what argv[1] says.
@@ -95,6 +97,7 @@ def test_the_quiet_clock_runs_for_a_blocked_tree_and_stays_at_zero_for_a_busy_on
             os.kill(c, 9)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="this kernel keeps no schedstat")
 def test_a_rank_that_computes_starved_of_cpu_is_busy_not_quiet():
     """A rank that computes on a host so loaded that it gets under
     BUSY_CPU_SHARE of a core still waits for the CPU on a run queue, which a
