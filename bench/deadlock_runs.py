@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.launch_job import ROOT, Launch  # noqa: E402
 from diag.common.net import free_port  # noqa: E402
+from tests.phases import CPU_CGROUPS, remove_cgroup  # noqa: E402  (make test's cgroup, the same v1 cpu controller)
 
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "deadlock.py")
 WITHIN_S = 10.0
@@ -92,9 +93,6 @@ def _said(result: dict) -> dict:
     return result
 
 
-CPU_CGROUPS = "/sys/fs/cgroup/cpu"
-
-
 def starve(shares: int) -> tuple[str, list[subprocess.Popen]]:
     """Spinners at full weight, two a core, then this process (and every job
     it starts) into a new cpu cgroup of ``shares``."""
@@ -112,12 +110,7 @@ def unstarve(path: str, hogs: list[subprocess.Popen]) -> None:
     for hog in hogs:
         hog.kill()
         hog.wait()
-    with open(os.path.join(path, "cgroup.procs")) as f:
-        left = f.read().split()
-    for pid in left:
-        with open(os.path.join(CPU_CGROUPS, "cgroup.procs"), "w") as f:
-            f.write(pid)
-    os.rmdir(path)
+    remove_cgroup(path)    # this process back to the root group, and the group gone
 
 
 def main() -> int:
