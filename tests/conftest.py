@@ -20,8 +20,7 @@ import pytest
 # Files whose tests start real jobs, by the seconds their non-`alone` tests
 # took in all (build/test-parallel.xml of a CI-path run), longest first. The
 # figures only order the queue: a stale one costs some idle time at the end of
-# the phase, never a test. Files in neither list below keep their collection
-# order, between the two.
+# the phase, never a test. Files not named here keep their collection order.
 LONGEST_FIRST = (
     "tests/recover/test_recover_e2e.py",            # ~260 s: its launches are the suite's longest
     "tests/frameworks/test_frameworks.py",          # ~210 s: 10 planted jobs, several at a time
@@ -33,48 +32,29 @@ LONGEST_FIRST = (
     "tests/tracer/test_tracer.py",                  # ~40 s
     "tests/functional/test_stalls.py",              # ~25 s
     "tests/collector/test_report_relays.py",        # ~25 s
+    "tests/functional/test_deadlock.py",            # ~25 s: three jobs at once
     "tests/functional/test_untrusted_shm.py",       # ~25 s
     "tests/functional/test_fast_host.py",           # ~22 s
+    "tests/functional/test_groups.py",              # ~21 s
     "tests/kernel_hook/test_hang_e2e.py",           # ~21 s
     "tests/kernel_hook/test_link_e2e.py",           # ~21 s
     "tests/functional/test_collector_life.py",      # ~21 s
+    "tests/perf/test_perf_job.py",                  # ~18 s
+    "tests/tracer/test_cpp_collectives.py",         # ~18 s
+    "tests/gpu_health/test_gpu_job.py",             # ~18 s
+    "tests/perf/test_prometheus_shards.py",         # ~17 s
+    "tests/functional/test_closing.py",             # ~17 s
     "tests/recover/test_persist.py",                # ~17 s
+    "tests/functional/test_failed.py",              # ~16 s
     "tests/timeline/test_timeline_e2e.py",          # ~16 s
 )
-# Files whose jobs keep a core busy for most of their wall time (CPU-s over
-# seconds above 0.55 in build/test-parallel.xml), longest first: they go out
-# last. The phase's last minutes ran the alphabetical rest, files that mostly
-# wait, and left 10-23 % of both cores idle (docs/bench-runs/s27-make-test.txt).
-DENSE_LAST = (
-    "tests/functional/test_deadlock.py",            # ~22 s, 22 CPU-s
-    "tests/functional/test_groups.py",              # ~20 s, 21 CPU-s
-    "tests/gpu_health/test_gpu_job.py",             # ~20 s, 15 CPU-s
-    "tests/functional/test_failed.py",              # ~19 s, 25 CPU-s
-    "tests/perf/test_prometheus_shards.py",         # ~19 s, 15 CPU-s
-    "tests/perf/test_perf_job.py",                  # ~17 s, 10 CPU-s
-    "tests/functional/test_exit.py",                # ~16 s, 23 CPU-s
-    "tests/kernel_hook/test_one_series.py",         # ~15 s, 12 CPU-s
-    "tests/launcher/test_bad_input.py",             # ~14 s, 10 CPU-s
-    "tests/viewer/test_browser.py",                 # ~14 s, 11 CPU-s
-    "tests/tracer/test_cpp_collectives.py",         # ~13 s, 12 CPU-s
-    "tests/netcheck/test_fault_list_launcher.py",   # ~12 s, 8 CPU-s
-    "tests/functional/test_closing.py",             # ~12 s, 9 CPU-s
-    "tests/kernel_hook/test_divergence_e2e.py",     # ~10 s, 10 CPU-s
-)
 _RANK = {path: i for i, path in enumerate(LONGEST_FIRST)}
-_LAST = {path: i for i, path in enumerate(DENSE_LAST)}
-
-
-def _queue_key(path: str) -> tuple[int, int]:
-    if path in _RANK:
-        return 0, _RANK[path]
-    return (2, _LAST[path]) if path in _LAST else (1, 0)
 
 
 def pytest_collection_modifyitems(config, items):
     # A stable sort: within a file the order pytest chose (module fixtures,
     # their parameters) stays as it was.
-    items.sort(key=lambda item: _queue_key(item.nodeid.split("::", 1)[0]))
+    items.sort(key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(_RANK)))
 
 
 # Each test's CPU-seconds, next to its wall time in the JUnit XML (the
