@@ -4,10 +4,10 @@ under the real launcher (issues 18 and 32; docs/frameworks.md): each made
 once and judged three ways.
 
 Quiet (make test runs them last, with nothing beside them), in a file of
-their own which that phase collects alone: beside the parallel phase, at
-equal weight, one HF Trainer run read a wait ratio of 0.57 where the script
-timed 0.45 (session 27), and with the alone phase's weight their two jobs at
-a time starved the rest (session 26)."""
+their own which that phase collects alone: beside other tests the /metrics
+they judge drift past its tolerance (a wait ratio of 0.57 where the script
+timed 0.45), and given the CPU first their two jobs at a time starve the
+tests beside them (docs/bench-runs/s26-make-test.txt, s27-make-test.txt)."""
 
 import dataclasses
 import threading
