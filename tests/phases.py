@@ -93,8 +93,8 @@ def marked_files(mark: str) -> list[str]:
     return sorted(found)
 
 
-def start(phase: str, marks: str, extra: tuple[str, ...] = (), cgroup: str | None = None,
-          paths: tuple[str, ...] | list[str] = ("tests",)) -> subprocess.Popen:
+def start(phase: str, marks: str, extra: tuple[str, ...], paths: list[str],
+          cgroup: str | None = None) -> subprocess.Popen:
     """pytest for one phase; one in ``cgroup`` writes its output to
     build/test-PHASE.log, any other to ours."""
     def join() -> None:   # in the child, before exec: every descendant inherits it
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     # The set-up installs the venv's packages without bytecode: the first
     # process to import a module writes it (atomically), every later one
     # reads it. Compiling the whole venv up front took 28 s of both cores for
-    # 13,000 files, of which the suite imports about 4,400; with writing off
+    # 13,000 files, of which the suite imports about 5,100; with writing off
     # (these VMs set PYTHONDONTWRITEBYTECODE) every torch import would compile
     # anew.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -132,15 +132,17 @@ def main(argv: list[str]) -> int:
             os.remove(os.path.join("build", name))
         except FileNotFoundError:
             pass
-    parallel = ("not alone and not quiet", ("-n", argv[0], "--dist", "loadfile", "--no-loadscope-reorder"))
+    runs = {"parallel": ("not alone and not quiet", ("-n", argv[0], "--dist", "loadfile", "--no-loadscope-reorder"),
+                         ["tests"]),
+            "alone": ("alone", (), marked_files("alone"))}
     rcs = {}
     began = time.monotonic()
     cgroup = background_cgroup()
     if cgroup:
         print(f"make test: the parallel phase runs beside the alone one, with cpu.shares {BACKGROUND_SHARES} "
               f"({cgroup})", flush=True)
-        procs = {"parallel": start("parallel", *parallel, cgroup=cgroup),
-                 "alone": start("alone", "alone", paths=marked_files("alone"))}
+        procs = {"parallel": start("parallel", *runs["parallel"], cgroup=cgroup),
+                 "alone": start("alone", *runs["alone"])}
         took = {}
         try:
             while len(took) < len(procs):
@@ -157,14 +159,13 @@ def main(argv: list[str]) -> int:
         rcs["parallel"] = ended("parallel", procs["parallel"].returncode, took["parallel"], logged=True)
         rcs["alone"] = ended("alone", procs["alone"].returncode, took["alone"])
     else:
-        for phase, (marks, extra, paths) in (("parallel", (*parallel, ("tests",))),
-                                             ("alone", ("alone", (), marked_files("alone")))):
+        for phase, run in runs.items():
             at = time.monotonic()
-            rcs[phase] = ended(phase, start(phase, marks, extra, paths=paths).wait(), time.monotonic() - at)
+            rcs[phase] = ended(phase, start(phase, *run).wait(), time.monotonic() - at)
     at = time.monotonic()
     quiet = marked_files("quiet")
     if quiet:
-        rcs["quiet"] = ended("quiet", start("quiet", "quiet", paths=quiet).wait(), time.monotonic() - at)
+        rcs["quiet"] = ended("quiet", start("quiet", "quiet", (), quiet).wait(), time.monotonic() - at)
     subprocess.run([sys.executable, "tests/slowest.py", "20", *(f"build/test-{phase}.xml" for phase in rcs)])
     return next((rc for rc in rcs.values() if rc), 0)
 

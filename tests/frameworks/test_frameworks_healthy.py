@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.frameworks import jobs
-from tests.frameworks.test_frameworks import STALLS
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -73,20 +72,20 @@ def healthy(request, tmp_path_factory):
 # The first of these tests to run waits for every healthy job (the fixture).
 @pytest.mark.quiet
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", list(STALLS))
+@pytest.mark.parametrize("name", HEALTHY_ORDER)
 def test_final_parameters_are_bitwise_those_of_the_job_without_xpu_diag(name, healthy):
     jobs.assert_bitwise(healthy(name, with_reference=True))
 
 
 @pytest.mark.quiet
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", list(STALLS))
+@pytest.mark.parametrize("name", HEALTHY_ORDER)
 def test_healthy_job_raises_no_alarm(name, healthy):
     jobs.assert_no_alarm(healthy(name))
 
 
 @pytest.mark.quiet
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", list(STALLS))
+@pytest.mark.parametrize("name", HEALTHY_ORDER)
 def test_metrics_match_what_the_script_timed(name, healthy):
     jobs.assert_metrics(healthy(name))
