@@ -40,6 +40,7 @@ class Activity:
     io_bytes: int    # bytes read and written: syscalls' and the storage layer's
     procs: int       # processes summed
     disk_wait: bool  # the rank's main thread sleeps uninterruptibly (state D): in I/O
+    runnable: bool = False   # a main thread in the tree is running or waits on a run queue (state R)
 
 
 def of_tree(pid: int) -> Activity | None:
@@ -47,7 +48,8 @@ def of_tree(pid: int) -> Activity | None:
     stat = _stat(pid)
     if stat is None:
         return None
-    cpu, disk_wait = stat
+    cpu, state = stat
+    disk_wait, runnable = state == b"D", state == b"R"
     wait = _run_delay(pid)
     io = _io_bytes(pid)
     count, todo, seen = 1, _children(pid), {pid}
@@ -60,20 +62,21 @@ def of_tree(pid: int) -> Activity | None:
         if c is None:     # exited between the listing and the read
             continue
         cpu += c[0]
+        runnable = runnable or c[1] == b"R"
         wait += _run_delay(child)
         io += _io_bytes(child)
         count += 1
         todo.extend(_children(child))
-    return Activity(cpu, wait, io, count, disk_wait)
+    return Activity(cpu, wait, io, count, disk_wait, runnable)
 
 
-def _stat(pid: int) -> tuple[int, bool] | None:
-    """(CPU ns, in state D) of ``pid``'s thread group leader; None when gone."""
+def _stat(pid: int) -> tuple[int, bytes] | None:
+    """(CPU ns, state letter) of ``pid``'s thread group leader; None when gone."""
     fields = procs.stat_fields(pid)
     if fields is None:
         return None
     try:
-        return (int(fields[11]) + int(fields[12])) * _TICK_NS, fields[0] == b"D"   # utime, stime; state
+        return (int(fields[11]) + int(fields[12])) * _TICK_NS, fields[0]   # utime, stime; state
     except (IndexError, ValueError):
         return None
 
@@ -84,7 +87,9 @@ def _run_delay(pid: int) -> int:
     still wants the CPU, which a blocked rank never does (a false deadlock
     proof on a starved 2-core VM). The main thread only: Python computes
     there, and one read a process keeps the report cheap. 0 where the kernel
-    keeps no schedstat."""
+    keeps no schedstat. The kernel adds a wait only when the thread gets the
+    CPU at last, so a thread starved through a whole interval shows none: its
+    state R at the read (``Activity.runnable``) covers that one."""
     try:
         with open(f"/proc/{pid}/schedstat", "rb") as f:
             return int(f.read().split()[1])
@@ -132,8 +137,9 @@ def _children(pid: int) -> list[int]:
 class QuietClock:
     """How long each rank's tree has shown no activity: no CPU used or
     waited for above BUSY_CPU_SHARE of a core, no change in its I/O bytes or
-    its kernel launches, and its main thread not in D state (I/O under way),
-    between consecutive reads. A rank is keyed with its pid: a restarted worker
+    its kernel launches, its main thread not in D state (I/O under way) and
+    no main thread of the tree in R state (running, or starved of a CPU it
+    wants), between consecutive reads. A rank is keyed with its pid: a restarted worker
     starts afresh."""
 
     def __init__(self):
@@ -149,7 +155,7 @@ class QuietClock:
             before, before_launches, t, busy_at = last
             cpu = found.cpu_ns - before.cpu_ns
             wanted = cpu + found.wait_ns - before.wait_ns
-            if (found.disk_wait or found.io_bytes != before.io_bytes or launches != before_launches
+            if (found.disk_wait or found.runnable or found.io_bytes != before.io_bytes or launches != before_launches
                     or found.procs != before.procs or cpu < 0 or wanted > BUSY_CPU_SHARE * (now_ns - t)):
                 busy_at = now_ns
         self._last[key] = (found, launches, now_ns, busy_at)

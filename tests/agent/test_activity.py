@@ -47,6 +47,7 @@ def test_a_blocked_tree_stands_still_and_a_gone_one_is_none():
         time.sleep(0.5)
         again = activity.of_tree(p.pid)
         assert (again.cpu_ns, again.io_bytes) == (first.cpu_ns, first.io_bytes)
+        assert not again.runnable and not again.disk_wait       # both sleep: state S
     finally:
         p.kill(), p.wait()
         os.kill(child, 9)
@@ -87,6 +88,7 @@ def test_the_quiet_clock_runs_for_a_blocked_tree_and_stays_at_zero_for_a_busy_on
                 quiet[p.pid] = clock.observe(0 if p is blocked else 1, p.pid, activity.of_tree(p.pid), 0, now)
             time.sleep(0.25)
         assert quiet[busy.pid] == 0                        # a spinning descendant: busy at every read
+        assert activity.of_tree(busy.pid).runnable         # it is in state R whether it has the CPU or not
         assert quiet[blocked.pid] == now - t0 >= 700_000_000   # quiet since its first read
         # a kernel launch is activity, as is a new read after a restart (another pid)
         assert clock.observe(0, blocked.pid, activity.of_tree(blocked.pid), 5, now + 1) == 0
@@ -103,7 +105,10 @@ def test_a_rank_that_computes_starved_of_cpu_is_busy_not_quiet():
     BUSY_CPU_SHARE of a core still waits for the CPU on a run queue, which a
     blocked rank never does: busy all the same (a starved healthy rank was
     once taken as blocked, and its crossed waits as a deadlock). Here it runs
-    at nice 19 on one CPU beside two spinners at nice 0: about 1 % of it."""
+    at nice 19 on one CPU beside two spinners at nice 0: about 1 % of it, and
+    on CI's loaded VM none at all in a whole second, so that the kernel had
+    added no wait either (it does so only when the thread runs): its state R
+    at the read says it all the same."""
     cpu = min(os.sched_getaffinity(0))
     pin = f"import os; os.sched_setaffinity(0, {{{cpu}}})\n"
     starved, child = _tree(pin + "os.nice(19); print('ready', flush=True)\nwhile True: pass")
@@ -118,10 +123,25 @@ def test_a_rank_that_computes_starved_of_cpu_is_busy_not_quiet():
         t1, then = time.monotonic_ns(), activity.of_tree(starved.pid)
         share = activity.BUSY_CPU_SHARE * (t1 - t0)
         assert then.cpu_ns - first.cpu_ns < share, (then, first)    # the premise: it gets too little to count
-        assert then.wait_ns - first.wait_ns > share, (then, first)  # but waits for more
+        # but wants more: it waited for it, or it is still waiting at the read
+        assert then.wait_ns - first.wait_ns > share or then.runnable, (then, first)
         assert clock.observe(0, starved.pid, then, 0, t1) == 0
     finally:
         for h in hogs:
             h.kill(), h.wait()
         starved.kill(), starved.wait()
         os.kill(child, 9)
+
+
+def test_a_main_thread_in_state_r_is_activity_even_when_no_counter_moved():
+    """The kernel adds a thread's run-queue wait only when it gets the CPU, so
+    a rank starved through a whole interval moves no counter at all: its state
+    R at the read keeps it from being quiet; the same counters in state S do not."""
+    clock = activity.QuietClock()
+    still = activity.Activity(cpu_ns=40_000_000, wait_ns=300_000_000, io_bytes=7, procs=2, disk_wait=False)
+    second = 1_000_000_000
+    assert clock.observe(0, 10, still, 0, 0) == 0
+    assert clock.observe(0, 10, still, 0, second) == second             # no change, asleep: quiet
+    starved = activity.Activity(**{**still.__dict__, "runnable": True})
+    assert clock.observe(0, 10, starved, 0, 2 * second) == 0            # no change, but it wants a CPU
+    assert clock.observe(0, 10, still, 0, 3 * second) == second         # asleep again: quiet since then
