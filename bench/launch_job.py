@@ -37,13 +37,18 @@ class Launch:
         full_env.update(env or {})
         self.lines: list[tuple[float, str, str]] = []   # (time, stream, line)
         self._cond = threading.Condition()
-        self.proc = subprocess.Popen((launcher() if command is None else command) + args, cwd=ROOT, env=full_env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = self._start((launcher() if command is None else command) + args, full_env, command is None)
         self._pumps = [threading.Thread(target=self._pump, args=(name, stream), daemon=True)
                        for name, stream in (("out", self.proc.stdout), ("err", self.proc.stderr))]
         for pump in self._pumps:
             pump.start()
+
+    def _start(self, argv: list[str], env: dict, ours: bool):
+        """The process, Popen-like, its stdout and stderr binary streams, in a
+        session of its own; ``ours``: ``argv`` is the launcher's (not a
+        ``command`` that replaces it)."""
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
 
     def _pump(self, name, stream) -> None:
         for raw in iter(stream.readline, b""):

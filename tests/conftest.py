@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from tests.recover import preloaded
+
 # Files whose tests start real jobs, by the seconds their non-`alone` tests
 # took in all (build/test-parallel.xml of a CI-path run), longest first. The
 # figures only order the queue: a stale one costs some idle time at the end of
@@ -60,13 +62,15 @@ def pytest_collection_modifyitems(config, items):
 # Each test's CPU-seconds, next to its wall time in the JUnit XML (the
 # property cpu_s; tests/slowest.py prints it): on CI's 2 cores the suite is
 # bound by CPU, and most of it goes on starting processes that import torch.
-# Counted: this process and every child it has reaped, with what they reaped.
+# Counted: this process and every child it has reaped, with what they reaped,
+# and the preloaded-torch server's children (launchers, forked ranks), which
+# it reaps, not this process.
 _CPU_AT_START = pytest.StashKey[float]()
 
 
 def _cpu_s() -> float:
-    return sum(use.ru_utime + use.ru_stime
-               for use in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+    return preloaded.cpu_s() + sum(use.ru_utime + use.ru_stime
+                                   for use in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
 # Beside it, when the test started (epoch seconds) and on which xdist worker:

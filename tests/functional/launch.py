@@ -1,7 +1,16 @@
-"""Run the real ``xpu_timer_launch`` in a subprocess and watch its output.
+"""Run the real ``xpu_timer_launch`` in a process of its own and watch its output.
 
-``Launch`` and ``launcher`` are kept once in bench/launch_job.py (bench/slow_detect.py
-uses them too, and a bench imports no test module); the test-only helpers are here.
+``Launch`` is bench/launch_job.py's (bench/slow_detect.py uses it too, and a
+bench imports no test module), but its launcher is forked from the
+preloaded-torch server (tests/recover/preloaded.py) rather than started as a
+new interpreter: a launcher is torchrun, and its import of torch is about 2
+CPU-seconds before it does anything, in each of the suite's ~130 jobs. The
+fork runs the same console script, as ``__main__``, with its own argv,
+environment, working directory, session and stdout and stderr (FIFOs, read
+as pipes), importing our code fresh; what it skips is the interpreter's
+start and torch's import, and at its exit the modules' teardown.
+``fresh=True`` starts a new interpreter as a user's shell would (the
+tests whose subject is that start, and the demo's).
 """
 
 from __future__ import annotations
@@ -10,7 +19,21 @@ import os
 
 import pytest
 
-from bench.launch_job import ROOT, Launch, launcher  # noqa: F401
+from bench import launch_job
+from bench.launch_job import ROOT, launcher  # noqa: F401
+from tests.recover import preloaded
+
+
+class Launch(launch_job.Launch):
+    def __init__(self, args: list[str], env: dict | None = None, command: list[str] | None = None,
+                 fresh: bool = False):
+        self._fresh = fresh
+        super().__init__(args, env, command)
+
+    def _start(self, argv: list[str], env: dict, ours: bool):
+        if not ours or self._fresh or not os.path.isfile(argv[0]):   # a command, or no console script
+            return super()._start(argv, env, ours)
+        return preloaded.Forked(argv, env, ROOT, streams=True, session=True)
 
 SCRIPTS = os.path.join(ROOT, "tests", "scripts")
 

@@ -42,9 +42,11 @@ def side_by_side(module_launches, tmp_path_factory):
     started = {}
     # 2 ranks (was 4): every rank's result and the clean-up are judged the same
     tmp_path, job_id = tmp_path_factory.mktemp("healthy"), f"healthy-{os.getpid()}"
+    # the console script started as a user's shell does, a new interpreter
+    # (the suite's other jobs fork it with torch imported: tests/functional/launch.py)
     started["healthy"] = (module_launches(
         ["--nproc-per-node", "2", "--hang-timeout", "20s", "--rdzv-id", job_id,
-         "--timeline-path", str(tmp_path), TORCHLESS_STALL, "0", "20"]), tmp_path, job_id)
+         "--timeline-path", str(tmp_path), TORCHLESS_STALL, "0", "20"], fresh=True), tmp_path, job_id)
     # 3 ranks (was 4): rank 2 stalls, the others hang waiting for it, all are restarted
     tmp_path = tmp_path_factory.mktemp("restarted")
     started["restarted"] = (module_launches(

@@ -36,8 +36,11 @@ _STARTUP_FILTERS = list(warnings.filters)   # the server runs without PYTHONWARN
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _child(req: dict) -> None:
-    """In the forked child: become ``python argv...`` and exit as it would; never returns."""
+def _child(req: dict, out: int, err: int) -> None:
+    """In the forked child: become ``python argv...`` and exit as it would,
+    its stdout and stderr on the descriptors ``out`` and ``err``; never returns."""
+    if req.get("session"):
+        os.setsid()          # as subprocess's start_new_session: its own process group to signal
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
@@ -54,11 +57,21 @@ def _child(req: dict) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    for fd, path in ((1, req["out"]), (2, req["err"])):
-        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for fd, f in ((1, out), (2, err)):
         os.dup2(f, fd)
         os.close(f)
     run_and_exit(req["argv"])
+
+
+def _open_output(path: str) -> int:
+    """``path`` opened for the child's output before the fork: a file, or a
+    FIFO whose reader is open already (the client's, ``Forked``'s
+    ``streams``), so that once the spawn's reply is out the child holds its
+    writing end and the reader's EOF means what a pipe's would: every
+    process that inherited it has closed it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o600)
+    os.set_blocking(fd, True)   # non-blocking only to open a FIFO: the child's writes wait, as on a pipe
+    return fd
 
 
 def run_and_exit(argv: list[str]) -> None:
@@ -117,6 +130,7 @@ def serve(files: str) -> None:
     import torch._dynamo  # noqa: F401
     import torch.distributed.checkpoint  # noqa: F401
     import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.run  # noqa: F401   the launcher's torchrun (tests/functional/launch.py)
     import torch.nn.parallel  # noqa: F401
     reply = sys.stdout
     children = set()
@@ -127,9 +141,16 @@ def serve(files: str) -> None:
         req = json.loads(line)
         if req["op"] == "spawn":
             reply.flush()
+            try:
+                out, err = _open_output(req["out"]), _open_output(req["err"])
+            except OSError as e:
+                reply.write(json.dumps({"error": f"{e.strerror}: {e.filename}"}) + "\n")
+                reply.flush()
+                continue
             pid = os.fork()
             if pid == 0:
-                _child(req)
+                _child(req, out, err)
+            os.close(out), os.close(err)
             children.add(pid)
             out = {"pid": pid}
         else:
@@ -185,26 +206,68 @@ class _Server:
 
 
 _server: _Server | None = None
+_starting = threading.Lock()   # jobs started from several threads (tests/frameworks) share one server
 
 
 def _get() -> _Server:
     global _server
-    if _server is None or _server.proc.poll() is not None:
-        _server = _Server()
-    return _server
+    with _starting:
+        if _server is None or _server.proc.poll() is not None:
+            _server = _Server()
+        return _server
+
+
+def cpu_s() -> float:
+    """CPU-seconds of this process's server so far, with its children's that
+    it has reaped (each forked process's, with the children that one reaped);
+    0 where none runs."""
+    server = _server
+    if server is None:
+        return 0.0
+    try:
+        with open(f"/proc/{server.proc.pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")   # utime stime cutime cstime
+    except (OSError, ValueError, IndexError):
+        return 0.0   # gone: reaped by this process, and counted in its RUSAGE_CHILDREN from then on
 
 
 class Forked:
     """A ``subprocess.Popen``'s few calls the tests use, for a child of the server."""
 
-    def __init__(self, argv: list[str], env: dict, cwd: str, fsize: int | None = None):
-        """``python *argv`` in ``cwd`` with exactly ``env``; ``fsize``: its RLIMIT_FSIZE."""
+    def __init__(self, argv: list[str], env: dict, cwd: str, fsize: int | None = None, streams: bool = False,
+                 session: bool = False):
+        """``python *argv`` in ``cwd`` with exactly ``env``; ``fsize``: its
+        RLIMIT_FSIZE. ``streams``: its stdout and stderr are read as they come,
+        from ``self.stdout`` and ``self.stderr`` (binary, EOF once it and every
+        descendant that inherited them have closed them, as pipes), not from
+        files by ``output()``. ``session``: it leads a session of its own
+        (``start_new_session``)."""
         self._server = _get()
         name = os.path.join(self._server.dir, str(next(self._server.names)))
         self._out, self._err = name + ".out", name + ".err"
         self.args = argv
-        self.pid = self._server.ask(op="spawn", argv=argv, env=env, cwd=cwd, out=self._out, err=self._err,
-                                    fsize=fsize)["pid"]
+        self.stdout = self.stderr = None
+        if streams:
+            readers = []
+            for path in (self._out, self._err):
+                os.mkfifo(path, 0o600)
+                readers.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))   # the server's open finds a reader
+        try:
+            said = self._server.ask(op="spawn", argv=argv, env=env, cwd=cwd, out=self._out, err=self._err,
+                                    fsize=fsize, session=session)
+        finally:
+            if streams:
+                os.unlink(self._out), os.unlink(self._err)
+        if "error" in said:
+            for fd in readers if streams else ():
+                os.close(fd)
+            raise OSError(f"the preloaded-torch server could not start {argv[0]}: {said['error']}")
+        if streams:
+            for fd in readers:
+                os.set_blocking(fd, True)
+            self.stdout, self.stderr = (os.fdopen(fd, "rb") for fd in readers)
+        self.pid = said["pid"]
         self.returncode: int | None = None
         self._done: tuple[str, str] | None = None
 
