@@ -94,8 +94,9 @@ demo: demo-deps demo-setup
 	$(MAKE) -C kernel_hook
 	$(BIN)/python examples/demo.py
 
-# Most tests wait on real processes: three workers, a file each at a time
-# (module fixtures run once), keep CI's 2 cores busy. The tests that judge a
+# Most tests wait on real processes: four workers, a file each at a time
+# (module fixtures run once), keep CI's 2 cores busy (three left a fifth of
+# them idle once the alone phase was over, docs/bench-runs/s28-make-test.txt). The tests that judge a
 # rate or a duration (SLOW verdicts, bandwidth, a planted stall's timing) are
 # marked `alone` and run one at a time beside them, first in line for the CPU:
 # the parallel phase runs in a cgroup of a quarter of one task's weight
@@ -122,7 +123,7 @@ test: demo-deps
 	@$(MAKE) --no-print-directory hook
 	$(BIN)/lint-imports --no-cache
 	@$(BIN)/python -m compileall -q -j 0 diag viewer tests bench
-	@$(BIN)/python tests/phases.py 3
+	@$(BIN)/python tests/phases.py 4
 
 # The exit races at the counts they were first measured with (tests/soak.py):
 # longer than make test's budget allows.
