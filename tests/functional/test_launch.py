@@ -116,7 +116,9 @@ def test_stalled_rank_is_flagged_with_stacks_of_all_ranks(launches, tmp_path):
     assert job.wait(60) != 0
 
 
-def _wait_for_stacks(timeline, world, timeout) -> str:
+def _wait_for_stacks(timeline, world, timeout, *jobs) -> str:
+    """The event directory that holds every rank's py-spy stacks; ``jobs``:
+    whose output a failure shows."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for event in event_dirs(timeline):
@@ -125,7 +127,8 @@ def _wait_for_stacks(timeline, world, timeout) -> str:
                 return event
         time.sleep(0.5)
     raise AssertionError(f"no event with py-spy stacks of {world} ranks under {timeline}: "
-                         f"{glob.glob(os.path.join(str(timeline), '**'), recursive=True)}")
+                         f"{glob.glob(os.path.join(str(timeline), '**'), recursive=True)}\n"
+                         + "\n".join(job.output() for job in jobs))
 
 
 def test_training_completes_when_the_collector_is_killed(launches, tmp_path):
@@ -207,7 +210,7 @@ def test_two_nodes_share_node_zeros_collector(two_node_jobs, relay):
     without it."""
     node0, node1, port, release, tmp_path = two_node_jobs[relay]
     assert node0.wait_line(r"^HANG: ", 150), node0.output() + node1.output()
-    event = _wait_for_stacks(tmp_path, 4, 60)
+    event = _wait_for_stacks(tmp_path, 4, 60, node0, node1)
     released = time.time()
     release.touch()
     assert node0.wait(180) == 0 and node1.wait(60) == 0, node0.output() + node1.output()
