@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.recover import preloaded
+from tests import preloaded
 
 # Files whose tests start real jobs, by the seconds their non-`alone` tests
 # took in all (build/test-parallel.xml of a CI-path run), longest first. The

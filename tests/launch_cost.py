@@ -21,7 +21,7 @@ sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from diag.common.net import free_port  # noqa: E402
 from tests.functional.launch import SCRIPTS, Launch  # noqa: E402
-from tests.recover import preloaded  # noqa: E402
+from tests import preloaded  # noqa: E402
 
 
 def _cpu() -> float:

@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 
-from tests.recover import preloaded
+from tests import preloaded
 
 
 def rank_env(rank: int, world: int, port: str) -> dict:

@@ -2,7 +2,7 @@
 
 ``Launch`` is bench/launch_job.py's (bench/slow_detect.py uses it too, and a
 bench imports no test module), but its launcher is forked from the
-preloaded-torch server (tests/recover/preloaded.py) rather than started as a
+preloaded-torch server (tests/preloaded.py) rather than started as a
 new interpreter: a launcher is torchrun, and its import of torch is about 2
 CPU-seconds before it does anything, in each of the suite's ~130 jobs. The
 fork runs the same console script, as ``__main__``, with its own argv,
@@ -21,7 +21,7 @@ import pytest
 
 from bench import launch_job
 from bench.launch_job import ROOT, launcher  # noqa: F401
-from tests.recover import preloaded
+from tests import preloaded
 
 
 class Launch(launch_job.Launch):

@@ -11,7 +11,7 @@ BIG = str(Path(__file__).parent / "scripts" / "bigstate.py")
 
 def big(mb: int, steps: int, store=None, persist=None, **extra: str):
     """scripts/bigstate.py in a process of its own, forked with torch already
-    imported (tests/recover/preloaded.py); ``extra``: more environment."""
+    imported (tests/preloaded.py); ``extra``: more environment."""
     return jobs.forked([BIG, str(mb), str(steps)], store, persist, **extra)
 
 

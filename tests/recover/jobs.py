@@ -1,7 +1,7 @@
 """Runs tests/recover/scripts/train.py as a 2-rank gloo job, with the store
 and persist directories in the environment as xpu_timer_launch sets them.
 
-The ranks are forked from the preloaded-torch server (tests/recover/preloaded.py)
+The ranks are forked from the preloaded-torch server (tests/preloaded.py)
 with the environment torchrun gives its workers (RANK, WORLD_SIZE, MASTER_ADDR,
 ...): torchrun's own process (another torch import) only spawned them, and each
 rank of these jobs ends itself (train.py kills every rank at DIE_AT), so what
@@ -18,7 +18,7 @@ import torch
 
 from diag.common import envnames
 from diag.common.net import free_port
-from tests.recover import preloaded
+from tests import preloaded
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(Path(__file__).parent / "scripts" / "train.py")

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from diag.common.net import free_port
 from diag.recover import attempt_store
-from tests.recover import preloaded
+from tests import preloaded
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = """
@@ -37,7 +37,7 @@ def test_a_restarted_worker_reads_only_its_attempts_keys(restart, asked, reads, 
     agent.set("xpu-diag/attempt1/rank_0", "fresh")         # what this attempt's rank 0 published
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
                TORCHELASTIC_RESTART_COUNT=restart, XPU_TIMER_ATTEMPT_STORE=asked, PYTHONPATH=ROOT)
-    # forked with torch imported (tests/recover/preloaded.py): torch's rendezvous handlers as a fresh interpreter has them
+    # forked with torch imported (tests/preloaded.py): torch's rendezvous handlers as a fresh interpreter has them
     worker = preloaded.Forked(["-c", WORKER], env, ROOT)
     stdout, stderr = worker.communicate(60)
     assert worker.returncode == 0, stderr

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from diag.common.net import free_port
-from tests.recover import preloaded
+from tests import preloaded
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "framework_state.py")
 SAYS = {
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(180)
 def test_state_a_snapshot_would_hold_in_part_is_refused_with_one_line(tmp_path):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
                LOCAL_RANK="0", PYTHONWARNINGS="ignore")
-    # forked with torch imported (tests/recover/preloaded.py); DeepSpeed and Megatron are imported by the child
+    # forked with torch imported (tests/preloaded.py); DeepSpeed and Megatron are imported by the child
     proc = preloaded.Forked([SCRIPT, str(tmp_path / "store")], env, preloaded.ROOT)
     stdout, stderr = proc.communicate(150)
     assert proc.returncode == 0, stderr[-3000:]

@@ -151,7 +151,7 @@ def test_a_copy_that_fits_in_the_step_is_never_waited_for_nor_skipped(tmp_path):
 
 
 def _slow(store_dir: str, steps: int, mb: int = 24):
-    """scripts/slowcopy.py in a process of its own, forked with torch imported (tests/recover/preloaded.py)."""
+    """scripts/slowcopy.py in a process of its own, forked with torch imported (tests/preloaded.py)."""
     return jobs.forked([SLOW, str(mb), str(steps)], store_dir)
 
 

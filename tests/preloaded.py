@@ -1,8 +1,9 @@
 """Worker processes forked from one server that has imported torch already.
 
 Each Python process that imports torch spends about 1.5 CPU-seconds on it
-before it does anything, and the recover tests start dozens of short ones
-(the ranks of each job, each snapshot writer and restorer). The server
+before it does anything, and the suite starts hundreds of short ones: the
+launcher of every job (tests/functional/launch.py: it is torchrun), and in
+the recover tests the ranks of each job, each snapshot writer and restorer. The server
 imports torch once; every process asked of it is a fork of it that then
 runs its script as ``python SCRIPT ARGS`` would: its own environment,
 working directory, argv and files for stdout and stderr, and the exit
@@ -33,7 +34,7 @@ import time
 import warnings
 
 _STARTUP_FILTERS = list(warnings.filters)   # the server runs without PYTHONWARNINGS (_Server)
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _child(req: dict, out: int, err: int) -> None:
@@ -182,7 +183,7 @@ class _Server:
     def __init__(self):
         env = _server_env()
         self.dir = tempfile.mkdtemp(prefix="preloaded-")    # the children's stdout and stderr files
-        self.proc = subprocess.Popen([sys.executable, "-c", "import sys; from tests.recover.preloaded import serve; "
+        self.proc = subprocess.Popen([sys.executable, "-c", "import sys; from tests.preloaded import serve; "
                                       "serve(sys.argv[1])", self.dir],
                                      cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.lock = threading.Lock()
