@@ -68,6 +68,12 @@ ProbeState& ps() {
   return *p;
 }
 
+// ns from t to now, 0 if t is later: a launch may put its probe (its time
+// taken after the drainer took now) before the drainer reads the slot, and an
+// unsigned difference would read as 584 years (a run's length, a probe
+// overdue) where the truth is none.
+uint64_t since(uint64_t now, uint64_t t) { return now > t ? now - t : 0; }
+
 // Polls slot s's probes: marks the ended ones (their time goes to the
 // kernel's history) and retires them from the oldest on. Returns the oldest
 // unfinished one, or nullptr.
@@ -95,7 +101,7 @@ Probe* poll_slot(Core& c, Slot& s, uint64_t now) {
     if (q == XT_EV_READY) {
       History& h = ps().history[p.key];
       ++h.runs;
-      if (now - p.t_ns > h.max_ns) h.max_ns = now - p.t_ns;
+      if (since(now, p.t_ns) > h.max_ns) h.max_ns = since(now, p.t_ns);
     }
   }
   while (tail < head && s.probes[tail & (kProbes - 1)].done) {
@@ -175,7 +181,7 @@ void probe_pass(Core& c, uint64_t now) {
     if (p && (!oldest || p->t_ns < oldest->t_ns)) oldest = p;
   }
   uint64_t every = uint64_t(c.cfg.count_every_ms) * 1000000ull;
-  bool overdue = oldest && now - oldest->t_ns >= kReportAfterNs;
+  bool overdue = oldest && since(now, oldest->t_ns) >= kReportAfterNs;
   if (overdue && now - st.report_ns >= every) {
     put_probe(c, oldest, oldest->t_ns | 1, now);  // any id but 0, which clears
     st.report_ns = now;

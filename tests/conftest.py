@@ -50,17 +50,13 @@ LONGEST_FIRST = (
     "tests/functional/test_failed.py",              # ~16 s
     "tests/timeline/test_timeline_e2e.py",          # ~16 s
 )
-# Files that go after every other of their phase: the frameworks' healthy
-# jobs (alone) fill both cores, and the parallel phase's first minute holds
-# the planted skips of tests/frameworks/test_frameworks.py, named within 10 s.
-LAST = ("tests/frameworks/test_frameworks_healthy.py",)
-_RANK = {path: i for i, path in enumerate(LONGEST_FIRST)} | {path: len(LONGEST_FIRST) + 1 for path in LAST}
+_RANK = {path: i for i, path in enumerate(LONGEST_FIRST)}
 
 
 def pytest_collection_modifyitems(config, items):
     # A stable sort: within a file the order pytest chose (module fixtures,
     # their parameters) stays as it was.
-    items.sort(key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST)))
+    items.sort(key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(_RANK)))
 
 
 # Each test's CPU-seconds, next to its wall time in the JUnit XML (the

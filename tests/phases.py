@@ -15,10 +15,10 @@ that failed.
 Why side by side: the alone tests judge durations of seconds, so another
 test's load must not reach them, but most of them use a fraction of a core;
 run after the parallel phase they left CI's 2 cores idle for half their
-250 s. Here each phase runs in a cgroup of its own (cgroup v1
-``cpu.shares``, as root), the alone one at twice the parallel one's weight:
-the alone tests get the CPU they ask for (up to two thirds of it), and the
-parallel phase takes what they leave, a third at least. A cgroup, not nice: nice weighs threads, so twenty runnable threads of
+250 s. Here the parallel phase runs in a cgroup of its own whose CPU weight
+is a quarter of one task's (cgroup v1 ``cpu.shares``, as root): the alone
+tests get the CPU they ask for, and the parallel phase takes what they
+leave. A cgroup, not nice: nice weighs threads, so twenty runnable threads of
 the rest outweigh an alone test's two ranks (session 19 tried it,
 docs/bench-runs/s19-make-test-cpu.txt), and with autogroup scheduling every
 job that starts a session of its own would get a full share again; a cgroup
@@ -38,28 +38,22 @@ import sys
 import time
 
 CPU_CGROUPS = "/sys/fs/cgroup/cpu"
-# The parallel phase's weight against the alone phase's, each phase one
-# group whatever its processes: under contention the alone tests get two
-# thirds of the CPU, more than any of them uses but the frameworks' healthy
-# jobs (two at a time), and the parallel phase still a third, so that its
+# The parallel phase's weight against the 1024 of each alone task (and of
+# each autogroup): under contention it still gets a fifth of a core, so its
 # own tests, which wait on timeouts of a few seconds, are slowed, not starved.
-# (The alone phase's tasks were each at the root's 1024 until session 28:
-# two healthy jobs' ranks then left the parallel phase a few percent of a
-# core, and a two-node job's dumps missed its 60 s.)
 BACKGROUND_SHARES = 256
-FOREGROUND_SHARES = 512
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 PHASES = ("parallel", "alone", "quiet")
 
 
-def background_cgroup(phase: str = "parallel", shares: int = BACKGROUND_SHARES) -> str | None:
-    """A new cpu cgroup of ``shares`` for ``phase``, or None (said once)
-    where this host gives none."""
-    path = os.path.join(CPU_CGROUPS, f"xpu-diag-test-{os.getpid()}" + ("" if phase == "parallel" else f"-{phase}"))
+def background_cgroup() -> str | None:
+    """A new cpu cgroup of BACKGROUND_SHARES, or None (said once) where this
+    host gives none."""
+    path = os.path.join(CPU_CGROUPS, f"xpu-diag-test-{os.getpid()}")
     try:
         os.mkdir(path)
         with open(os.path.join(path, "cpu.shares"), "w") as f:
-            f.write(str(shares))
+            f.write(str(BACKGROUND_SHARES))
         return path
     except OSError as e:
         print(f"make test: no cpu cgroup for the parallel phase ({e.strerror}: {path}); "
@@ -100,18 +94,17 @@ def marked_files(mark: str) -> list[str]:
 
 
 def start(phase: str, marks: str, extra: tuple[str, ...], paths: list[str],
-          cgroup: str | None = None, logged: bool = False) -> subprocess.Popen:
-    """pytest for one phase, in ``cgroup`` if given; ``logged``: its output
-    goes to build/test-PHASE.log, not to ours."""
+          cgroup: str | None = None) -> subprocess.Popen:
+    """pytest for one phase; one in ``cgroup`` writes its output to
+    build/test-PHASE.log, any other to ours."""
     def join() -> None:   # in the child, before exec: every descendant inherits it
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
     argv = PYTEST + [f"--junitxml=build/test-{phase}.xml", *extra, "-m", marks, *paths]
-    preexec = join if cgroup else None
-    if not logged:
-        return subprocess.Popen(argv, preexec_fn=preexec)
+    if not cgroup:
+        return subprocess.Popen(argv)
     with open(os.path.join("build", f"test-{phase}.log"), "w") as log:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec)
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=join)
 
 
 def ended(phase: str, rc: int, seconds: float, logged: bool = False) -> int:
@@ -145,12 +138,11 @@ def main(argv: list[str]) -> int:
     rcs = {}
     began = time.monotonic()
     cgroup = background_cgroup()
-    foreground = background_cgroup("alone", FOREGROUND_SHARES) if cgroup else None
     if cgroup:
         print(f"make test: the parallel phase runs beside the alone one, with cpu.shares {BACKGROUND_SHARES} "
-              f"against its {FOREGROUND_SHARES if foreground else 'each task 1024'} ({cgroup})", flush=True)
-        procs = {"parallel": start("parallel", *runs["parallel"], cgroup=cgroup, logged=True),
-                 "alone": start("alone", *runs["alone"], cgroup=foreground)}
+              f"({cgroup})", flush=True)
+        procs = {"parallel": start("parallel", *runs["parallel"], cgroup=cgroup),
+                 "alone": start("alone", *runs["alone"])}
         took = {}
         try:
             while len(took) < len(procs):
@@ -164,8 +156,6 @@ def main(argv: list[str]) -> int:
                     proc.kill()
                     proc.wait()
             remove_cgroup(cgroup)
-            if foreground:
-                remove_cgroup(foreground)
         rcs["parallel"] = ended("parallel", procs["parallel"].returncode, took["parallel"], logged=True)
         rcs["alone"] = ended("alone", procs["alone"].returncode, took["alone"])
     else:

@@ -142,12 +142,17 @@ def serve(files: str) -> None:
         req = json.loads(line)
         if req["op"] == "spawn":
             reply.flush()
+            fds = []
             try:
-                out, err = _open_output(req["out"]), _open_output(req["err"])
+                for path in (req["out"], req["err"]):
+                    fds.append(_open_output(path))
             except OSError as e:
+                for fd in fds:
+                    os.close(fd)
                 reply.write(json.dumps({"error": f"{e.strerror}: {e.filename}"}) + "\n")
                 reply.flush()
                 continue
+            out, err = fds
             pid = os.fork()
             if pid == 0:
                 _child(req, out, err)

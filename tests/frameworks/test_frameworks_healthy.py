@@ -3,15 +3,11 @@ Megatron-Core's tensor parallelism and DeepSpeed ZeRO-3 on 2 gloo ranks
 under the real launcher (issues 18 and 32; docs/frameworks.md): each made
 once and judged three ways.
 
-Alone (make test runs them first in line for the CPU, the parallel phase
-beside them at a quarter weight), and after every other alone test: beside
-tests of equal weight the /metrics they judge drift past its tolerance (a
-wait ratio of 0.57 where the script timed 0.45, docs/bench-runs/s27-make-test.txt),
-and their two jobs at a time, given the CPU first, would starve the
-parallel phase's first minute, whose planted skips must be named within
-10 s (tests/conftest.py, LAST). They ran in the quiet phase, after both
-others, until session 28: 70 s of make test's wall, a third of it idle
-(docs/bench-runs/s28-make-test.txt)."""
+Quiet (make test runs them last, with nothing beside them), in a file of
+their own which that phase collects alone: beside other tests the /metrics
+they judge drift past its tolerance (a wait ratio of 0.57 where the script
+timed 0.45), and given the CPU first their two jobs at a time starve the
+tests beside them (docs/bench-runs/s26-make-test.txt, s27-make-test.txt)."""
 
 import dataclasses
 import threading
@@ -74,21 +70,21 @@ def healthy(request, tmp_path_factory):
 
 
 # The first of these tests to run waits for every healthy job (the fixture).
-@pytest.mark.alone
+@pytest.mark.quiet
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", HEALTHY_ORDER)
 def test_final_parameters_are_bitwise_those_of_the_job_without_xpu_diag(name, healthy):
     jobs.assert_bitwise(healthy(name, with_reference=True))
 
 
-@pytest.mark.alone
+@pytest.mark.quiet
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", HEALTHY_ORDER)
 def test_healthy_job_raises_no_alarm(name, healthy):
     jobs.assert_no_alarm(healthy(name))
 
 
-@pytest.mark.alone
+@pytest.mark.quiet
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", HEALTHY_ORDER)
 def test_metrics_match_what_the_script_timed(name, healthy):
