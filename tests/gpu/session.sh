@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check for one machine, in one go, through the device tool:
-#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500one|cpu12500prof|cpu25000prof|cpu25000|cpu25000only|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|cpus27|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1fwrecover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
+#   bash tests/gpu/session.sh x4s16|x4s16b|x4s16c|x2s16|x4ab|x4titan|x4fw32|x2fw32|cpu12500|cpu12500one|cpu12500prof|cpu25000prof|cpu25000|cpu25000only|x2linkhang|x1|x1drv|x1gpu|x1nosetdev|stuckkernel|cpudeadlock|cpus27|x1s28|x1s21|x1tracercost|x1fw|x1tracer|x1recover|x1fwrecover|x1link|x2link|x2|x4|x2hook|x2step|x2net|x2ctx|x2fence|x2step2|x2gen|x2pair|x2verify|x2timeline|x2perf|x2slow|x2diverge|x2gpt2|x2race|deps
 #   (outputs in $OUT/gpu-<label>.tgz)
 # x4fw32: issue 32 on 4 GPUs: the tracer's NCCL completion test, the Megatron-shaped
 # step bench in process and as whole jobs (torchrun against the launcher), and
@@ -60,6 +60,9 @@
 # deadlock_runs variant 8 times, the healthy ones and a skip starved
 # (--starve 64: a low-weight cpu cgroup beside two spinners a core), and the
 # launcher's exit with and without gc.freeze (bench/launcher_exit.py).
+# x1s28: session 28's hook probes (a run's length and a probe's age clamp at 0) on a
+# real GPU: the stuck-kernel test and the hook's one-GPU tests; then the agent's
+# state-R activity rule through every deadlock_runs variant, 6 times, on the 16 cores.
 # cpudeadlock: issue 41 item 2 on the device host's 16 cores (no GPU used): each
 # cross-group deadlock variant of bench/deadlock_runs.py 20 times through the launcher's
 # defaults (6 at a time), the healthy crossing waits beside them: right means rule
@@ -174,6 +177,9 @@ case $label in
       run deadlock_starved 200 python3 bench/deadlock_runs.py --runs 2 --parallel 4 --starve 64 \
         --variants healthy-async,healthy-async-quarter,skip-default --out $R/deadlock_starved.json
       run launcher_exit 80 python3 bench/launcher_exit.py --runs 12 ;;
+  x1s28) mkdir -p $R/gpu-runs; GPU_RUNS_OUT=$R/gpu-runs run stuck_kernel 110 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_stuck_kernel_gpu.py
+      run hook_single_gpu 200 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hook_single_gpu.py
+      run deadlock_runs 230 python3 bench/deadlock_runs.py --runs 6 --parallel 10 --out $R/deadlock_runs.json ;;
   cpudeadlock) run deadlock_runs 330 python3 bench/deadlock_runs.py --runs 20 --parallel 10 --out $R/deadlock_runs.json ;;
   x1tracercost) run tracer_async_step_gloo 90 python3 bench/tracer_async_step.py --backend gloo --world 2 --rounds 12
       run tracer_async_step_nccl_hook 90 python3 bench/tracer_async_step.py --backend nccl --world 1 --hook --rounds 12 ;;
