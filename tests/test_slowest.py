@@ -50,3 +50,24 @@ def test_a_report_that_is_not_junit_xml_is_named_in_one_line(tmp_path):
                          capture_output=True, text=True)
     assert ran.returncode == 2 and ran.stdout == ""
     assert ran.stderr.startswith(f"slowest: {bad} is not a JUnit XML report") and ran.stderr.count("\n") == 1
+
+
+def test_a_failed_test_is_named_last_with_the_first_line_of_its_message(tmp_path):
+    # CI shows only the end of make test's output: the failure must be there.
+    (tmp_path / "test_bad.py").write_text(
+        "import pytest\n\n"
+        "def test_passes():\n    pass\n\n"
+        "def test_fails():\n    assert 1 == 2, 'one is not two\\nmore'\n\n"
+        "@pytest.fixture\ndef broken():\n    raise OSError('no such thing')\n\n"
+        "def test_errors(broken):\n    pass\n")
+    xml = tmp_path / "test-quiet.xml"
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                          "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "slowest.py"), "5", str(xml)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[-3] == "==== 2 of make test's tests failed ====", out
+    failed, errored = out[-2].split(), out[-1].split()
+    assert failed[:3] == ["FAILED", "test-quiet", "test_bad.py::test_fails:"], out
+    assert "one is not two" in out[-2] and "more" not in out[-2], out
+    assert errored[:3] == ["ERROR", "test-quiet", "test_bad.py::test_errors:"] and "no such thing" in out[-1], out
