@@ -91,19 +91,29 @@ class Cluster:
         for end in self.link_if:
             subprocess.run(["tc", "qdisc", "add", "dev", end, *tbf], check=True)
 
+    def node_argv(self, k: int, args: list[str], port: int, plain: bool = False) -> list[str]:
+        """Node k's netcheck command line, after ``python``. ``plain``: no
+        --iface and no --node-name, as a new user would run it (every
+        namespace shares the host's hostname)."""
+        return ["-m", "diag.netcheck.cli", "--nnodes", str(self.n), "--node-rank", str(k),
+                "--master-addr", self.addr[0], "--master-port", str(port),
+                *([] if plain else ["--node-name", f"node{k}", "--iface", self.node_if[k]]),
+                "--backend", "gloo", "--no-progress", *args]
+
+    @staticmethod
+    def node_env() -> dict:
+        """A node's environment: this one's, less what would tell netcheck a rendezvous of its own."""
+        return {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT",
+                                                                 "XPU_TIMER_NODE_NAME", "GLOO_SOCKET_IFNAME",
+                                                                 "SLURM_JOB_NODELIST")}
+
     def start(self, k: int, args: list[str], port: int, plain: bool = False) -> subprocess.Popen:
-        """Node k's netcheck. ``plain``: no --iface and no --node-name, as a new user
-        would run it (every namespace shares the host's hostname)."""
+        """Node k's netcheck, started (``node_argv``)."""
         # nice -10: other jobs on a shared CI host must not decide a bandwidth
         # verdict; the throttled link is what the test is about.
-        cmd = ["ip", "netns", "exec", self.ns[k], "nice", "-n", "-10", PYTHON, "-m", "diag.netcheck.cli",
-               "--nnodes", str(self.n), "--node-rank", str(k), "--master-addr", self.addr[0],
-               "--master-port", str(port), *([] if plain else ["--node-name", f"node{k}", "--iface", self.node_if[k]]),
-               "--backend", "gloo", "--no-progress", *args]
-        env = {k2: v for k2, v in os.environ.items() if k2 not in ("WORLD_SIZE", "RANK", "MASTER_ADDR",
-                                                                   "MASTER_PORT", "XPU_TIMER_NODE_NAME",
-                                                                   "GLOO_SOCKET_IFNAME", "SLURM_JOB_NODELIST")}
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = ["ip", "netns", "exec", self.ns[k], "nice", "-n", "-10", PYTHON, *self.node_argv(k, args, port, plain)]
+        proc = subprocess.Popen(cmd, cwd=REPO, env=self.node_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
         self.procs.append(proc)
         return proc
 

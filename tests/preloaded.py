@@ -37,11 +37,37 @@ _STARTUP_FILTERS = list(warnings.filters)   # the server runs without PYTHONWARN
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+CLONE_NEWNET = 0x40000000   # <sched.h>
+
+
+def _enter_netns(name: str) -> None:
+    """Join network namespace ``name`` (``ip netns add``'s /run/netns/NAME),
+    as ``ip netns exec NAME`` does for the sockets of a fresh process: this
+    process has one thread, and its later threads inherit the namespace."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(os.path.join("/run/netns", name), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into network namespace {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 def _child(req: dict, out: int, err: int) -> None:
     """In the forked child: become ``python argv...`` and exit as it would,
     its stdout and stderr on the descriptors ``out`` and ``err``; never returns."""
     if req.get("session"):
         os.setsid()          # as subprocess's start_new_session: its own process group to signal
+    try:
+        if req.get("netns"):
+            _enter_netns(req["netns"])
+        if req.get("nice"):
+            os.setpriority(os.PRIO_PROCESS, 0, req["nice"])   # as nice -n N
+    except OSError as e:
+        os.write(err, f"preloaded: {e}\n".encode())
+        os._exit(126)      # the shell's "found but could not be run"
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
@@ -104,13 +130,18 @@ def run_and_exit(argv: list[str]) -> None:
 
 
 def _run(argv: list[str]) -> None:
-    """``python argv...``: ``-c CODE ARGS`` or ``SCRIPT ARGS``, as __main__."""
+    """``python argv...``: ``-c CODE ARGS``, ``-m MODULE ARGS`` or ``SCRIPT
+    ARGS``, as __main__."""
+    import runpy
     if argv[0] == "-c":
         sys.argv = ["-c", *argv[2:]]
         sys.path[0] = ""
         exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    elif argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]       # runpy sets argv[0] to the module's file
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
-        import runpy
         sys.argv = list(argv)
         sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
         runpy.run_path(argv[0], run_name="__main__")
@@ -242,13 +273,15 @@ class Forked:
     """A ``subprocess.Popen``'s few calls the tests use, for a child of the server."""
 
     def __init__(self, argv: list[str], env: dict, cwd: str, fsize: int | None = None, streams: bool = False,
-                 session: bool = False):
+                 session: bool = False, netns: str | None = None, nice: int = 0):
         """``python *argv`` in ``cwd`` with exactly ``env``; ``fsize``: its
         RLIMIT_FSIZE. ``streams``: its stdout and stderr are read as they come,
         from ``self.stdout`` and ``self.stderr`` (binary, EOF once it and every
         descendant that inherited them have closed them, as pipes), not from
         files by ``output()``. ``session``: it leads a session of its own
-        (``start_new_session``)."""
+        (``start_new_session``). ``netns``, ``nice``: as under ``ip netns exec
+        NETNS nice -n NICE`` (a failure to enter either: exit 126, why on its
+        stderr)."""
         self._server = _get()
         name = os.path.join(self._server.dir, str(next(self._server.names)))
         self._out, self._err = name + ".out", name + ".err"
@@ -261,7 +294,7 @@ class Forked:
                 readers.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))   # the server's open finds a reader
         try:
             said = self._server.ask(op="spawn", argv=argv, env=env, cwd=cwd, out=self._out, err=self._err,
-                                    fsize=fsize, session=session)
+                                    fsize=fsize, session=session, netns=netns, nice=nice)
         finally:
             if streams:
                 os.unlink(self._out), os.unlink(self._err)

@@ -1,4 +1,5 @@
-"""Fixtures for tests/netcheck: real network namespaces (netns_cluster.py)."""
+"""Fixtures for tests/netcheck: real network namespaces (netns_cluster.py), each
+node a fork of the preloaded-torch server in its namespace."""
 
 from __future__ import annotations
 

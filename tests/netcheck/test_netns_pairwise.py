@@ -4,14 +4,10 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from diag import faultlist
-from tests.netcheck.netns_cluster import REPO
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180)]
 
@@ -131,14 +127,14 @@ def test_new_user_run_picks_the_routed_interface_and_names_nodes_apart(netns_clu
     script = tmp_path / "train.py"
     script.write_text("print('TRAINED')\n")
     env = {k: v for k, v in os.environ.items() if k != "XPU_TIMER_NODE_NAME"}
-    launch = [sys.executable, "-m", "diag.launcher.main", "--fault-list", str(out), "--no-hook", "--timeline-path",
+    launch = ["-m", "diag.launcher.main", "--fault-list", str(out), "--no-hook", "--timeline-path",
               str(tmp_path / "tl"), "--nnodes", "1", "--nproc-per-node", "1", str(script)]
-    # Side by side: two launchers' start-up, on two namespaces of their own.
-    with ThreadPoolExecutor(2) as pool:
-        refused, started = pool.map(lambda k: c.exec(k, launch, env), (3, 2))
-    assert refused.returncode == 75 and f"node {host}#3 is marked faulty" in refused.stderr, refused.stderr
-    assert "(matched by address)" in refused.stderr
-    assert started.returncode == 0 and "TRAINED" in started.stdout, started.stderr[-2000:]
+    # Side by side: two launchers, on two namespaces of their own.
+    refused, started = [c.fork(k, launch, env) for k in (3, 2)]
+    (_, refused_err), (started_out, started_err) = (proc.communicate(120) for proc in (refused, started))
+    assert refused.returncode == 75 and f"node {host}#3 is marked faulty" in refused_err, refused_err
+    assert "(matched by address)" in refused_err
+    assert started.returncode == 0 and "TRAINED" in started_out, started_err[-2000:]
 
 
 def test_node_that_cannot_connect_ends_at_the_deadline_unknown_and_no_one_blamed(netns_cluster, tmp_path):
@@ -211,13 +207,11 @@ def test_rank_order_groups_nodes_by_bridge(netns_cluster, tmp_path):
     for k in range(4):
         env = {key: v for key, v in os.environ.items() if not key.startswith(("XPU_TIMER_", "MASTER_", "GLOO_"))}
         env.update(XPU_TIMER_JOB_TOKEN="rank-order-test", GLOO_SOCKET_IFNAME=c.node_if[k])
-        cmd = ["ip", "netns", "exec", c.ns[k], sys.executable, "-m", "diag.launcher.main", "--rank-order", str(order),
-               "--no-hook", "--timeline-path", str(tmp_path / "tl"), "--nnodes", "4", "--node-rank", str(k),
-               "--nproc-per-node", "1", "--master-addr", c.addr[0], "--master-port", str(port), "--rdzv-id", "ro",
-               str(train), str(tmp_path), f"node{k}"]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    outs = [p.communicate(timeout=150)[0] for p in procs]
+        procs.append(c.fork(k, ["-m", "diag.launcher.main", "--rank-order", str(order), "--no-hook",
+                                "--timeline-path", str(tmp_path / "tl"), "--nnodes", "4", "--node-rank", str(k),
+                                "--nproc-per-node", "1", "--master-addr", c.addr[0], "--master-port", str(port),
+                                "--rdzv-id", "ro", str(train), str(tmp_path), f"node{k}"], env))
+    outs = ["".join(p.communicate(timeout=150)) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], "\n".join(outs)[-4000:]
     # node k now runs as the file says: node2 -> 1, node1 -> 2; one job of 4 ranks, each rank once.
     assert {k: (tmp_path / f"node{k}").read_text() for k in range(4)} == \
