@@ -353,3 +353,11 @@ class Forked:
             self._done = (out, err)
             os.unlink(self._out), os.unlink(self._err)
         return self._done
+
+
+def run(argv: list[str], cwd: str, env: dict | None = None, timeout: float | None = None,
+        netns: str | None = None) -> subprocess.CompletedProcess:
+    """``subprocess.run([python, *argv], capture_output=True, text=True)``, forked."""
+    proc = Forked(argv, dict(os.environ) if env is None else env, str(cwd), netns=netns)
+    out, err = proc.communicate(timeout)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

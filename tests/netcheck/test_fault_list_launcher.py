@@ -2,13 +2,12 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from diag import faultlist
+from tests import preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 FAULTY_BOX = Path(__file__).parent / "fixtures" / "nvml_synthetic_h200x4_faulty.json"
@@ -21,9 +20,8 @@ pytestmark = pytest.mark.timeout(240)
 def faults_json(tmp_path_factory):
     """A fault list made by netcheck itself: the switchbox check marks boxA faulty."""
     out = tmp_path_factory.mktemp("netcheck") / "faults.json"
-    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay",
-                          str(FAULTY_BOX), "--node-name", "boxA", "--output", str(out), "--no-progress"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    res = preloaded.run(["-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay", str(FAULTY_BOX),
+                         "--node-name", "boxA", "--output", str(out), "--no-progress"], REPO, timeout=120)
     assert res.returncode == 1, res.stderr
     return out
 
@@ -35,10 +33,11 @@ def launch(tmp_path, fault_list, node_name, *extra):
     env = dict(os.environ, XPU_TIMER_NODE_NAME=node_name)
     for k in ("XPU_TIMER_FAULT_LIST", "XPU_TIMER_FAULT_LIST_MAX_AGE"):
         env.pop(k, None)
-    cmd = [sys.executable, "-m", "diag.launcher.main", "--fault-list", str(fault_list), *extra,
+    # the launcher forked with torch imported (tests/preloaded.py), as every launch of the tests
+    cmd = ["-m", "diag.launcher.main", "--fault-list", str(fault_list), *extra,
            "--no-hook", "--timeline-path", str(tmp_path / "tl"), "--nnodes", "1", "--nproc-per-node", "1",
            str(script), str(marker)]
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    res = preloaded.run(cmd, REPO, env, timeout=180)
     return res, marker
 
 

@@ -10,14 +10,15 @@ import pytest
 
 from diag.common.net import free_port
 from diag.netcheck.report import expand_hostlist
+from tests import preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(120)
 
 
 def _netcheck(*args, env=None, timeout=100):
-    return subprocess.run([sys.executable, "-m", "diag.netcheck.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    # forked with torch imported (tests/preloaded.py): netcheck imports it
+    return preloaded.run(["-m", "diag.netcheck.cli", *args], REPO, env, timeout)
 
 
 def test_missing_node_is_named_by_rank_and_slurm_name_and_the_run_ends(tmp_path):

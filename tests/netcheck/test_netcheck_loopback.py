@@ -1,6 +1,7 @@
 """Two netcheck nodes on loopback (no namespaces needed): the smallest fleet, plus the GEMM check."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 
 from diag.common.net import free_port
 from diag.netcheck.measure.gemm import run_gemm
+from tests import preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(120)
@@ -50,10 +52,10 @@ def test_two_healthy_nodes_with_compute_check(tmp_path):
 def test_nproc_per_node_starts_units_through_torchrun(tmp_path):
     """netcheck --nproc-per-node runs torchrun in-process; children find the agent's store."""
     out = tmp_path / "faults.json"
-    res = subprocess.run([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "1", "--nproc-per-node", "2",
-                          "--master-port", str(free_port()), "--iface", "lo", "--size", "128K", "--iters", "2",
-                          "--node-name", "hostA", "--output", str(out), "--no-progress", "--rel-ratio", "0.01"],
-                         cwd=REPO, capture_output=True, text=True, timeout=100)
+    res = preloaded.run(["-m", "diag.netcheck.cli", "--nnodes", "1", "--nproc-per-node", "2",
+                         "--master-port", str(free_port()), "--iface", "lo", "--size", "128K", "--iters", "2",
+                         "--node-name", "hostA", "--output", str(out), "--no-progress", "--rel-ratio", "0.01"],
+                        REPO, timeout=100)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["summary"]["joined"] == 2 and doc["faulty"] == []
@@ -63,7 +65,6 @@ def test_nproc_per_node_starts_units_through_torchrun(tmp_path):
 def test_sigterm_during_nproc_per_node_is_one_line_and_no_orphans(tmp_path):
     """SIGTERM mid-measurement: torchrun stops the children; netcheck says so in one
     line and exits 128+15 (it used to print torchrun's SignalException traceback)."""
-    import os
     import signal
     import time
     proc = subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", "--nnodes", "1", "--nproc-per-node", "2",
@@ -116,15 +117,15 @@ def test_child_argv_drops_rendezvous_options():
 
 
 def test_switchbox_results_of_every_host_reach_the_job_wide_list(tmp_path):
+    # forked with torch imported (tests/preloaded.py): each node imports it
     fixtures = Path(__file__).parent / "fixtures"
     port = free_port()
     boxes = {0: "nvml_synthetic_h200x4_healthy.json", 1: "nvml_synthetic_h200x4_faulty.json"}
-    procs = [subprocess.Popen([sys.executable, "-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay",
+    procs = [preloaded.Forked(["-m", "diag.netcheck.cli", "--switchbox-check", "--nvml-replay",
                                str(fixtures / boxes[r]), "--nnodes", "2", "--node-rank", str(r), "--master-addr",
                                "127.0.0.1", "--master-port", str(port), "--iface", "lo", "--size", "128K",
                                "--iters", "2", "--node-name", f"box{r}", "--rel-ratio", "0.01", "--no-progress",
-                               "--output", str(tmp_path / f"f{r}.json")],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               "--output", str(tmp_path / f"f{r}.json")], dict(os.environ), str(REPO))
              for r in (0, 1)]
     outs = [p.communicate(timeout=100) for p in procs]
     assert [p.returncode for p in procs] == [1, 1], outs
