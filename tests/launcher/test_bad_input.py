@@ -8,14 +8,14 @@ import dataclasses
 import os
 import socket
 import stat
-import subprocess
 
 import pytest
 import torch
 
 from diag.launcher import collector_proc, runner
 from diag.launcher.config import ConfigError, parse_args
-from tests.functional.launch import ROOT, launcher
+from tests import preloaded
+from tests.functional.launch import launcher
 
 NPROC_FIX = "use auto, cpu, gpu, xpu or a number from 1 to 1024"
 
@@ -108,8 +108,9 @@ def launch(tmp_path, args, env=None, timeout=60):
     (tmp_path / "train.py").write_text(TRAIN)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("XPU_TIMER_")}
     full_env.update(env or {})
-    result = subprocess.run(launcher() + ["--timeline-path", str(tmp_path / "tl"), *args],
-                            cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout)
+    # forked with torch imported (tests/preloaded.py), as every launch of the tests
+    result = preloaded.run(launcher() + ["--timeline-path", str(tmp_path / "tl"), *args], tmp_path, full_env,
+                           timeout)
     return result, (tmp_path / "ran").exists()
 
 

@@ -2,13 +2,13 @@
 
 import os
 import socket
-import subprocess
-import sys
 import time
 
 from diag import faultlist
 from diag.launcher.config import parse_args
 from diag.launcher.runner import check_fault_list
+from tests import preloaded
+from tests.functional.launch import ROOT, launcher
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "stall.py")
 
@@ -20,9 +20,9 @@ def config_for(path, max_age="24h"):
 def test_faulty_node_exits_75_through_the_cli(tmp_path):
     path = tmp_path / "faults.json"
     faultlist.write(path, {socket.gethostname(): "busbw 1.2 GB/s < 20 GB/s"}, [])
-    exe = os.path.join(os.path.dirname(sys.executable), "xpu_timer_launch")
-    proc = subprocess.run([exe, "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
-                          capture_output=True, text=True, timeout=120)
+    # the console script, forked with torch imported (tests/preloaded.py), as every launch of the tests
+    proc = preloaded.run([launcher()[0], "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
+                         ROOT, timeout=120)
     assert proc.returncode == faultlist.EXIT_FAULTY_NODE == 75
     lines = [line for line in proc.stderr.splitlines() if line.startswith("xpu_timer_launch")]
     assert lines == [f"xpu_timer_launch: node {socket.gethostname()} is marked faulty in {path} "
@@ -73,12 +73,11 @@ def test_a_hostile_reason_reaches_the_terminal_escaped_and_cut_to_one_line(tmp_p
     path = tmp_path / "faults.json"
     hostile = "\x1b[2J\x1b[H\x1b[32mall good, node healthy\x1b[0m\n" + "A" * 1_000_000
     faultlist.write(path, {socket.gethostname(): hostile}, [])
-    exe = os.path.join(os.path.dirname(sys.executable), "xpu_timer_launch")
-    proc = subprocess.run([exe, "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
-                          capture_output=True, timeout=120)
+    proc = preloaded.run([launcher()[0], "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
+                         ROOT, timeout=120)
     assert proc.returncode == faultlist.EXIT_FAULTY_NODE
-    assert b"\x1b" not in proc.stderr and len(proc.stderr) < 2000, proc.stderr[:300]
-    lines = [line for line in proc.stderr.decode().splitlines() if line.startswith("xpu_timer_launch")]
+    assert "\x1b" not in proc.stderr and len(proc.stderr.encode()) < 2000, proc.stderr[:300]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("xpu_timer_launch")]
     assert len(lines) == 1 and lines[0].endswith("…"), lines
     assert "(matched by hostname): \\x1b[2J\\x1b[H\\x1b[32mall good, node healthy\\x1b[0m\\nAAA" in lines[0]
 
