@@ -59,6 +59,16 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _RANK.get(item.nodeid.split("::", 1)[0], len(_RANK)))
 
 
+def pytest_collection_finish(session):
+    # An xdist worker of make test's parallel phase says it has collected:
+    # tests/phases.py starts the alone phase then. One line, appended: one
+    # write of a few bytes to a file opened O_APPEND is not interleaved.
+    path = os.environ.pop("XPU_DIAG_TEST_COLLECTED", None)   # not for the processes its tests start
+    if path and "PYTEST_XDIST_WORKER" in os.environ:
+        with open(path, "a") as f:
+            f.write(os.environ["PYTEST_XDIST_WORKER"] + "\n")
+
+
 # Each test's CPU-seconds, next to its wall time in the JUnit XML (the
 # property cpu_s; tests/slowest.py prints it): on CI's 2 cores the suite is
 # bound by CPU, and most of it goes on starting processes that import torch.

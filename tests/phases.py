@@ -6,7 +6,8 @@ venv's python. Each phase writes build/test-PHASE.xml (JUnit):
 - parallel: ``-m "not alone and not quiet"``, WORKERS xdist workers, a file
   each at a time; its output is kept in build/test-parallel.log and printed
   when it is over;
-- alone: ``-m alone``, one test at a time, printed as it goes;
+- alone: ``-m alone``, one test at a time, printed as it goes, started once
+  every parallel worker has collected;
 - quiet: ``-m quiet``, one test at a time once both are over, with nothing
   beside it.
 Then the 20 slowest tests of all three. The exit status is the first phase's
@@ -44,6 +45,10 @@ CPU_CGROUPS = "/sys/fs/cgroup/cpu"
 BACKGROUND_SHARES = 256
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 PHASES = ("parallel", "alone", "quiet")
+# Where a parallel phase's worker says it has collected (tests/conftest.py),
+# and how long the alone phase waits for them all at most.
+COLLECTED_ENV = "XPU_DIAG_TEST_COLLECTED"
+COLLECT_WAIT_S = 90.0
 
 
 def background_cgroup() -> str | None:
@@ -94,7 +99,7 @@ def marked_files(mark: str) -> list[str]:
 
 
 def start(phase: str, marks: str, extra: tuple[str, ...], paths: list[str],
-          cgroup: str | None = None) -> subprocess.Popen:
+          cgroup: str | None = None, env: dict | None = None) -> subprocess.Popen:
     """pytest for one phase; one in ``cgroup`` writes its output to
     build/test-PHASE.log, any other to ours."""
     def join() -> None:   # in the child, before exec: every descendant inherits it
@@ -102,9 +107,24 @@ def start(phase: str, marks: str, extra: tuple[str, ...], paths: list[str],
             f.write(str(os.getpid()))
     argv = PYTEST + [f"--junitxml=build/test-{phase}.xml", *extra, "-m", marks, *paths]
     if not cgroup:
-        return subprocess.Popen(argv)
+        return subprocess.Popen(argv, env=env)
     with open(os.path.join("build", f"test-{phase}.log"), "w") as log:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=join)
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=join, env=env)
+
+
+def wait_collected(proc: subprocess.Popen, path: str, workers: int, timeout: float) -> bool:
+    """Whether the parallel phase's ``workers`` have each collected (a line
+    each in ``path``, tests/conftest.py) within ``timeout``, or it has ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(path) as f:
+                if len(f.read().splitlines()) >= workers:
+                    return True
+        except FileNotFoundError:
+            pass
+        time.sleep(0.2)
+    return False
 
 
 def ended(phase: str, rc: int, seconds: float, logged: bool = False) -> int:
@@ -127,7 +147,7 @@ def main(argv: list[str]) -> int:
     # anew.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.makedirs("build", exist_ok=True)
-    for name in [f"test-{phase}.xml" for phase in PHASES] + ["test-parallel.log"]:
+    for name in [f"test-{phase}.xml" for phase in PHASES] + ["test-parallel.log", "test-parallel.collected"]:
         try:
             os.remove(os.path.join("build", name))
         except FileNotFoundError:
@@ -141,8 +161,15 @@ def main(argv: list[str]) -> int:
     if cgroup:
         print(f"make test: the parallel phase runs beside the alone one, with cpu.shares {BACKGROUND_SHARES} "
               f"({cgroup})", flush=True)
-        procs = {"parallel": start("parallel", *runs["parallel"], cgroup=cgroup),
-                 "alone": start("alone", *runs["alone"])}
+        # The alone phase starts once the parallel phase's workers have
+        # collected: each worker's collection is some 7 CPU-s, and given the
+        # CPU after the alone tests' it took 36 s, all of it on the path that
+        # ends make test (the alone phase ends minutes before the parallel one).
+        collected = os.path.join("build", "test-parallel.collected")
+        procs = {"parallel": start("parallel", *runs["parallel"], cgroup=cgroup,
+                                   env=dict(os.environ, **{COLLECTED_ENV: collected}))}
+        wait_collected(procs["parallel"], collected, int(argv[0]), COLLECT_WAIT_S)
+        procs["alone"] = start("alone", *runs["alone"])
         took = {}
         try:
             while len(took) < len(procs):

@@ -87,3 +87,32 @@ def test_every_phase_writes_the_bytecode_of_what_it_imports(tmp_path, monkeypatc
     monkeypatch.setattr(phases.subprocess, "run", lambda *a, **k: None)    # the slowest tests' list
     assert phases.main(["3"]) == 0
     assert seen == [("parallel", None), ("alone", None), ("quiet", None)]
+
+
+def test_the_alone_phase_waits_for_every_parallel_worker_to_have_collected(tmp_path):
+    # Real xdist workers of a real pytest, with this suite's conftest: a line each.
+    (tmp_path / "test_some.py").write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    said = tmp_path / "collected"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                             "-n", "2", "--rootdir", str(tmp_path), str(tmp_path)],
+                            cwd=tmp_path, env=dict(env, PYTHONPATH=ROOT, **{phases.COLLECTED_ENV: str(said)}),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert phases.wait_collected(proc, str(said), 2, timeout=120)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert sorted(said.read_text().split()) == ["gw0", "gw1"]     # once each, not by the tests' own processes
+
+
+def test_waiting_for_the_workers_ends_when_the_phase_does_or_at_the_timeout(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    assert phases.wait_collected(ended, str(tmp_path / "never"), 4, timeout=60) is False
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / "one").write_text("gw0\n")
+        assert phases.wait_collected(running, str(tmp_path / "one"), 2, timeout=0.5) is False
+        assert phases.wait_collected(running, str(tmp_path / "one"), 1, timeout=5) is True
+    finally:
+        running.kill()
+        running.wait()
