@@ -2,9 +2,7 @@
 side, the alone one first in line for the CPU, then the quiet one.
 
 Usage: ``python tests/phases.py WORKERS`` from the repository root, with the
-venv's python. First one process writes the bytecode of what every worker
-imports first (``write_bytecode_first``). Each phase writes
-build/test-PHASE.xml (JUnit):
+venv's python. Each phase writes build/test-PHASE.xml (JUnit):
 - parallel: ``-m "not alone and not quiet"``, WORKERS xdist workers, a file
   each at a time; its output is kept in build/test-parallel.log and printed
   when it is over;
@@ -137,23 +135,6 @@ def ended(phase: str, rc: int, seconds: float, logged: bool = False) -> int:
     return rc
 
 
-def write_bytecode_first(workers: int) -> None:
-    """The bytecode of what every worker imports first, written by one
-    process before they start: in a fresh venv each of them would compile
-    it (10 to 17 CPU-s for a collection, 6 more for a preloaded-torch
-    server), all at once; here once, and then each reads it (5 CPU-s a
-    collection, docs/bench-runs/s29-make-test.txt). Its failures are the
-    phases' to report."""
-    began = time.monotonic()
-    code = ("import importlib, sys, pytest\nfrom tests.preloaded import PRELOAD\n"
-            "for module in PRELOAD: importlib.import_module(module)\n"
-            "sys.exit(pytest.main(sys.argv[1:]))\n")
-    subprocess.run([sys.executable, "-c", code, "-q", "-p", "no:cacheprovider", "--collect-only",
-                    "-m", "not alone and not quiet", "tests"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    print(f"make test: the bytecode of what the {workers} workers import first, written in "
-          f"{time.monotonic() - began:.0f} s", flush=True)
-
-
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not argv[0].isdigit():
         print("usage: python tests/phases.py WORKERS", file=sys.stderr)
@@ -174,7 +155,6 @@ def main(argv: list[str]) -> int:
     runs = {"parallel": ("not alone and not quiet", ("-n", argv[0], "--dist", "loadfile", "--no-loadscope-reorder"),
                          ["tests"]),
             "alone": ("alone", (), marked_files("alone"))}
-    write_bytecode_first(int(argv[0]))
     rcs = {}
     began = time.monotonic()
     cgroup = background_cgroup()

@@ -21,7 +21,6 @@ Protocol: one JSON request a line on its stdin, one JSON reply a line.
 from __future__ import annotations
 
 import atexit
-import importlib
 import itertools
 import json
 import os
@@ -34,13 +33,6 @@ import threading
 import time
 import warnings
 
-# The point of the server: torch's modules the children use, imported once,
-# before every fork. torch._dynamo: DDP's and fully_shard's constructors
-# import it (about 0.5 CPU-s in every rank that wraps a model); it starts no
-# thread, so it forks as safely as the rest. torch.distributed.run: the
-# launcher's torchrun (tests/functional/launch.py).
-PRELOAD = ("torch._dynamo", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch.distributed.run",
-           "torch.nn.parallel")
 _STARTUP_FILTERS = list(warnings.filters)   # the server runs without PYTHONWARNINGS (_Server)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -164,8 +156,14 @@ def serve(files: str) -> None:
     """The server loop: spawn, poll and wait requests until stdin ends;
     then removes ``files``, its children's output folder (a client that
     ends with ``os._exit``, as a pytest-xdist worker may, never does)."""
-    for module in PRELOAD:
-        importlib.import_module(module)
+    # The point of the server: torch's modules the children use, imported once, before every fork.
+    # torch._dynamo: DDP's and fully_shard's constructors import it (about 0.5 CPU-s in every rank
+    # that wraps a model); it starts no thread, so it forks as safely as the rest.
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.run  # noqa: F401   the launcher's torchrun (tests/functional/launch.py)
+    import torch.nn.parallel  # noqa: F401
     reply = sys.stdout
     children = set()
     while True:
