@@ -162,9 +162,10 @@ def main(argv: list[str]) -> int:
         print(f"make test: the parallel phase runs beside the alone one, with cpu.shares {BACKGROUND_SHARES} "
               f"({cgroup})", flush=True)
         # The alone phase starts once the parallel phase's workers have
-        # collected: each worker's collection is some 7 CPU-s, and given the
-        # CPU after the alone tests' it took 36 s, all of it on the path that
-        # ends make test (the alone phase ends minutes before the parallel one).
+        # collected: each worker's collection is 5 CPU-s, 17 in a fresh venv
+        # (it compiles what it imports), and given the CPU after the alone
+        # tests' the four took 36 s, all of it on the path that ends make
+        # test (the alone phase ends minutes before the parallel one).
         collected = os.path.join("build", "test-parallel.collected")
         procs = {"parallel": start("parallel", *runs["parallel"], cgroup=cgroup,
                                    env=dict(os.environ, **{COLLECTED_ENV: collected}))}

@@ -49,9 +49,10 @@ def test_a_spawn_the_server_cannot_make_is_an_error_and_the_server_lives_on(tmp_
 def test_a_module_runs_as_python_m_would_and_a_namespace_it_cannot_join_is_exit_126(tmp_path):
     (tmp_path / "here.py").write_text("import os, sys\nprint(sys.argv[1:], __name__, os.getpriority(os.PRIO_PROCESS, 0))\n"
                                       "sys.exit(4)\n")
-    nice = os.getpriority(os.PRIO_PROCESS, 0) + 3
-    proc = preloaded.Forked(["-m", "here", "a"], dict(os.environ), str(tmp_path), nice=nice)
-    assert proc.wait(30) == 4 and proc.output() == (f"['a'] __main__ {nice}\n", "")
+    proc = preloaded.Forked(["-m", "here", "a"], dict(os.environ), str(tmp_path), nice=3)
+    server = preloaded._get().proc.pid
+    assert proc.wait(30) == 4
+    assert proc.output() == (f"['a'] __main__ {os.getpriority(os.PRIO_PROCESS, server) + 3}\n", "")
     proc = preloaded.Forked(["-c", "print('ran')"], dict(os.environ), str(tmp_path), netns="xpu-diag-no-such-ns")
     assert proc.wait(30) == 126
     assert proc.output() == ("", "preloaded: [Errno 2] No such file or directory: '/run/netns/xpu-diag-no-such-ns'\n")
