@@ -357,7 +357,11 @@ class Forked:
 
 def run(argv: list[str], cwd: str, env: dict | None = None, timeout: float | None = None,
         netns: str | None = None) -> subprocess.CompletedProcess:
-    """``subprocess.run([python, *argv], capture_output=True, text=True)``, forked."""
+    """``subprocess.run([python, *argv], capture_output=True, text=True)``,
+    forked; ``argv`` may start with this python (bench/launch_job.py's
+    ``launcher()`` where there is no console script)."""
+    if argv[:1] == [sys.executable]:
+        argv = argv[1:]
     proc = Forked(argv, dict(os.environ) if env is None else env, str(cwd), netns=netns)
     out, err = proc.communicate(timeout)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -21,7 +21,7 @@ def test_faulty_node_exits_75_through_the_cli(tmp_path):
     path = tmp_path / "faults.json"
     faultlist.write(path, {socket.gethostname(): "busbw 1.2 GB/s < 20 GB/s"}, [])
     # the console script, forked with torch imported (tests/preloaded.py), as every launch of the tests
-    proc = preloaded.run([launcher()[0], "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
+    proc = preloaded.run([*launcher(), "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
                          ROOT, timeout=120)
     assert proc.returncode == faultlist.EXIT_FAULTY_NODE == 75
     lines = [line for line in proc.stderr.splitlines() if line.startswith("xpu_timer_launch")]
@@ -73,7 +73,7 @@ def test_a_hostile_reason_reaches_the_terminal_escaped_and_cut_to_one_line(tmp_p
     path = tmp_path / "faults.json"
     hostile = "\x1b[2J\x1b[H\x1b[32mall good, node healthy\x1b[0m\n" + "A" * 1_000_000
     faultlist.write(path, {socket.gethostname(): hostile}, [])
-    proc = preloaded.run([launcher()[0], "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
+    proc = preloaded.run([*launcher(), "--fault-list", str(path), "--nproc-per-node", "1", SCRIPT, "0", "1"],
                          ROOT, timeout=120)
     assert proc.returncode == faultlist.EXIT_FAULTY_NODE
     assert "\x1b" not in proc.stderr and len(proc.stderr.encode()) < 2000, proc.stderr[:300]
