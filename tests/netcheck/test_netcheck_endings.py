@@ -131,6 +131,13 @@ def test_ctrl_c_stops_the_rich_progress_cleanly():
         start = time.monotonic()
         while node0.poll() is None and time.monotonic() - start < 30:
             read(time.monotonic() + 0.5)
+        if node0.poll() is None:
+            # Still up (CI-path runs 6 and 7, not reproduced alone): where its threads are.
+            spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+            where = subprocess.run([spy, "dump", "--pid", str(node0.pid)], capture_output=True, text=True,
+                                   timeout=60)
+            raise AssertionError(f"node 0 still running 30 s after Ctrl-C:\n{where.stdout}{where.stderr}\n"
+                                 f"{seen[-1000:]!r}")
         read(time.monotonic() + 1)
         assert node0.returncode == 130 and time.monotonic() - start < 10, (node0.returncode, seen[-2000:])
         assert b"Traceback" not in seen and b"\x1b[?25h" in seen[-200:], seen[-2000:]   # cursor shown again
