@@ -122,8 +122,7 @@ def test_ctrl_c_stops_the_rich_progress_cleanly():
         """The terminal read as a terminal would be, until ``until`` (or, with
         ``first_round``, until round 1 shows): a pty nobody reads blocks its
         writer once its buffer of a few KB is full, and rich redraws its bars
-        several times a second (session 29's CI-path run 6: the node blocked
-        in that write past the 30 s of the wait below)."""
+        several times a second."""
         nonlocal seen
         while time.monotonic() < until:
             ready, _, _ = select.select([master], [], [], 0.2)
